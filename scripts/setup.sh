@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian machine for fadat: corpus packages, the virtual environment .venv in the
+# repository root, CPU torch when no torch is present, and fadat with its dev extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+
+# Debian packages of the built-in corpora (bible-en-es). Installed only when missing.
+need=()
+for pkg in sword-text-web sword-text-sparv sword-text-kjv; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "setup: installing ${need[*]}"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q "${need[@]}"
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+PY=.venv/bin/python
+# torch first and explicitly: an unpinned requirement would pull a multi-GB CUDA build.
+if ! $PY -c "import torch" 2>/dev/null; then
+    $PY -m pip install -q "torch==2.13.0"
+fi
+$PY -m pip install -q -e ".[dev]"
