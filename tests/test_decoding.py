@@ -1,0 +1,213 @@
+"""Decoders against brute force: hand-written walks, exhaustive path / output enumeration."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from fadat.data.contract import PAD_ID
+from fadat.decoding import (
+    STRATEGIES,
+    Hypothesis,
+    decode,
+    output_tokens,
+    path_score,
+    vertex_top1,
+)
+
+NEG_INF = float("-inf")
+
+
+def random_graph(
+    B: int, L: int, V: int, lengths: list[int] | None = None, seed: int = 0, sharp: float = 2.0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random DAG outputs in the decoders' contract (float64 so brute force compares exactly)."""
+    g = torch.Generator().manual_seed(seed)
+    if lengths is None:
+        lengths = torch.randint(2, L + 1, (B,), generator=g).tolist()
+    lens = torch.tensor(lengths, dtype=torch.int64)
+    tlp = (torch.randn(B, L, V, generator=g, dtype=torch.float64) * sharp).log_softmax(-1)
+    ln = torch.randn(B, L, L, generator=g, dtype=torch.float64) * sharp
+    i = torch.arange(L)
+    valid = (i[None, :, None] < i[None, None, :]) & (i[None, None, :] < lens[:, None, None])
+    ln = ln.masked_fill(~valid, NEG_INF)
+    has_row = valid.any(-1, keepdim=True)
+    ln = torch.where(has_row, ln.log_softmax(-1), ln)
+    return tlp, ln, lens
+
+
+def all_paths(n: int):
+    """Every path 0 → n−1 with strictly increasing vertices."""
+    for r in range(n - 1):
+        for inner in itertools.combinations(range(1, n - 1), r):
+            yield (0, *inner, n - 1)
+
+
+def check_hypothesis(h: Hypothesis, lp: torch.Tensor, ln: torch.Tensor, n: int) -> None:
+    assert h.path[0] == 0 and h.path[-1] == n - 1
+    assert all(a < b for a, b in zip(h.path, h.path[1:], strict=False))
+    assert len(h.path_tokens) == len(h.path)
+    assert h.tokens == output_tokens(h.path_tokens)
+    assert h.score == pytest.approx(path_score(lp, ln, h.path, h.path_tokens), abs=1e-9)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def test_output_tokens_rules():
+    a, b = 5, 6
+    assert output_tokens([0, a, a, b, 2]) == [a, b]
+    assert output_tokens([0, a, PAD_ID, a, 2]) == [a, a]
+    assert output_tokens([0, PAD_ID, PAD_ID, 2]) == []
+    assert output_tokens([0, 2]) == []
+    assert output_tokens([a, a, 2]) == [a]  # the first token is the start vertex's: dropped
+    assert output_tokens([0, 0, 3, 2]) == [0, 3]  # special ids inside are kept
+
+
+def hand_walk(lp: torch.Tensor, ln: torch.Tensor, n: int, beta: float | None) -> list[int]:
+    s = [max(row) for row in lp[:n].tolist()]
+    path, i = [0], 0
+    rows = ln[:n, :n].tolist()
+    while i != n - 1:
+        best, best_j = NEG_INF, None
+        for j in range(i + 1, n):
+            v = rows[i][j] + (0.0 if beta is None else beta * s[j])
+            if v > best:
+                best, best_j = v, j
+        path.append(best_j)
+        i = best_j
+    return path
+
+
+@pytest.mark.parametrize("beta", [None, 0.5, 1.0, 2.0])
+def test_greedy_and_lookahead_match_hand_walk(beta):
+    tlp, ln, lens = random_graph(12, 9, 6, seed=1)
+    hyps = (
+        decode(tlp, ln, lens, "greedy")
+        if beta is None
+        else decode(tlp, ln, lens, "lookahead", beta=beta)
+    )
+    for b, h in enumerate(hyps):
+        n = int(lens[b])
+        path = hand_walk(tlp[b], ln[b], n, beta)
+        assert h.path == path
+        assert h.path_tokens == [int(tlp[b, v].argmax()) for v in path]
+        check_hypothesis(h, tlp[b], ln[b], n)
+
+
+def exhaustive_viterbi(lp, ln, n, joint, beta, max_length):
+    s = lp.max(-1).values
+    best, best_path = NEG_INF, None
+    for a in all_paths(n):
+        k = len(a) - 2
+        if k < 1 or (max_length is not None and k > max_length):
+            continue
+        v = sum(float(ln[a[t], a[t + 1]]) for t in range(len(a) - 1))
+        if joint:
+            v += sum(float(s[x]) for x in a[1:-1])
+        v /= k**beta
+        if v > best:
+            best, best_path = v, list(a)
+    return best_path if best_path is not None else [0, n - 1]
+
+
+@pytest.mark.parametrize("strategy", ["viterbi", "joint-viterbi"])
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0, 1.7])
+@pytest.mark.parametrize("max_length", [None, 2])
+def test_viterbi_matches_exhaustive(strategy, beta, max_length):
+    tlp, ln, lens = random_graph(10, 8, 5, seed=2)
+    hyps = decode(tlp, ln, lens, strategy, length_penalty=beta, max_length=max_length)
+    for b, h in enumerate(hyps):
+        n = int(lens[b])
+        expect = exhaustive_viterbi(tlp[b], ln[b], n, strategy == "joint-viterbi", beta, max_length)
+        assert h.path == expect
+        assert h.path_tokens == [int(tlp[b, v].argmax()) for v in h.path]
+        check_hypothesis(h, tlp[b], ln[b], n)
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_two_vertex_graph(strategy):
+    tlp, ln, lens = random_graph(3, 2, 4, lengths=[2, 2, 2], seed=3)
+    for h in decode(tlp, ln, lens, strategy):
+        assert h.path == [0, 1] and h.tokens == []
+
+
+def test_two_vertex_graph_in_a_padded_batch():
+    tlp, ln, lens = random_graph(3, 6, 4, lengths=[2, 6, 4], seed=3)
+    for strategy in STRATEGIES:
+        h = decode(tlp, ln, lens, strategy)[0]
+        assert h.path == [0, 1] and h.tokens == []
+
+
+BATCH_CASES = [
+    ("greedy", {}),
+    ("lookahead", {}),
+    ("lookahead", {"no_consecutive_repeated_ngram": 2, "no_repeated_ngram": 2, "top_p": 0.95}),
+    ("viterbi", {"length_penalty": 1.2}),
+    ("joint-viterbi", {"max_length": 4}),
+    ("beam", {"beam_size": 8, "max_beam_per_length": 3, "top_cand_n": 3, "top_p": 0.95}),
+]
+
+
+@pytest.mark.parametrize(("strategy", "options"), BATCH_CASES)
+def test_batched_equals_one_at_a_time(strategy, options):
+    tlp, ln, lens = random_graph(9, 11, 7, seed=4, lengths=[11, 2, 5, 9, 3, 11, 7, 4, 8])
+    batched = decode(tlp, ln, lens, strategy, **options)
+    for b, h in enumerate(batched):
+        n = int(lens[b])
+        single = decode(
+            tlp[b : b + 1, :n], ln[b : b + 1, :n, :n], lens[b : b + 1], strategy, **options
+        )
+        assert (h.tokens, h.path, h.path_tokens) == (
+            single[0].tokens,
+            single[0].path,
+            single[0].path_tokens,
+        )
+        assert h.score == pytest.approx(single[0].score, abs=1e-9)
+        check_hypothesis(h, tlp[b], ln[b], n)
+
+
+def test_float32_and_half_inputs():
+    tlp, ln, lens = random_graph(4, 8, 5, seed=5)
+    ref = decode(tlp, ln, lens, "joint-viterbi")
+    got = decode(tlp.float(), ln.float(), lens, "joint-viterbi")
+    assert [h.path for h in got] == [h.path for h in ref]
+    half = decode(tlp.half(), ln.half(), lens, "lookahead")
+    for b, h in enumerate(half):
+        check_hypothesis(h, tlp[b].half().double(), ln[b].half().double(), int(lens[b]))
+
+
+def test_vertex_top1():
+    tlp, _, _ = random_graph(2, 4, 6, seed=6)
+    s, tok = vertex_top1(tlp)
+    assert torch.equal(tok, tlp.argmax(-1)) and torch.equal(s, tlp.max(-1).values)
+
+
+def test_bad_inputs():
+    tlp, ln, lens = random_graph(2, 5, 4, seed=7)
+    with pytest.raises(ValueError, match="unknown decoding strategy"):
+        decode(tlp, ln, lens, "nope")
+    with pytest.raises(ValueError, match="unknown option"):
+        decode(tlp, ln, lens, "greedy", beta=1.0)
+    with pytest.raises(ValueError, match="links must be"):
+        decode(tlp, ln[:, :4], lens, "greedy")
+    with pytest.raises(ValueError, match="graph lengths"):
+        decode(tlp, ln, torch.tensor([6, 2]), "greedy")
+    with pytest.raises(ValueError, match="max_length"):
+        decode(tlp, ln, lens, "viterbi", max_length=0)
+    with pytest.raises(ValueError, match="top_p"):
+        decode(tlp, ln, lens, "sample", top_p=0.0)
+
+
+def test_candidate_tables_in_chunks_equal_one_chunk(monkeypatch):
+    import fadat.decoding as decoding
+
+    tlp, ln, lens = random_graph(7, 10, 6, seed=8)
+    opts = {"no_consecutive_repeated_ngram": 2, "no_repeated_ngram": 2}
+    whole = decode(tlp, ln, lens, "lookahead", **opts)
+    sampled = decode(tlp, ln, lens, "sample", seed=3)
+    monkeypatch.setattr(decoding, "_PAIR_CHUNK_ELEMENTS", 10 * 10 * 5 * 2)  # 2 sentences a chunk
+    assert decode(tlp, ln, lens, "lookahead", **opts) == whole
+    assert decode(tlp, ln, lens, "sample", seed=3) == sampled
