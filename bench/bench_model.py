@@ -1,0 +1,315 @@
+"""Training-step benchmark of the DA-Transformer network on CPU.
+
+For a preset (default ``cpu-small``) at a typical batch (B sentences, source ≈ S tokens, target
+≈ source length) and each graph-size ratio λ, times one NLL training step broken down into
+encoder, decoder, token head + log-softmax, links head, objective
+(``fadat.dag.dag_log_likelihood``), backward and optimizer (fused AdamW), for several variants:
+
+- ``fp32-eager``: the plain reference step;
+- ``bf16-eager``: ``torch.autocast("cpu", bfloat16)`` (links, log-softmax and DAG stay fp32);
+- ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
+  head compiled in place (``nn.Module.compile``, dynamic shapes); the compile time is measured and
+  reported; a variant whose compilation fails falls back to eager and says so.
+
+It reports target tokens/s, matmul GFLOP/s achieved (FLOPs of mm/bmm/attention counted by
+``torch.utils.flop_counter`` on the fp32 step) next to the measured peak of a large fp32 and bf16
+matmul in the same run, the speed-up over ``fp32-eager``, and whether a second pass under the same
+seed reproduces the first bitwise (the glancing requirement) in each variant.
+
+Usage::
+
+    python bench/bench_model.py [--preset cpu-small] [--vocab 8000] [--batch 32] [--src-len 30]
+                                [--ratios 4 8] [--steps 3] [--variants fp32-eager,bf16-eager,...]
+
+The machine may be shared with other jobs, which slows single steps by up to several times: the
+variants are timed interleaved (one step of each in turn), the table shows the *fastest* of
+``--steps`` steps (the least disturbed one; its stage breakdown, tokens/s, GFLOP/s) next to the
+median step, and the peak matmul (best of 5) is measured in the same run at the start and the end.
+CPU only (CUDA not run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size
+from fadat.model import DATModel, make_config
+
+STAGES = ("encoder", "decoder", "token_head", "links_head", "objective", "backward", "optimizer")
+VARIANTS = ("fp32-eager", "bf16-eager", "fp32-compile", "bf16-compile")
+
+
+def objective_fn() -> tuple[Callable, str]:
+    """The DAG NLL used as the objective: fadat.dag's, else a plain log-space forward loop."""
+    try:
+        from fadat.dag import dag_log_likelihood
+
+        return dag_log_likelihood, "fadat.dag.dag_log_likelihood"
+    except ImportError:
+
+        def plain(token_logprobs, links, targets, graph_lengths, target_lengths):
+            match = token_logprobs.gather(
+                -1, targets[:, None, :].expand(-1, token_logprobs.shape[1], -1)
+            ).transpose(1, 2)  # (B, T, L)
+            f = match[:, 0].clone()
+            f[:, 1:] = float("-inf")
+            out = []
+            for t in range(1, targets.shape[1]):
+                f = torch.logsumexp(f[:, :, None] + links, dim=1) + match[:, t]  # (B, L)
+                out.append(f)
+            alpha = torch.stack([match[:, 0], *out], dim=1)  # (B, T, L)
+            idx = torch.arange(len(targets))
+            return alpha[idx, target_lengths - 1, graph_lengths - 1]
+
+        return plain, "plain log-space forward loop in this bench (fadat.dag not found)"
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
+    """GFLOP/s of an n×n×n matmul (best of ``reps``)."""
+    a = torch.randn(n, n).to(dtype)
+    b = torch.randn(n, n).to(dtype)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def make_batch(vocab: int, batch: int, src_len: int, seed: int = 0):
+    """Random ``x </s>`` sources of length src_len ± 5 and ``<s> y </s>`` targets of about the
+    same length (ids ≥ 4)."""
+    g = torch.Generator().manual_seed(seed)
+    s_len = torch.randint(src_len - 5, src_len + 6, (batch,), generator=g)
+    t_len = torch.randint(src_len - 5, src_len + 6, (batch,), generator=g)
+    source = torch.full((batch, int(s_len.max())), PAD_ID)
+    target = torch.full((batch, int(t_len.max())), PAD_ID)
+    for b in range(batch):
+        n, m = int(s_len[b]), int(t_len[b])
+        source[b, : n - 1] = torch.randint(4, vocab, (n - 1,), generator=g)
+        source[b, n - 1] = EOS_ID
+        target[b, 0] = BOS_ID
+        target[b, 1 : m - 1] = torch.randint(4, vocab, (m - 2,), generator=g)
+        target[b, m - 1] = EOS_ID
+    return source, s_len, target, t_len
+
+
+class Step:
+    """One training step with per-stage wall-clock timing (CPU ops are synchronous)."""
+
+    def __init__(self, model: DATModel, bf16: bool, objective: Callable) -> None:
+        self.model = model
+        self.bf16 = bf16
+        self.objective = objective
+        # fused AdamW (one kernel for all parameters) where this torch supports it on the device
+        try:
+            self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
+        except (RuntimeError, TypeError):
+            self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01)
+
+    def autocast(self):
+        if self.bf16:
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def forward(self, source, s_len):
+        m = self.model
+        gl = m.graph_lengths(s_len)
+        toks = m.decoder_input_tokens(gl)
+        with self.autocast():
+            enc = m.encode(source)
+            states = m.decoder_states(enc, toks)
+            return m.token_head(states), m.links_head(states, gl)
+
+    def __call__(self, source, s_len, target, t_len) -> dict[str, float]:
+        m = self.model
+        times = {}
+        t = time.perf_counter()
+
+        def lap(name):
+            nonlocal t
+            now = time.perf_counter()
+            times[name] = now - t
+            t = now
+
+        gl = m.graph_lengths(s_len)
+        toks = m.decoder_input_tokens(gl)
+        with self.autocast():
+            enc = m.encode(source)
+            lap("encoder")
+            states = m.decoder_states(enc, toks)
+            lap("decoder")
+            lp = m.token_head(states)
+            lap("token_head")
+            links = m.links_head(states, gl)
+            lap("links_head")
+        ll = self.objective(lp, links, target, gl, t_len)
+        loss = -(ll / t_len).mean()
+        lap("objective")
+        loss.backward()
+        lap("backward")
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        lap("optimizer")
+        return times
+
+
+def compile_in_place(model: DATModel) -> None:
+    """Compile the encoder, each decoder layer and the links head (state_dict keys unchanged)."""
+    model.encoder.compile(dynamic=True)
+    for layer in model.layers:
+        layer.compile(dynamic=True)
+    model.links_head.compile(dynamic=True)
+
+
+def prepare_variant(name: str, args, ratio: float, objective: Callable, batch) -> dict:
+    """Build the model of one variant and warm it up (compilation included in the warm-up)."""
+    torch.manual_seed(0)
+    config = make_config(args.preset, args.vocab, upsample_ratio=ratio)
+    model = DATModel(config).train()
+    note = ""
+    compiled = name.endswith("compile")
+    if compiled:
+        compile_in_place(model)
+    step = Step(model, name.startswith("bf16"), objective)
+    source, s_len, target, t_len = batch
+    t0 = time.perf_counter()
+    try:
+        step(source, s_len, target, t_len)
+        # a second shape, as in training, so dynamic-shape compilation is part of the warm-up
+        step(source[:-1], s_len[:-1], target[:-1], t_len[:-1])
+    except Exception as err:  # eager fallback: report it, keep the table
+        note = f"compile failed ({type(err).__name__}: {str(err)[:60]}); eager fallback"
+        compiled = False
+        torch.manual_seed(0)
+        model = DATModel(config).train()
+        step = Step(model, name.startswith("bf16"), objective)
+        step(source, s_len, target, t_len)
+    warm_s = time.perf_counter() - t0
+    # same-seed determinism of the decoder pass (dropout masks), as glancing needs
+    with torch.no_grad():
+        torch.manual_seed(7)
+        a = step.forward(source, s_len)
+        torch.manual_seed(7)
+        b = step.forward(source, s_len)
+    same = all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    return {
+        "variant": name,
+        "step": step,
+        "runs": [],
+        "compile_s": warm_s if compiled else 0.0,
+        "same_seed_equal": same,
+        "note": note,
+    }
+
+
+def count_flops(args, ratio, objective, batch) -> float:
+    torch.manual_seed(0)
+    model = DATModel(make_config(args.preset, args.vocab, upsample_ratio=ratio)).train()
+    step = Step(model, False, objective)
+    source, s_len, target, t_len = batch
+    with FlopCounterMode(display=False) as counter:
+        step(source, s_len, target, t_len)
+    return float(counter.get_total_flops())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="cpu-small")
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--src-len", type=int, default=30)
+    p.add_argument("--ratios", type=float, nargs="+", default=[4.0, 8.0])
+    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    args = p.parse_args(argv)
+    variants = [v for v in args.variants.split(",") if v]
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        p.error(f"unknown variants {sorted(unknown)}")
+    torch.set_num_threads(args.threads)
+    objective, objective_name = objective_fn()
+
+    peak32 = matmul_peak(torch.float32)
+    peak16 = matmul_peak(torch.bfloat16)
+    config = make_config(args.preset, args.vocab)
+    n_params = sum(p.numel() for p in DATModel(config).parameters())
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"preset {args.preset}: d={config.d_model} layers={config.encoder_layers}+"
+        f"{config.decoder_layers} heads={config.attention_heads} ffn={config.ffn_dim} "
+        f"V={args.vocab} params={n_params / 1e6:.2f}M"
+    )
+    print(f"objective: {objective_name}")
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}")
+    print(f"matmul peak (2048³): fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s")
+    batch = make_batch(args.vocab, args.batch, args.src_len)
+    source, s_len, target, t_len = batch
+    for ratio in args.ratios:
+        gl = graph_size(s_len, ratio, config.max_target_positions)
+        flops = count_flops(args, ratio, objective, batch)
+        print()
+        print(
+            f"λ={ratio:g}: B={args.batch}, source tokens {int(s_len.sum())} "
+            f"(mean {s_len.double().mean():.1f}), target tokens {int(t_len.sum())}, "
+            f"graph L max {int(gl.max())} (vertices {int(gl.sum())}), "
+            f"matmul/attention FLOPs per step {flops / 1e9:.1f} G"
+        )
+        prepared = [prepare_variant(v, args, ratio, objective, batch) for v in variants]
+        # Interleave the variants step by step, so that load from other jobs on a shared machine
+        # hits all of them alike.
+        for _ in range(args.steps):
+            for v in prepared:
+                v["runs"].append(v["step"](source, s_len, target, t_len))
+        # the least disturbed peak so far (the start-of-run figure may itself be slowed down)
+        peak32 = max(peak32, matmul_peak(torch.float32))
+        peak16 = max(peak16, matmul_peak(torch.bfloat16))
+        print(f"peak so far: fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s (for %peak)")
+        header = (
+            f"{'variant':<13}"
+            + "".join(f"{s:>11}" for s in STAGES)
+            + f"{'best ms':>9}{'median':>8}{'tok/s':>7}{'GFLOP/s':>8}{'%peak':>6}{'speedup':>8}"
+            f"{'compile s':>10}  same-seed"
+        )
+        print(header)
+        tokens = int(t_len.sum())
+        base = None
+        for v in prepared:
+            best = min(v["runs"], key=lambda r: sum(r.values()))
+            total = sum(best.values())
+            median = statistics.median(sum(r.values()) for r in v["runs"])
+            tok_s = tokens / total
+            gflops = flops / total / 1e9
+            if v["variant"] == "fp32-eager":
+                base = tok_s
+            peak = peak16 if v["variant"].startswith("bf16") else peak32
+            speed = f"{tok_s / base:.2f}x" if base else "-"
+            print(
+                f"{v['variant']:<13}"
+                + "".join(f"{1000 * best[s]:>9.0f}ms" for s in STAGES)
+                + f"{1000 * total:>9.0f}{1000 * median:>8.0f}{tok_s:>7.0f}{gflops:>8.1f}"
+                f"{100 * gflops / peak:>5.0f}%{speed:>8}{v['compile_s']:>10.1f}"
+                f"  {'yes' if v['same_seed_equal'] else 'NO'} {v['note']}"
+            )
+        sys.stdout.flush()
+    print(
+        f"\nmatmul peak again at the end: fp32 {matmul_peak(torch.float32):.1f}, "
+        f"bf16 {matmul_peak(torch.bfloat16):.1f} GFLOP/s"
+    )
+    print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores: > 2 means other jobs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

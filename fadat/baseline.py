@@ -1,0 +1,319 @@
+"""The autoregressive Transformer baseline (the paper's AT comparison, Transformer-base; §4).
+
+Same encoder code, embeddings, initialisation and presets as the DAT model (fadat.model); the
+decoder is causal, fed ``<s> y`` (teacher forcing) and trained to predict ``y </s>`` (label
+smoothing is the trainer's business). Decoding: greedy and beam search with a key/value cache, so
+each step runs the decoder on one new token per hypothesis (cross-attention keys/values are
+projected once per sentence). Only CPU was run; CUDA was not tested.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
+from fadat.errors import InputError
+from fadat.model import (
+    Encoder,
+    EncoderOut,
+    ModelConfig,
+    TransformerLayer,
+    _init_bert,
+    _key_mask,
+    _load,
+    save_model_directory,
+)
+
+# One cache per decoder layer: {"self": {"k", "v"}, "cross": {"mk", "mv"}}, tensors (N, h, t, d_h).
+Cache = list[dict[str, dict[str, Tensor]]]
+
+
+@dataclass(frozen=True)
+class ATHypothesis:
+    """One decoded sentence.
+
+    Attributes:
+        tokens: output ids without ``<s>`` and ``</s>``.
+        log_prob: Σ log p of the emitted tokens including the final ``</s>`` (nats).
+        score: the ranking score ``log_prob / (len(tokens) + 1) ** length_penalty`` (fairseq's
+            normalisation; the length counts ``</s>``).
+    """
+
+    tokens: list[int]
+    log_prob: float
+    score: float
+
+
+class ATModel(nn.Module):
+    """Encoder–decoder Transformer with a causal decoder and a tied output projection.
+
+    Attributes:
+        config: the :class:`~fadat.model.ModelConfig` (``model_type == "at"``).
+        metadata: the non-config entries of config.json after :meth:`from_pretrained`, else ``{}``.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.model_type != "at":
+            raise InputError(f"ATModel needs model_type 'at', got {config.model_type!r}")
+        self.config = config
+        self.metadata: dict[str, Any] = {}
+        d = config.d_model
+        self.encoder = Encoder(config)
+        self.embed_scale = math.sqrt(d)
+        self.embed_positions = nn.Embedding(config.max_target_positions, d)
+        self.layers = nn.ModuleList(
+            TransformerLayer(config, cross_attention=True) for _ in range(config.decoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(d) if config.pre_norm else None
+        self.apply(lambda m: _init_bert(m, config.init_std))
+
+    @property
+    def output_weight(self) -> Tensor:
+        """``(V, d)`` the bias-free output projection, tied to the shared token embedding."""
+        return self.encoder.embed_tokens.weight
+
+    def encode(self, source: Tensor) -> EncoderOut:
+        """Run the encoder on ``source`` ``(B, S)`` int64 (see ``fadat.model.Encoder.forward``)."""
+        return self.encoder(source)
+
+    def _decoder(
+        self,
+        tokens: Tensor,
+        start: int,
+        encoder_out: EncoderOut,
+        cache: Cache | None,
+    ) -> Tensor:
+        """Decoder stack on ``tokens`` ``(B, T)`` at positions ``start..start+T-1``; returns
+        fp32 log-probs ``(B, T, V)``. Without a cache the self-attention is causal over ``tokens``;
+        with one, ``tokens`` are appended after the cached prefix."""
+        t = tokens.shape[1]
+        if start + t > self.config.max_target_positions:
+            raise InputError(
+                f"target length {start + t} exceeds the model's max_target_positions "
+                f"{self.config.max_target_positions}"
+            )
+        positions = torch.arange(start, start + t, device=tokens.device)
+        x = self.embed_scale * self.encoder.embed_tokens(tokens) + self.embed_positions(positions)
+        x = F.dropout(x, self.config.dropout, self.training)  # (B, T, d)
+        memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
+        for i, layer in enumerate(self.layers):
+            x = layer(
+                x,
+                causal=True,
+                memory=encoder_out.states,
+                memory_mask=memory_mask,
+                cache=None if cache is None else cache[i],
+            )
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        logits = F.linear(x, self.output_weight)  # (B, T, V)
+        return torch.log_softmax(logits.float(), dim=-1)  # (B, T, V) fp32
+
+    def forward(self, source: Tensor, prev_output_tokens: Tensor) -> Tensor:
+        """Teacher-forced log-probabilities.
+
+        Args:
+            source: ``(B, S)`` int64, ``x </s>`` right-padded.
+            prev_output_tokens: ``(B, T)`` int64, ``<s> y`` right-padded (the target shifted
+                right); causal masking makes right padding harmless for the real positions.
+
+        Returns:
+            ``(B, T, V)`` fp32 log p(next token), position t predicting token t+1 of ``<s> y </s>``.
+        """
+        return self._decoder(prev_output_tokens, 0, self.encode(source), cache=None)
+
+    def _max_lengths(self, source: Tensor, max_len_a: float, max_len_b: int) -> Tensor:
+        """Per-sentence output limit ``int(a·|x </s>| + b)`` (tokens incl. ``</s>``), ≥ 1 and
+        ≤ max_target_positions (the decoder reads ``<s>`` plus all but the last token)."""
+        src_len = source.ne(PAD_ID).sum(dim=1).double()  # (B,)
+        limit = (max_len_a * src_len + max_len_b).floor().long()
+        return limit.clamp(min=1, max=self.config.max_target_positions)  # (B,)
+
+    @torch.no_grad()
+    def greedy(
+        self,
+        source: Tensor,
+        max_len_a: float = 1.2,
+        max_len_b: int = 10,
+        length_penalty: float = 1.0,
+    ) -> list[ATHypothesis]:
+        """Greedy decoding with a key/value cache (one decoder step per output token).
+
+        ``<pad>`` and ``<s>`` are never emitted; ``</s>`` is forced at the length limit
+        ``int(max_len_a·|x </s>| + max_len_b)`` (fairseq's ``max_len_a``/``max_len_b``).
+
+        Args:
+            source: ``(B, S)`` int64.
+            max_len_a, max_len_b: the length limit, in tokens including ``</s>``.
+            length_penalty: only for the reported ``score``.
+
+        Returns:
+            One :class:`ATHypothesis` per sentence, in input order.
+        """
+        enc = self.encode(source)
+        b = source.shape[0]
+        limits = self._max_lengths(source, max_len_a, max_len_b)  # (B,)
+        cache: Cache = [{} for _ in self.layers]
+        prev = torch.full((b, 1), BOS_ID, dtype=torch.int64, device=source.device)  # (B, 1)
+        out_tokens: list[Tensor] = []
+        out_scores: list[Tensor] = []
+        done = torch.zeros(b, dtype=torch.bool, device=source.device)
+        for step in range(int(limits.max())):
+            lp = self._decoder(prev, step, enc, cache)[:, 0]  # (B, V)
+            lp = _ban_specials(lp, force_eos=limits.le(step + 1))
+            score, token = lp.max(dim=-1)  # (B,), (B,)
+            token = token.masked_fill(done, PAD_ID)
+            out_tokens.append(token)
+            out_scores.append(score.masked_fill(done, 0.0))
+            done = done | token.eq(EOS_ID)
+            if bool(done.all()):
+                break
+            prev = token[:, None]
+        tokens = torch.stack(out_tokens, dim=1).tolist()  # (B, T)
+        log_probs = torch.stack(out_scores, dim=1).double().sum(dim=1).tolist()  # (B,)
+        hyps = []
+        for row, lp_sum in zip(tokens, log_probs, strict=True):
+            body = row[: row.index(EOS_ID)]
+            hyps.append(ATHypothesis(body, lp_sum, lp_sum / (len(body) + 1) ** length_penalty))
+        return hyps
+
+    @torch.no_grad()
+    def beam_search(
+        self,
+        source: Tensor,
+        beam_size: int = 5,
+        length_penalty: float = 1.0,
+        max_len_a: float = 1.2,
+        max_len_b: int = 10,
+    ) -> list[ATHypothesis]:
+        """Beam search with a key/value cache (fairseq's ``SequenceGenerator`` rules).
+
+        Each step scores ``2·beam`` candidates per sentence; a ``</s>`` candidate among the top
+        ``beam`` ranks finishes a hypothesis, scored ``log_prob / (length incl. </s>)^α``; the best
+        ``beam`` other candidates continue. A sentence is done when ``beam`` hypotheses have
+        finished (``</s>`` is forced at the length limit), and its rows leave the batch and the
+        cache. The result is the finished hypothesis with the best score. With ``beam_size=1``
+        this equals :meth:`greedy`.
+
+        Args:
+            source: ``(B, S)`` int64.
+            beam_size: K ≥ 1.
+            length_penalty: α.
+            max_len_a, max_len_b: length limit as in :meth:`greedy`.
+
+        Returns:
+            One :class:`ATHypothesis` per sentence, in input order.
+
+        Raises:
+            ValueError: ``beam_size`` < 1.
+        """
+        if beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+        k = beam_size
+        device = source.device
+        b = source.shape[0]
+        limits = self._max_lengths(source, max_len_a, max_len_b).tolist()
+        enc = self.encode(source)
+        # Active rows: sentence `sent[r // k]`, beam r % k.
+        rows = torch.arange(b, device=device).repeat_interleave(k)  # (B·K,)
+        enc = enc.index_select(rows)
+        cache: Cache = [{} for _ in self.layers]
+        sent = list(range(b))
+        prefixes: list[list[int]] = [[] for _ in range(b * k)]
+        # Only beam 0 is live at step 0, so the K copies of <s> do not fill the beam with copies.
+        scores = torch.full((b, k), float("-inf"), dtype=torch.float64, device=device)
+        scores[:, 0] = 0.0
+        prev = torch.full((b * k, 1), BOS_ID, dtype=torch.int64, device=device)
+        finished: list[list[ATHypothesis]] = [[] for _ in range(b)]
+        step = 0
+        while sent:
+            n = len(sent)
+            lp = self._decoder(prev, step, enc, cache)[:, 0]  # (n·K, V)
+            force = torch.tensor([limits[s] <= step + 1 for s in sent], device=device)
+            lp = _ban_specials(lp, force_eos=force.repeat_interleave(k))
+            cand = scores[:, :, None] + lp.view(n, k, -1).double()  # (n, K, V)
+            vocab = cand.shape[-1]
+            top_scores, top_idx = cand.view(n, -1).topk(min(2 * k, k * vocab), dim=1)  # (n, 2K)
+            top_scores, top_idx = top_scores.tolist(), top_idx.tolist()
+            keep_rows: list[int] = []
+            keep_tokens: list[int] = []
+            keep_scores: list[float] = []
+            keep_sent: list[int] = []
+            for local, s in enumerate(sent):
+                chosen = []
+                for rank, (sc, idx) in enumerate(
+                    zip(top_scores[local], top_idx[local], strict=True)
+                ):
+                    if sc == float("-inf"):
+                        break
+                    beam, token = divmod(idx, vocab)
+                    row = local * k + beam
+                    if token == EOS_ID:
+                        if rank < k and len(finished[s]) < k:
+                            body = prefixes[row]
+                            normed = sc / (len(body) + 1) ** length_penalty
+                            finished[s].append(ATHypothesis(list(body), sc, normed))
+                    elif len(chosen) < k:
+                        chosen.append((row, token, sc))
+                if len(finished[s]) >= k or not chosen:
+                    continue
+                while len(chosen) < k:  # fewer than K live candidates: pad with dead beams
+                    chosen.append((chosen[0][0], chosen[0][1], float("-inf")))
+                keep_sent.append(s)
+                for row, token, sc in chosen:
+                    keep_rows.append(row)
+                    keep_tokens.append(token)
+                    keep_scores.append(sc)
+            if not keep_sent:
+                break
+            prefixes = [prefixes[r] + [t] for r, t in zip(keep_rows, keep_tokens, strict=True)]
+            index = torch.tensor(keep_rows, dtype=torch.int64, device=device)
+            enc = enc.index_select(index)
+            for layer_cache in cache:
+                for part in layer_cache.values():
+                    for name in part:
+                        part[name] = part[name].index_select(0, index)
+            scores = torch.tensor(keep_scores, dtype=torch.float64, device=device).view(-1, k)
+            prev = torch.tensor(keep_tokens, dtype=torch.int64, device=device)[:, None]
+            sent = keep_sent
+            step += 1
+        return [max(hyps, key=lambda h: h.score) for hyps in finished]
+
+    def save_pretrained(
+        self,
+        directory: str | Path,
+        *,
+        spm_model: str | Path | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Write a complete model directory (see :func:`fadat.model.save_model_directory`)."""
+        save_model_directory(self, directory, spm_model=spm_model, extra=extra)
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, map_location: str = "cpu") -> ATModel:
+        """Load a model directory written by :meth:`save_pretrained`.
+
+        Raises:
+            InputError: as :func:`fadat.model.load_pretrained`, or the directory holds a DAT model.
+        """
+        return _load(directory, map_location, expected="at")
+
+
+def _ban_specials(lp: Tensor, force_eos: Tensor) -> Tensor:
+    """Never emit ``<pad>``/``<s>``; rows where ``force_eos`` (``(N,)`` bool) may only emit
+    ``</s>``. ``lp``: ``(N, V)`` log-probs; returns a masked copy."""
+    lp = lp.clone()
+    lp[:, PAD_ID] = float("-inf")
+    lp[:, BOS_ID] = float("-inf")
+    eos = lp[:, EOS_ID].clone()
+    lp[force_eos] = float("-inf")
+    lp[:, EOS_ID] = eos
+    return lp
