@@ -1,0 +1,50 @@
+"""``fadat average``: average the best K checkpoints of a run (by validation BLEU) or a given list
+of checkpoints into a model directory (anchor-spec §6; the FA-DAT papers report best-5 averages).
+
+The arithmetic lives in :mod:`fadat.train` (:func:`~fadat.train.average_checkpoints`,
+:func:`~fadat.train.write_averaged_model`); this module is the command-line layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fadat.errors import InputError
+from fadat.train import best_checkpoints, load_yaml_config, write_averaged_model
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``fadat average``."""
+    parser.add_argument("--run", metavar="RUN_DIR", help="run directory of fadat train")
+    parser.add_argument("--best", type=int, default=5, help="average the K best (default 5)")
+    parser.add_argument(
+        "--checkpoints", nargs="+", metavar="PT", help="average these checkpoint files instead"
+    )
+    parser.add_argument("--output", required=True, metavar="MODEL_DIR", help="model directory")
+    parser.add_argument(
+        "--data", help="data directory for spm.model and licence (default: the run's --data)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the averaged model directory; returns 0.
+
+    Raises:
+        InputError: neither or both of --run/--checkpoints, --best < 1, or bad checkpoints.
+    """
+    if bool(args.run) == bool(args.checkpoints):
+        raise InputError("give exactly one of --run RUN_DIR or --checkpoints PT ...")
+    if args.best < 1:
+        raise InputError("--best must be >= 1")
+    data = args.data
+    if args.run:
+        paths = best_checkpoints(args.run, args.best)
+        config = Path(args.run) / "config.yaml"
+        if data is None and config.is_file():
+            data = load_yaml_config(config).get("data")
+    else:
+        paths = [Path(p) for p in args.checkpoints]
+    out = write_averaged_model(paths, args.output, data)
+    print(f"averaged {len(paths)} checkpoints into {out}")
+    return 0

@@ -1,0 +1,336 @@
+"""Tests of fadat.objectives: glancing schedule, glance count and choice, force-emit, NLL and
+fuzzy losses against brute-force path enumeration, label smoothing, and the glancing acceptance
+tests on the real tiny DATModel (pass 2 ≡ pass 1 at ratio 0; glanced inputs = y[best path])."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from fadat import dag
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, make_batch
+from fadat.model import DATModel, make_config
+from fadat.objectives import (
+    ObjectiveConfig,
+    choose_glanced,
+    compute_loss,
+    decode_with_seed,
+    force_emit_match,
+    fuzzy_loss,
+    glance,
+    glance_count,
+    label_smoothed_nll,
+    nll_loss,
+    oracle_tokens,
+    parse_glancing_schedule,
+)
+
+# ---------------------------------------------------------------------------------- schedule
+
+
+def test_schedule_anneal_matches_reference_formula():
+    s = parse_glancing_schedule("0.5:0.1@200k")
+    assert s.positions == (0, 200_000)
+    for u in (0, 1, 1000, 100_000, 199_999):
+        assert s(u) == pytest.approx(0.5 + (0.1 - 0.5) * u / 200_001, abs=1e-15)
+    assert s(200_000) == 0.1 and s(10**7) == 0.1
+
+
+def test_schedule_constant_and_multiple_knots():
+    assert parse_glancing_schedule("0.1")(12345) == 0.1
+    assert parse_glancing_schedule(0.3)(0) == 0.3
+    assert parse_glancing_schedule("0.1:0.1@4k")(2000) == pytest.approx(0.1)
+    s = parse_glancing_schedule("0.6:0.4@10:0.2@30")
+    assert s(0) == 0.6
+    assert s(5) == pytest.approx(0.6 - 0.2 * 5 / 11)
+    assert s(10) == pytest.approx(0.4)
+    assert s(20) == pytest.approx(0.4 - 0.2 * 10 / 21)
+    assert s(30) == 0.2 and s(31) == 0.2
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["", "x", "0.5:0.1", "0.5@3:0.1@4", "1.5", "0.5:0.1@-3", "0.5:0.1@10:0.2@5", "0.5:0.1@4q"],
+)
+def test_schedule_rejects_malformed(bad):
+    with pytest.raises(ValueError):
+        parse_glancing_schedule(bad)
+
+
+# ------------------------------------------------------------------------------ glance count
+
+
+def test_glance_count_formula():
+    t = torch.tensor([10, 7, 5, 3])
+    c = torch.tensor([4, 7, 0, 1])
+    for p in (0.0, 0.1, 0.25, 0.5, 1.0):
+        expected = [
+            math.floor((ti - ci) * p + 0.5) for ti, ci in zip(t.tolist(), c.tolist(), strict=True)
+        ]
+        assert glance_count(t, c, p).tolist() == expected
+
+
+def test_choose_glanced_counts_subset_and_uniformity():
+    path = torch.tensor([[0, -1, 1, -1, 2, 3, -1, 4], [0, 1, -1, -1, -1, -1, -1, 2]])
+    counts = torch.tensor([2, 1])
+    gen = torch.Generator().manual_seed(0)
+    hits = torch.zeros(path.shape)
+    trials = 4000
+    for _ in range(trials):
+        m = choose_glanced(path, counts, gen)
+        assert m.sum(1).tolist() == [2, 1]
+        assert not (m & (path < 0)).any()
+        hits += m
+    # each aligned vertex of row 0 is picked with probability 2/5, of row 1 with 1/3
+    freq0 = hits[0][path[0] >= 0] / trials
+    freq1 = hits[1][path[1] >= 0] / trials
+    assert torch.allclose(freq0, torch.full_like(freq0, 0.4), atol=0.04)
+    assert torch.allclose(freq1, torch.full_like(freq1, 1 / 3), atol=0.04)
+
+
+def test_oracle_tokens():
+    targets = torch.tensor([[BOS_ID, 7, 8, EOS_ID]])
+    path = torch.tensor([[0, -1, 1, 2, -1, 3]])
+    assert oracle_tokens(targets, path).tolist() == [[BOS_ID, PAD_ID, 7, 8, PAD_ID, EOS_ID]]
+
+
+# ------------------------------------------------------------------ brute force over paths
+
+
+def brute_log_likelihood(token_logprobs, links, target, size, forbid=None):
+    """log Σ over paths 0 = a_0 < … < a_{T−1} = size−1 of Π E · Π p; ``forbid`` = {(t, j)}
+    pairs a path may not use (force-emit)."""
+    t_len = len(target)
+    total = []
+    for middle in itertools.combinations(range(1, size - 1), t_len - 2):
+        path = (0, *middle, size - 1)
+        if forbid and any((t, j) in forbid for t, j in enumerate(path)):
+            continue
+        s = sum(token_logprobs[j, target[t]] for t, j in enumerate(path))
+        s = s + sum(links[path[k], path[k + 1]] for k in range(t_len - 1))
+        total.append(s)
+    return torch.logsumexp(torch.stack(total), 0) if total else torch.tensor(-math.inf)
+
+
+def random_dag(batch, size, vocab, graph_lengths, seed=0, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    token_logprobs = torch.log_softmax(torch.randn(batch, size, vocab, generator=gen), -1)
+    scores = torch.randn(batch, size, size, generator=gen)
+    i = torch.arange(size)
+    valid = (i[None, :] > i[:, None])[None] & (i[None, None, :] < graph_lengths[:, None, None])
+    links = torch.log_softmax(scores.masked_fill(~valid, -math.inf), -1)
+    links = torch.nan_to_num(links, nan=-math.inf)
+    return token_logprobs.to(dtype), links.to(dtype)
+
+
+def test_nll_loss_matches_brute_force_and_counts_invalid():
+    vocab, size = 9, 7
+    graph_lengths = torch.tensor([7, 6, 4, 7])
+    targets = torch.tensor(
+        [[0, 5, 6, 4, 2, 1], [0, 4, 2, 1, 1, 1], [0, 5, 7, 8, 6, 2], [0, 8, 2, 1, 1, 1]]
+    )
+    target_lengths = torch.tensor([5, 3, 6, 3])  # sentence 2: T = 6 > L = 4
+    lp, links = random_dag(4, size, vocab, graph_lengths)
+    lp.requires_grad_(True)
+    out = nll_loss(lp, links, targets, graph_lengths, target_lengths)
+    expected = 0.0
+    for b in (0, 1, 3):
+        tgt = targets[b, : target_lengths[b]].tolist()
+        ll = brute_log_likelihood(lp.detach()[b], links[b], tgt, int(graph_lengths[b]))
+        expected += -float(ll) / len(tgt)
+    assert out.count == 4
+    assert out.stats["invalid_too_long"] == 1 and out.stats["invalid_nonfinite"] == 0
+    assert float(out.loss_sum.detach()) == pytest.approx(expected, rel=1e-9)
+    out.loss_sum.backward()
+    assert torch.isfinite(lp.grad).all() and lp.grad[2].abs().sum() == 0
+
+
+def test_nll_loss_nonfinite_sentence_is_zeroed_and_counted():
+    vocab, size = 6, 5
+    graph_lengths = torch.tensor([5, 5])
+    lp, links = random_dag(2, size, vocab, graph_lengths)
+    lp = lp.clone()
+    lp[1, :, 4] = -math.inf  # token 4 cannot be emitted anywhere in sentence 1
+    lp.requires_grad_(True)
+    targets = torch.tensor([[0, 4, 2], [0, 4, 2]])
+    out = nll_loss(lp, links, targets, graph_lengths, torch.tensor([3, 3]))
+    ll0 = brute_log_likelihood(lp.detach()[0], links[0], [0, 4, 2], 5)
+    assert out.stats["invalid_nonfinite"] == 1 and out.count == 2
+    assert float(out.loss_sum.detach()) == pytest.approx(-float(ll0) / 3, rel=1e-9)
+    out.loss_sum.backward()
+    assert torch.isfinite(lp.grad).all()
+
+
+def test_force_emit_pins_glanced_vertex_and_detaches_it():
+    vocab, size = 7, 6
+    graph_lengths = torch.tensor([6])
+    lp, links = random_dag(1, size, vocab, graph_lengths, seed=3)
+    lp.requires_grad_(True)
+    targets = torch.tensor([[0, 4, 5, 2]])
+    target_lengths = torch.tensor([4])
+    path = torch.tensor([[0, -1, 1, -1, 2, 3]])
+    glanced_mask = torch.tensor([[False, False, True, False, False, False]])  # vertex 2 ↦ t = 1
+
+    class G:  # the two fields nll_loss reads from a GlanceResult
+        path = torch.tensor([[0, -1, 1, -1, 2, 3]])
+        glanced = glanced_mask
+
+    match = dag.gather_match(lp, targets)
+    pinned = force_emit_match(match, path, glanced_mask)
+    assert torch.isinf(pinned[0, [0, 2, 3], 2]).all()
+    assert pinned[0, 1, 2] == match[0, 1, 2]
+    out = nll_loss(lp, links, targets, graph_lengths, target_lengths, glance=G, force_emit=True)
+    forbid = {(0, 2), (2, 2), (3, 2)}
+    ll = brute_log_likelihood(lp.detach()[0], links[0], [0, 4, 5, 2], 6, forbid=forbid)
+    assert float(out.loss_sum.detach()) == pytest.approx(-float(ll) / 4, rel=1e-9)
+    out.loss_sum.backward()
+    # the pinned score is detached: no gradient to log p(y_1 = 4 | v_2); others still learn
+    assert lp.grad[0, 2, 4] == 0
+    assert lp.grad[0, 1, 4] != 0
+    unforced = nll_loss(
+        lp, links, targets, graph_lengths, target_lengths, glance=G, force_emit=False
+    )
+    ll_free = brute_log_likelihood(lp.detach()[0], links[0], [0, 4, 5, 2], 6)
+    assert float(unforced.loss_sum.detach()) == pytest.approx(-float(ll_free) / 4, rel=1e-9)
+
+
+def test_fuzzy_loss_is_minus_bp_times_precision_and_brute_force_length():
+    vocab, size = 6, 6
+    graph_lengths = torch.tensor([6, 5])
+    lp, links = random_dag(2, size, vocab, graph_lengths, seed=5)
+    targets = torch.tensor([[0, 4, 5, 4, 2], [0, 3, 2, 1, 1]])
+    target_lengths = torch.tensor([5, 3])
+    out = fuzzy_loss(lp, links, targets, graph_lengths, target_lengths, order=2)
+    res = dag.fuzzy_alignment(lp, links, targets, graph_lengths, target_lengths, order=2)
+    assert float(out.loss_sum) == pytest.approx(-float((res.brevity_penalty * res.precision).sum()))
+    # expected path length by enumerating every path 0 → L−1 (any length)
+    ratio_sum = 0.0
+    for b in range(2):
+        n = int(graph_lengths[b])
+        e_len = 0.0
+        for k in range(0, n - 1):
+            for middle in itertools.combinations(range(1, n - 1), k):
+                p = (0, *middle, n - 1)
+                e_len += math.exp(
+                    sum(float(links[b, p[i], p[i + 1]]) for i in range(len(p) - 1))
+                ) * len(p)
+        ratio_sum += e_len / int(target_lengths[b])
+    assert out.stats["length_ratio_sum"] == pytest.approx(ratio_sum, rel=1e-6)
+
+
+def test_label_smoothed_nll_formula():
+    gen = torch.Generator().manual_seed(1)
+    lp = torch.log_softmax(torch.randn(2, 3, 5, generator=gen, dtype=torch.float64), -1)
+    gold = torch.tensor([[4, 2, PAD_ID], [0, 3, 2]])
+    loss, nll = label_smoothed_nll(lp, gold, 0.1)
+    eps_i = 0.1 / 4
+    for b in range(2):
+        for t in range(3):
+            if gold[b, t] == PAD_ID:
+                assert loss[b, t] == 0 and nll[b, t] == 0
+                continue
+            n = -lp[b, t, gold[b, t]]
+            want = (1 - 0.1 - eps_i) * n + eps_i * (-lp[b, t].sum())
+            assert float(loss[b, t]) == pytest.approx(float(want))
+            assert float(nll[b, t]) == pytest.approx(float(n))
+
+
+# ------------------------------------------------------------- glancing on the real model
+
+V = 24
+
+
+def tiny_model(dropout=0.1):
+    torch.manual_seed(0)
+    return DATModel(make_config("tiny", V, dropout=dropout))
+
+
+def toy_batch():
+    sources = [[5, 6, 7, EOS_ID], [8, 9, EOS_ID]]
+    targets = [[BOS_ID, 5, 6, 7, EOS_ID], [BOS_ID, 9, 8, EOS_ID]]
+    return make_batch(sources, targets, [0, 1])
+
+
+def test_ratio_zero_pass2_equals_pass1_bitwise_with_dropout():
+    model = tiny_model(dropout=0.3).train()
+    batch = toy_batch()
+    gl = model.graph_lengths(batch.source_lengths)
+    enc = model.encode(batch.source)
+    res = glance(model, enc, batch.target, gl, batch.target_lengths, ratio=0.0, seed=1234)
+    assert not res.glanced.any()
+    assert torch.equal(res.decoder_tokens, model.decoder_input_tokens(gl))
+    lp2, links2 = decode_with_seed(model, enc, res.decoder_tokens, 1234)
+    assert torch.equal(lp2, res.pass1[0]) and torch.equal(links2, res.pass1[1])
+    # dropout is really on: another seed gives other outputs
+    lp3, _ = decode_with_seed(model, enc, res.decoder_tokens, 99)
+    assert not torch.equal(lp3, lp2)
+
+
+@pytest.mark.parametrize("ratio", [0.5, 1.0])
+def test_glanced_inputs_are_targets_at_best_alignment(ratio):
+    model = tiny_model().train()
+    batch = toy_batch()
+    gl = model.graph_lengths(batch.source_lengths)
+    enc = model.encode(batch.source)
+    torch.manual_seed(7)
+    res = glance(model, enc, batch.target, gl, batch.target_lengths, ratio=ratio, seed=5)
+    lp1, links1 = res.pass1
+    path = dag.best_alignment(lp1, links1, batch.target, gl, batch.target_lengths)
+    assert torch.equal(res.path, path)
+    oracle = batch.target.gather(1, path.clamp(min=0))
+    correct = ((lp1.argmax(-1) == oracle) & (path >= 0)).sum(1)
+    assert torch.equal(res.num_correct, correct)
+    want = [
+        math.floor((t - c) * ratio + 0.5)
+        for t, c in zip(batch.target_lengths, correct, strict=True)
+    ]
+    assert res.num_glanced.tolist() == want
+    plain = model.decoder_input_tokens(gl)
+    g = res.glanced
+    assert torch.equal(res.decoder_tokens[g], oracle[g])
+    assert torch.equal(res.decoder_tokens[~g], plain[~g])
+    assert (path[g] >= 0).all()
+    assert int(g.sum()) > 0
+
+
+def test_compute_loss_dat_and_gradients_finite():
+    model = tiny_model().train()
+    batch = toy_batch()
+    for name in ("nll", "fuzzy"):
+        model.zero_grad()
+        out = compute_loss(model, batch, ObjectiveConfig(name=name, glancing_ratio=0.5))
+        assert out.count == 2 and torch.isfinite(out.loss_sum)
+        out.loss_sum.backward()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        assert grads and all(torch.isfinite(g).all() for g in grads)
+    # eval mode, no glancing: nll loss equals −Σ log P / T from fadat.dag
+    model.eval()
+    with torch.no_grad():
+        out = compute_loss(model, batch, ObjectiveConfig(name="nll"))
+        gl = model.graph_lengths(batch.source_lengths)
+        lp, links = model(batch.source, gl)
+        ll = dag.dag_log_likelihood(lp, links, batch.target, gl, batch.target_lengths)
+    assert float(out.loss_sum) == pytest.approx(float((-ll / batch.target_lengths).sum()), rel=1e-5)
+
+
+def test_compute_loss_at_counts_tokens():
+    from fadat.baseline import ATModel
+
+    torch.manual_seed(0)
+    model = ATModel(make_config("tiny", V, model_type="at")).eval()
+    batch = toy_batch()
+    out = compute_loss(model, batch, ObjectiveConfig(name="label_smoothed_ce", label_smoothing=0.0))
+    assert out.count == 4 + 3
+    with torch.no_grad():
+        lp = model(batch.source, batch.target[:, :-1])
+    gold = batch.target[:, 1:]
+    nll = -lp.gather(-1, gold.unsqueeze(-1)).squeeze(-1)[gold != PAD_ID].sum()
+    assert float(out.loss_sum.detach()) == pytest.approx(float(nll), rel=1e-5)
+
+
+def test_unknown_objective():
+    with pytest.raises(ValueError):
+        compute_loss(tiny_model(), toy_batch(), ObjectiveConfig(name="ctc"))

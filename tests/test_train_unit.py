@@ -1,0 +1,209 @@
+"""Unit tests of fadat.train that need no dataset: config resolution, learning-rate schedule,
+RNG state round trip, checkpoint I/O (weights_only), checkpoint averaging, shipped YAML files."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from fadat.errors import InputError
+from fadat.model import DATModel, make_config
+from fadat.train import (
+    CHECKPOINT_FORMAT,
+    TrainConfig,
+    add_arguments,
+    atomic_save,
+    average_checkpoints,
+    capture_rng_state,
+    config_from_dict,
+    config_to_dict,
+    inverse_sqrt_lr,
+    load_checkpoint,
+    load_yaml_config,
+    parse_duration,
+    resolve_config,
+    restore_rng_state,
+    validate_config,
+)
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_inverse_sqrt_schedule_matches_fairseq():
+    lr, warm, init = 5e-4, 100, 1e-7
+    assert inverse_sqrt_lr(0, lr, warm, init) == init
+    assert inverse_sqrt_lr(50, lr, warm, init) == pytest.approx(init + (lr - init) * 0.5)
+    assert inverse_sqrt_lr(100, lr, warm, init) == pytest.approx(lr)
+    assert inverse_sqrt_lr(400, lr, warm, init) == pytest.approx(lr * 0.5)
+    assert inverse_sqrt_lr(4, lr, 0, init) == pytest.approx(lr / 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90.0), ("90s", 90.0), ("30m", 1800.0), ("2h", 7200.0), (5, 5.0)]
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_parse_duration_rejects():
+    for bad in ("soon", "-3", "3d"):
+        with pytest.raises(InputError):
+            parse_duration(bad)
+
+
+def test_rng_round_trip_through_weights_only_checkpoint(tmp_path):
+    random.seed(3)
+    np.random.seed(4)
+    torch.manual_seed(5)
+    random.gauss(0, 1)  # leaves a cached gauss value in python's state
+    state = capture_rng_state()
+    path = tmp_path / "rng.pt"
+    atomic_save({"format": CHECKPOINT_FORMAT, "rng": [state]}, path)
+    expected = (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), torch.rand(3))
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    restore_rng_state(load_checkpoint(path)["rng"][0])
+    got = (random.random(), random.gauss(0, 1), np.random.rand(3).tolist(), torch.rand(3))
+    assert got[:3] == expected[:3]
+    assert torch.equal(got[3], expected[3])
+
+
+def test_checkpoint_io_errors(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        load_checkpoint(tmp_path / "none.pt")
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(InputError, match="cannot read"):
+        load_checkpoint(bad)
+    foreign = tmp_path / "foreign.pt"
+    torch.save({"model": {}}, foreign)
+    with pytest.raises(InputError, match="not a fadat"):
+        load_checkpoint(foreign)
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def _ckpt(tmp_path: Path, name: str, seed: int, bleu: float) -> Path:
+    torch.manual_seed(seed)
+    model = DATModel(make_config("tiny", 16))
+    path = tmp_path / name
+    atomic_save(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "arch": "dat",
+            "model_config": model.config.to_dict(),
+            "model": model.state_dict(),
+            "bleu": bleu,
+            "update": seed,
+        },
+        path,
+    )
+    return path
+
+
+def test_average_checkpoints_is_the_arithmetic_mean(tmp_path):
+    paths = [_ckpt(tmp_path, f"c{i}.pt", i, 10.0 + i) for i in range(3)]
+    states = [load_checkpoint(p)["model"] for p in paths]
+    averaged, meta = average_checkpoints(paths)
+    assert meta["bleu"] == 10.0
+    for key, value in averaged.items():
+        want = sum(s[key].double() for s in states) / 3
+        assert value.dtype == states[0][key].dtype
+        assert torch.allclose(value.double(), want, atol=1e-7), key
+    other = tmp_path / "other.pt"
+    torch.manual_seed(0)
+    small = DATModel(make_config("tiny", 20))
+    atomic_save(
+        {
+            "format": CHECKPOINT_FORMAT,
+            "model_config": small.config.to_dict(),
+            "model": small.state_dict(),
+        },
+        other,
+    )
+    with pytest.raises(InputError, match="different model"):
+        average_checkpoints([paths[0], other])
+
+
+def test_resolve_config_yaml_then_flags(tmp_path):
+    yaml_file = tmp_path / "c.yaml"
+    yaml_file.write_text("lr: 0.001\nmax-updates: 50\nglat_p: '0.5:0.1@10'\nmodel: {d_model: 64}\n")
+    cfg, resume = resolve_config(
+        parse(["--config", str(yaml_file), "--data", "D", "--run-dir", "R", "--lr", "0.002"])
+    )
+    assert not resume
+    assert cfg.lr == 0.002 and cfg.max_updates == 50 and cfg.glat_p == "0.5:0.1@10"
+    assert cfg.model == {"d_model": 64} and cfg.data == "D"
+    assert config_from_dict(config_to_dict(cfg), "x") == cfg
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("learning_rate: 1\n", "unknown config key"),
+        ("lr: fast\n", "must be a number"),
+        ("max_updates: 1.5\n", "must be an integer"),
+        ("glat_p: '2:0.1@5'\n", "glat_p"),
+        ("- a\n- b\n", "mapping"),
+        ("lr: [\n", "invalid YAML"),
+    ],
+)
+def test_bad_yaml_is_input_error(tmp_path, text, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_yaml_config(path)
+
+
+def test_validate_config_rejects_bad_combinations():
+    base = dict(data="d", run_dir="r", max_updates=10)
+    validate_config(TrainConfig(**base))
+    for extra, message in [
+        ({"arch": "rnn"}, "--arch"),
+        ({"arch": "at", "objective": "fuzzy"}, "does not train"),
+        ({"bf16": True, "fp16": True}, "exclude"),
+        ({"max_updates": 0}, "stop criterion"),
+        ({"update_freq": 0}, "update-freq"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            validate_config(TrainConfig(**{**base, **extra}))
+
+
+def test_resume_requires_checkpoint(tmp_path):
+    with pytest.raises(InputError, match="cannot resume"):
+        resolve_config(parse(["--resume", str(tmp_path)]))
+
+
+def test_missing_data_flag():
+    with pytest.raises(InputError, match="--data"):
+        resolve_config(parse(["--run-dir", "R"]))
+
+
+def test_shipped_configs_load_and_validate():
+    files = sorted(CONFIGS.glob("*.yaml"))
+    assert len(files) >= 6
+    for path in files:
+        values = load_yaml_config(path)
+        cfg = TrainConfig(**{"data": "d", "run_dir": "r", **values})
+        validate_config(cfg)
+        make_config(cfg.preset, 100, model_type=cfg.arch, **cfg.model)
+        if cfg.resolved_objective() == "fuzzy":
+            assert cfg.init_from == "" and not math.isnan(cfg.lr)
+
+
+def test_glancing_default_follows_the_stage():
+    assert TrainConfig(data="d", run_dir="r").resolved_glat_p() == "0.5:0.1@200k"
+    assert TrainConfig(data="d", run_dir="r", objective="fuzzy").resolved_glat_p() == "0.1"
+    assert TrainConfig(data="d", run_dir="r", glat_p="0.2").resolved_glat_p() == "0.2"
