@@ -1,0 +1,847 @@
+"""``fadat evaluate``: quality and speed of DAT and AT models side by side (paper Table 2, Table 5).
+
+One process, one test set, one device, one thread setting for every model and strategy:
+
+- **Systems**: each DAT model × each ``--strategies`` entry; each AT model × greedy and beam
+  search (``--at-beam-size``, default 5: the paper's AT baseline).
+- **Quality** against the raw references that ``fadat prepare`` wrote (every reference stream:
+  es→en Bible has WEB and KJV): sacreBLEU corpus BLEU (default ``13a`` tokenizer, or the target
+  language's, e.g. ``zh``) with its signature, chrF with its signature, and *tokenized BLEU*, the
+  NAT papers' number (anchor-spec §6): hypotheses and references tokenised with sacremoses'
+  ``MosesTokenizer`` (target language, no escaping) and scored with ``tokenize="none"``.
+- **Length buckets** (paper Table 5): tokenized BLEU of the sentences whose first reference has
+  ``< 20``, ``20–40``, ``40–60``, ``≥ 60`` tokens (13a tokens, as ``fadat analyze`` buckets,
+  :func:`fadat.analysis.length_buckets`).
+- **Significance**: sacreBLEU's paired bootstrap (``sacrebleu.significance.PairedTest``,
+  ``test_type="bs"``, seed 12345) of every system against a baseline system, for sacreBLEU and
+  tokenized BLEU. The baseline is ``--baseline`` or the AT beam system, else the first system;
+  with several DAT models, each model's systems are also compared with the first DAT model's
+  system of the same strategy (the paper's FA-DAT vs DA-Transformer stars).
+  A system whose outputs equal the baseline's is shown as ``same`` (sacreBLEU reports
+  ``p = 1/(samples+1)`` for identical systems) and listed in its ``identical_to``.
+- **Latency** (anchor-spec §6 ``--batch-size 1``): raw string in → detokenised string out through
+  :func:`fadat.translate.translate_lines` at batch size 1, median over the test sentences, after
+  ``--warmup`` (20) untimed sentences; systems are interleaved sentence by sentence (the order
+  rotates each sentence) so drifts of the machine hit every system alike.
+- **Throughput**: sentences/s of the whole test set in batches of ``--batch-size`` (64)
+  sentences, after one untimed warm-up batch; these are the hypotheses that are scored.
+- **Speed-up** of every system relative to the baseline (AT beam-5), as a ratio of median
+  latencies (and of throughputs), like the paper's Table 2 column.
+- ``--tune-length-penalty``: β_v of joint-Viterbi is chosen per DAT model on the valid split by
+  tokenized BLEU over ``--length-penalty-grid`` and reported.
+
+``report.json`` records the CPU, threads, library versions and every setting; a table is
+printed. Only CPU was run; ``--device cuda`` is supported by the code but was not run (GPU timing
+would also need ``torch.cuda.synchronize`` around each call, which this module does for CUDA).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sacrebleu
+import torch
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+from sacremoses import MosesTokenizer
+from torch import nn
+
+from fadat.analysis import BUCKET_EDGES, bucket_labels, length_buckets, reference_lengths
+from fadat.errors import InputError
+from fadat.translate import (
+    AT_STRATEGIES,
+    add_decoding_arguments,
+    apply_threads,
+    check_strategy,
+    decoding_options,
+    encode_sources,
+    load_model,
+    model_device,
+    resolve_device,
+    strategy_options,
+    translate_lines,
+)
+
+DEFAULT_STRATEGIES = ("greedy", "lookahead", "joint-viterbi")
+DEFAULT_GRID = (0.6, 0.8, 1.0, 1.2, 1.4)
+
+
+@dataclass
+class System:
+    """One (model, strategy) pair to evaluate.
+
+    Attributes:
+        name: ``"<model label>:<strategy>"`` (AT beam: ``"<label>:beam<k>"``).
+        label: the model's label (its directory name, made unique).
+        model, sp: the loaded model and its sentencepiece processor.
+        strategy: a name of :func:`fadat.translate.strategy_options`.
+        options: the strategy's keyword options.
+    """
+
+    name: str
+    label: str
+    model: nn.Module
+    sp: Any
+    strategy: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_type(self) -> str:
+        return self.model.config.model_type
+
+    def translate(
+        self, sentences: Sequence[str], max_sentences: int | None, max_tokens: int | None
+    ) -> list[str]:
+        """Detokenised best hypothesis per sentence (:func:`translate_lines`, no re-checks)."""
+        results = translate_lines(
+            self.model,
+            self.sp,
+            sentences,
+            strategy=self.strategy,
+            options=self.options,
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            warn=_quiet,
+            check=False,
+        )
+        return [hyps[0].text for hyps in results]
+
+
+def _quiet(message: str) -> None:
+    """Truncation warnings are counted once per model in :func:`evaluate`, not per call."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Metrics
+
+
+def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
+    """Moses-tokenise each line (sacremoses, ``escape=False``: no ``&amp;`` entities), the
+    tokenisation of the NAT papers' tokenized BLEU (anchor-spec §6)."""
+    tokenizer = MosesTokenizer(lang=lang)
+    return [tokenizer.tokenize(line, return_str=True, escape=False) for line in lines]
+
+
+def bleu_metric(target_lang: str) -> BLEU:
+    """sacreBLEU with the default tokenizer for ``target_lang`` (13a, or zh/ja-mecab/ko-mecab)."""
+    return BLEU(trg_lang=target_lang)
+
+
+def tokenized_bleu_metric() -> BLEU:
+    """BLEU on already (Moses-)tokenised text: ``tokenize="none"``."""
+    return BLEU(tokenize="none", force=True)
+
+
+def corpus_scores(
+    hypotheses: Sequence[str],
+    references: Sequence[Sequence[str]],
+    target_lang: str,
+    tokenized_hypotheses: Sequence[str] | None = None,
+    tokenized_references: Sequence[Sequence[str]] | None = None,
+) -> dict[str, Any]:
+    """sacreBLEU, chrF and tokenized BLEU of one system, with signatures.
+
+    Args:
+        hypotheses: detokenised outputs, one per sentence.
+        references: reference streams, each with one reference per sentence.
+        target_lang: ISO code of the target language (tokenizers).
+        tokenized_hypotheses, tokenized_references: Moses-tokenised versions (computed when
+            ``None``).
+
+    Returns:
+        ``{"bleu", "bleu_signature", "bleu_verbose", "chrf", "chrf_signature", "tok_bleu",
+        "tok_bleu_signature"}`` (scores in BLEU/chrF points, 0–100).
+    """
+    refs = [list(stream) for stream in references]
+    if tokenized_hypotheses is None:
+        tokenized_hypotheses = moses_tokenize(hypotheses, target_lang)
+    if tokenized_references is None:
+        tokenized_references = [moses_tokenize(stream, target_lang) for stream in refs]
+    bleu, chrf, tok = bleu_metric(target_lang), CHRF(), tokenized_bleu_metric()
+    bleu_score = bleu.corpus_score(list(hypotheses), refs)
+    chrf_score = chrf.corpus_score(list(hypotheses), refs)
+    tok_score = tok.corpus_score(
+        list(tokenized_hypotheses), [list(s) for s in tokenized_references]
+    )
+    return {
+        "bleu": bleu_score.score,
+        "bleu_signature": str(bleu.get_signature()),
+        "bleu_verbose": str(bleu_score),
+        "chrf": chrf_score.score,
+        "chrf_signature": str(chrf.get_signature()),
+        "tok_bleu": tok_score.score,
+        "tok_bleu_signature": str(tok.get_signature()) + " (sacremoses tokenizer)",
+    }
+
+
+def bucket_scores(
+    tokenized_hypotheses: Sequence[str],
+    tokenized_references: Sequence[Sequence[str]],
+    first_references: Sequence[str],
+    edges: Sequence[int] = BUCKET_EDGES,
+) -> list[dict[str, Any]]:
+    """Tokenized BLEU per reference-length bucket (paper Table 5).
+
+    Args:
+        tokenized_hypotheses: Moses-tokenised outputs.
+        tokenized_references: Moses-tokenised reference streams (all are used for BLEU).
+        first_references: the raw first reference stream (its 13a length picks the bucket).
+        edges: bucket edges (default ``(20, 40, 60)``).
+
+    Returns:
+        ``[{"bucket": "< 20", "count": n, "tok_bleu": x or None}, …]``, one per bucket; the
+        counts add up to the number of sentences.
+    """
+    buckets = length_buckets(reference_lengths(first_references), edges)
+    out = []
+    for k, label in enumerate(bucket_labels(edges)):
+        members = [i for i, b in enumerate(buckets) if b == k]
+        score = None
+        if members:
+            hyps = [tokenized_hypotheses[i] for i in members]
+            refs = [[stream[i] for i in members] for stream in tokenized_references]
+            score = tokenized_bleu_metric().corpus_score(hyps, refs).score
+        out.append({"bucket": label, "count": len(members), "tok_bleu": score})
+    return out
+
+
+def paired_bootstrap(
+    named_hypotheses: Sequence[tuple[str, Sequence[str]]],
+    references: Sequence[Sequence[str]],
+    metric: BLEU,
+    samples: int = 1000,
+) -> dict[str, dict[str, float | None]]:
+    """sacreBLEU's paired bootstrap resampling of systems against the first one.
+
+    Args:
+        named_hypotheses: ``[(baseline name, hyps), (name, hyps), …]``.
+        references: reference streams (tokenised the same way as the hypotheses).
+        metric: a BLEU metric object (e.g. :func:`bleu_metric` or :func:`tokenized_bleu_metric`).
+        samples: bootstrap resamples (sacreBLEU's default 1000).
+
+    Returns:
+        ``{name: {"score", "mean", "ci", "p_value"}}``; the baseline's ``p_value`` is None.
+        sacreBLEU seeds its RNG with ``$SACREBLEU_SEED`` (default 12345).
+    """
+    test = PairedTest(
+        [(name, list(h)) for name, h in named_hypotheses],
+        {"BLEU": metric},
+        [list(s) for s in references],
+        test_type="bs",
+        n_samples=samples,
+    )
+    _, scores = test()
+    out = {}
+    for name, result in zip(scores["System"], scores["BLEU"], strict=True):
+        out[name] = {
+            "score": result.score,
+            "mean": result.mean,
+            "ci": result.ci,
+            "p_value": result.p_value,
+        }
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Speed
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure_latency(
+    systems: Sequence[System], sentences: Sequence[str], warmup: int
+) -> dict[str, list[float]]:
+    """Per-sentence latency at batch size 1, systems interleaved sentence by sentence.
+
+    Each call is raw string → detokenised string (:func:`translate_lines` with one sentence).
+    The first ``warmup`` calls per system (on sentences ``0, 1, …`` of the list, cycled) are not
+    recorded; then every sentence is translated by every system, the system order rotating by
+    one each sentence.
+
+    Returns:
+        ``{system name: [seconds per sentence, in test order]}``.
+    """
+    times: dict[str, list[float]] = {s.name: [] for s in systems}
+    n = len(systems)
+    warm = [sentences[k % len(sentences)] for k in range(warmup)] if sentences else []
+    for phase, batch in (("warmup", warm), ("timed", sentences)):
+        for i, sentence in enumerate(batch):
+            for r in range(n):
+                system = systems[(i + r) % n]
+                device = model_device(system.model)
+                _synchronize(device)
+                start = time.perf_counter()
+                system.translate([sentence], max_sentences=1, max_tokens=None)
+                _synchronize(device)
+                if phase == "timed":
+                    times[system.name].append(time.perf_counter() - start)
+    return times
+
+
+def translate_timed(
+    system: System, sentences: Sequence[str], batch_size: int, max_tokens: int | None
+) -> tuple[list[str], float]:
+    """Translate ``sentences`` in batches of ``batch_size`` after one untimed warm-up batch.
+
+    Returns:
+        ``(hypotheses, seconds)`` of the timed pass.
+    """
+    device = model_device(system.model)
+    system.translate(sentences[:batch_size], max_sentences=batch_size, max_tokens=max_tokens)
+    _synchronize(device)
+    start = time.perf_counter()
+    hyps = system.translate(sentences, max_sentences=batch_size, max_tokens=max_tokens)
+    _synchronize(device)
+    return hyps, time.perf_counter() - start
+
+
+# ----------------------------------------------------------------------------------------------
+# Length-penalty tuning
+
+
+def tune_length_penalty(
+    system: System,
+    sources: Sequence[str],
+    references: Sequence[Sequence[str]],
+    target_lang: str,
+    grid: Sequence[float],
+    batch_size: int,
+    max_tokens: int | None,
+) -> tuple[float, list[dict[str, float]]]:
+    """Pick joint-Viterbi's β_v (``length_penalty``) by tokenized BLEU on a held-out split.
+
+    Args:
+        system: a DAT joint-Viterbi (or Viterbi) system; its options are not changed.
+        sources, references: the valid split (raw text; reference streams).
+        target_lang: for the Moses tokenizer.
+        grid: candidate values.
+        batch_size, max_tokens: batching.
+
+    Returns:
+        ``(best value, [{"length_penalty": v, "tok_bleu": x}, …])``; among equal scores the
+        value closest to 1 (the decoders' default) wins, then the earlier one.
+    """
+    tokenized_refs = [moses_tokenize(stream, target_lang) for stream in references]
+    table = []
+    best, best_score = grid[0], -math.inf
+    for value in grid:
+        trial = System(
+            system.name,
+            system.label,
+            system.model,
+            system.sp,
+            system.strategy,
+            {**system.options, "length_penalty": float(value)},
+        )
+        hyps = trial.translate(sources, max_sentences=batch_size, max_tokens=max_tokens)
+        score = (
+            tokenized_bleu_metric()
+            .corpus_score(moses_tokenize(hyps, target_lang), tokenized_refs)
+            .score
+        )
+        table.append({"length_penalty": float(value), "tok_bleu": score})
+        if score > best_score or (score == best_score and abs(value - 1) < abs(best - 1)):
+            best, best_score = float(value), score
+    return best, table
+
+
+# ----------------------------------------------------------------------------------------------
+# The evaluation
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """CPU, threads and versions, for report.json."""
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import sacremoses
+
+    import fadat
+
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "device": str(device),
+        "cuda_device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "torch": torch.__version__,
+        "sacrebleu": sacrebleu.__version__,
+        "sacremoses": getattr(sacremoses, "__version__", "unknown"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "fadat": fadat.__version__,
+    }
+
+
+def load_split(data_dir: str | Path, split: str, subset: int) -> tuple[list[str], list[list[str]]]:
+    """Raw sources and reference streams of a split (first ``subset`` sentences if > 0).
+
+    Raises:
+        InputError: missing split, or reference streams of the wrong length.
+    """
+    from fadat.data.binarized import raw_references, raw_sources
+
+    sources = list(raw_sources(data_dir, split))
+    references = [list(stream) for stream in raw_references(data_dir, split)]
+    if not references:
+        raise InputError(f"{data_dir}: split {split!r} has no references")
+    for k, stream in enumerate(references):
+        if len(stream) != len(sources):
+            raise InputError(
+                f"{data_dir}: split {split!r}: reference stream {k} has {len(stream)} lines for "
+                f"{len(sources)} sources"
+            )
+    if subset > 0:
+        sources = sources[:subset]
+        references = [stream[:subset] for stream in references]
+    if not sources:
+        raise InputError(f"{data_dir}: split {split!r} is empty")
+    return sources, references
+
+
+def read_languages(data_dir: str | Path) -> tuple[str, str]:
+    """``(source_lang, target_lang)`` from the data directory's meta.json.
+
+    Raises:
+        InputError: meta.json missing or unreadable, or without the two keys.
+    """
+    from fadat.data.binarized import read_meta
+
+    meta = read_meta(data_dir)
+    try:
+        return str(meta["source_lang"]), str(meta["target_lang"])
+    except (KeyError, TypeError) as err:
+        raise InputError(f"{Path(data_dir) / 'meta.json'}: no source_lang/target_lang") from err
+
+
+def build_systems(
+    models: Sequence[tuple[str, nn.Module, Any]],
+    strategies: Sequence[str],
+    dat_options: dict[str, dict[str, Any]],
+    at_beam_size: int,
+    at_length_penalty: float,
+    at_options: dict[str, Any] | None = None,
+) -> list[System]:
+    """Systems in report order: per model (in the given order), AT greedy and beam, or each DAT
+    strategy with the options it takes (from ``dat_options[strategy]``). AT systems get
+    ``length_penalty``, ``beam_size`` (beam only) and ``at_options`` (``max_len_a/b``).
+
+    Raises:
+        InputError: a strategy unknown to DAT models, invalid options.
+    """
+    systems = []
+    for label, model, sp in models:
+        if model.config.model_type == "at":
+            for strategy in AT_STRATEGIES:
+                options: dict[str, Any] = {
+                    "length_penalty": at_length_penalty,
+                    **(at_options or {}),
+                }
+                name = f"{label}:greedy"
+                if strategy == "beam":
+                    options["beam_size"] = at_beam_size
+                    name = f"{label}:beam{at_beam_size}"
+                check_strategy(model, strategy, options)
+                systems.append(System(name, label, model, sp, strategy, options))
+            continue
+        accepted = strategy_options(model)
+        for strategy in strategies:
+            if strategy not in accepted:
+                raise InputError(
+                    f"unknown DAT strategy {strategy!r}; choose from {', '.join(accepted)}"
+                )
+            options = {
+                k: v for k, v in dat_options.get(strategy, {}).items() if k in accepted[strategy]
+            }
+            check_strategy(model, strategy, options)
+            systems.append(System(f"{label}:{strategy}", label, model, sp, strategy, options))
+    return systems
+
+
+def model_labels(directories: Sequence[str]) -> list[str]:
+    """Short unique labels: each directory's name (``parent/name`` if the name is generic,
+    ``#k`` appended to repeats)."""
+    labels = []
+    for d in directories:
+        p = Path(d).resolve()
+        label = (
+            p.name
+            if p.name not in ("model", "final", "averaged", "")
+            else f"{p.parent.name}/{p.name}"
+        )
+        base, k = label, 2
+        while label in labels:
+            label, k = f"{base}#{k}", k + 1
+        labels.append(label)
+    return labels
+
+
+def comparison_groups(systems: Sequence[System], baseline: str) -> list[list[str]]:
+    """Groups for paired bootstrap: ``[baseline, everyone else]`` and, with several DAT models,
+    ``[first DAT model's strategy s, other DAT models' strategy s]`` for each strategy."""
+    groups = [[baseline] + [s.name for s in systems if s.name != baseline]]
+    dat_labels = list(dict.fromkeys(s.label for s in systems if s.model_type == "dat"))
+    if len(dat_labels) > 1:
+        for strategy in dict.fromkeys(s.strategy for s in systems if s.model_type == "dat"):
+            names = [
+                s.name
+                for label in dat_labels
+                for s in systems
+                if s.label == label and s.strategy == strategy and s.model_type == "dat"
+            ]
+            if len(names) > 1 and names[0] != baseline:
+                groups.append(names)
+    return groups
+
+
+def evaluate(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the whole evaluation described in the module docstring; returns the report dict.
+
+    Raises:
+        InputError: bad model or data directories, strategies, options or settings.
+    """
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.warmup < 0 or args.subset < 0 or args.bootstrap < 0:
+        raise InputError("--warmup, --subset and --bootstrap must be >= 0")
+    apply_threads(args.threads)
+    device = resolve_device(args.device)
+    source_lang, target_lang = read_languages(args.data)
+    sources, references = load_split(args.data, args.split, args.subset)
+    labels = model_labels(args.model)
+    models = []
+    for label, directory in zip(labels, args.model, strict=True):
+        model, sp = load_model(directory, device)
+        models.append((label, model, sp))
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if not strategies and any(m.config.model_type == "dat" for _, m, _ in models):
+        raise InputError("--strategies is empty")
+    dat_options = {
+        strategy: decoding_options(args, _first_dat(models), strategy)
+        for strategy in strategies
+        if _first_dat(models) is not None
+    }
+    systems = build_systems(
+        models,
+        strategies,
+        dat_options,
+        args.at_beam_size,
+        args.at_length_penalty,
+        # --max-len-a/--max-len-b apply to the AT decoders too.
+        {k: getattr(args, k) for k in ("max_len_a", "max_len_b") if getattr(args, k) is not None},
+    )
+    names = [s.name for s in systems]
+    baseline = args.baseline or next(
+        (s.name for s in systems if s.model_type == "at" and s.strategy == "beam"), names[0]
+    )
+    if baseline not in names:
+        raise InputError(f"--baseline {baseline!r} is not one of {', '.join(names)}")
+    _log(f"{len(sources)} sentences of {args.data} ({args.split}), {len(references)} reference(s)")
+    for label, model, sp in models:
+        truncated: list[str] = []
+        encode_sources(sp, sources, model.config.max_source_positions, truncated.append)
+        if truncated:
+            _log(
+                f"warning: {label}: {len(truncated)} source sentence(s) truncated to the model's "
+                f"maximum of {model.config.max_source_positions} tokens"
+            )
+
+    tuning: dict[str, Any] = {}
+    if args.tune_length_penalty:
+        try:
+            grid = [float(v) for v in args.length_penalty_grid.split(",") if v.strip()]
+        except ValueError as err:
+            raise InputError(f"--length-penalty-grid: {err}") from err
+        if not grid:
+            raise InputError("--length-penalty-grid is empty")
+        valid_sources, valid_refs = load_split(
+            args.data, args.tune_split, args.tune_subset or args.subset
+        )
+        for system in systems:
+            if system.model_type == "dat" and system.strategy in ("joint-viterbi", "viterbi"):
+                _log(f"tuning length penalty of {system.name} on {args.tune_split}")
+                best, table = tune_length_penalty(
+                    system,
+                    valid_sources,
+                    valid_refs,
+                    target_lang,
+                    grid,
+                    args.batch_size,
+                    args.max_tokens,
+                )
+                system.options["length_penalty"] = best
+                tuning[system.name] = {"split": args.tune_split, "best": best, "grid": table}
+
+    tokenized_refs = [moses_tokenize(stream, target_lang) for stream in references]
+    results: dict[str, dict[str, Any]] = {}
+    hypotheses: dict[str, list[str]] = {}
+    tokenized_hyps: dict[str, list[str]] = {}
+    for system in systems:
+        _log(f"translating with {system.name} (batches of {args.batch_size})")
+        hyps, seconds = translate_timed(system, sources, args.batch_size, args.max_tokens)
+        hypotheses[system.name] = hyps
+        tokenized_hyps[system.name] = moses_tokenize(hyps, target_lang)
+        scores = corpus_scores(
+            hyps, references, target_lang, tokenized_hyps[system.name], tokenized_refs
+        )
+        scores["length_buckets"] = bucket_scores(
+            tokenized_hyps[system.name], tokenized_refs, references[0]
+        )
+        scores["throughput"] = len(sources) / seconds if seconds > 0 else math.inf
+        scores["throughput_seconds"] = seconds
+        results[system.name] = scores
+
+    if args.latency:
+        latency_sentences = sources[: args.latency_subset] if args.latency_subset else sources
+        _log(
+            f"latency: {len(latency_sentences)} sentences × {len(systems)} systems at batch "
+            f"size 1 after {args.warmup} warm-up sentences"
+        )
+        times = measure_latency(systems, latency_sentences, args.warmup)
+        for name, values in times.items():
+            results[name]["latency_ms_median"] = 1000 * statistics.median(values)
+            results[name]["latency_ms_mean"] = 1000 * statistics.fmean(values)
+            results[name]["latency_sentences"] = len(values)
+    base = results[baseline]
+    for r in results.values():
+        if "latency_ms_median" in r and base.get("latency_ms_median"):
+            r["speedup_latency"] = base["latency_ms_median"] / r["latency_ms_median"]
+        r["speedup_throughput"] = r["throughput"] / base["throughput"]
+
+    significance = []
+    if args.bootstrap and len(systems) > 1:
+        for group in comparison_groups(systems, baseline):
+            _log(f"paired bootstrap ({args.bootstrap} resamples) against {group[0]}")
+            sacre = paired_bootstrap(
+                [(n, hypotheses[n]) for n in group],
+                references,
+                bleu_metric(target_lang),
+                args.bootstrap,
+            )
+            tok = paired_bootstrap(
+                [(n, tokenized_hyps[n]) for n in group],
+                tokenized_refs,
+                tokenized_bleu_metric(),
+                args.bootstrap,
+            )
+            significance.append({"baseline": group[0], "bleu": sacre, "tok_bleu": tok})
+            for n in group[1:]:
+                results[n].setdefault("p_value_bleu", {})[group[0]] = sacre[n]["p_value"]
+                results[n].setdefault("p_value_tok_bleu", {})[group[0]] = tok[n]["p_value"]
+                # sacreBLEU gives identical outputs p = 1/(samples+1) ("a zero difference is not
+                # chance"); flag them so the table does not read as a significant difference.
+                if hypotheses[n] == hypotheses[group[0]]:
+                    results[n].setdefault("identical_to", []).append(group[0])
+
+    if args.save_hypotheses:
+        out_dir = Path(args.save_hypotheses)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, hyps in hypotheses.items():
+            path = out_dir / (name.replace("/", "_").replace(":", ".") + ".txt")
+            path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+
+    settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    return {
+        "environment": environment(device),
+        "settings": settings,
+        "data": {
+            "dir": str(args.data),
+            "split": args.split,
+            "sentences": len(sources),
+            "references": len(references),
+            "source_lang": source_lang,
+            "target_lang": target_lang,
+        },
+        "models": [
+            {
+                "label": label,
+                "dir": str(directory),
+                "model_type": model.config.model_type,
+                "config": model.config.to_dict(),
+            }
+            for (label, model, _), directory in zip(models, args.model, strict=True)
+        ],
+        "baseline": baseline,
+        "tuning": tuning,
+        "systems": [
+            {
+                "name": s.name,
+                "model": s.label,
+                "model_type": s.model_type,
+                "strategy": s.strategy,
+                "options": s.options,
+                **results[s.name],
+            }
+            for s in systems
+        ],
+        "significance": significance,
+    }
+
+
+def _first_dat(models: Sequence[tuple[str, nn.Module, Any]]) -> nn.Module | None:
+    return next((m for _, m, _ in models if m.config.model_type == "dat"), None)
+
+
+def _log(message: str) -> None:
+    print(f"fadat evaluate: {message}", file=sys.stderr, flush=True)
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return (
+        "-"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:.{digits}f}"
+    )
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The printed table: one row per system (quality, buckets, speed, speed-ups, p-values),
+    then the metric signatures and the tuned length penalties."""
+    systems = report["systems"]
+    baseline = report["baseline"]
+    buckets = [b["bucket"] for b in systems[0]["length_buckets"]]
+    header = (
+        ["system", "BLEU", "chrF", "tokBLEU"]
+        + [f"tok {b}" for b in buckets]
+        + ["lat ms", "speed-up", "sent/s", "tput ×", f"p vs {baseline}"]
+    )
+    rows = []
+    for s in systems:
+        p = (s.get("p_value_bleu") or {}).get(baseline)
+        p_text = "same" if baseline in s.get("identical_to", []) else _fmt(p, 4)
+        rows.append(
+            [s["name"], _fmt(s["bleu"]), _fmt(s["chrf"]), _fmt(s["tok_bleu"])]
+            + [_fmt(b["tok_bleu"]) for b in s["length_buckets"]]
+            + [
+                _fmt(s.get("latency_ms_median"), 1),
+                f"{s['speedup_latency']:.2f}×" if "speedup_latency" in s else "-",
+                _fmt(s["throughput"], 1),
+                f"{s['speedup_throughput']:.2f}×",
+                p_text,
+            ]
+        )
+    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
+    lines = [
+        "  ".join(
+            str(c).rjust(w) if k else str(c).ljust(w)
+            for k, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    data = report["data"]
+    env = report["environment"]
+    lines.append("")
+    lines.append(
+        f"{data['sentences']} sentences, {data['references']} reference stream(s), "
+        f"{data['source_lang']}→{data['target_lang']}; bucket counts: "
+        + ", ".join(f"{b['bucket']}: {b['count']}" for b in systems[0]["length_buckets"])
+    )
+    lines.append(
+        f"speed: {env['device']}, {env['torch_threads']} threads, torch {env['torch']}, "
+        f"{env['cpu']}; latency = median at batch size 1; speed-ups relative to {baseline}"
+    )
+    lines.append(f"BLEU:    {systems[0]['bleu_signature']}")
+    lines.append(f"chrF:    {systems[0]['chrf_signature']}")
+    lines.append(f"tokBLEU: {systems[0]['tok_bleu_signature']}")
+    for name, t in report["tuning"].items():
+        grid = ", ".join(f"{g['length_penalty']:g}: {g['tok_bleu']:.2f}" for g in t["grid"])
+        lines.append(f"{name}: length penalty {t['best']:g} tuned on {t['split']} ({grid})")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``fadat evaluate``."""
+    parser.add_argument(
+        "--model", nargs="+", required=True, help="model directories (DAT and/or AT)"
+    )
+    parser.add_argument("--data", required=True, help="data directory written by fadat prepare")
+    parser.add_argument("--split", default="test", help="split to evaluate (default test)")
+    parser.add_argument(
+        "--strategies",
+        default=",".join(DEFAULT_STRATEGIES),
+        help="comma-separated DAT strategies (default greedy,lookahead,joint-viterbi); "
+        "AT models always run greedy and beam search",
+    )
+    parser.add_argument("--subset", type=int, default=0, help="only the first N sentences")
+    parser.add_argument("--at-beam-size", type=int, default=5, help="AT beam size (default 5)")
+    parser.add_argument(
+        "--at-length-penalty", type=float, default=1.0, help="AT beam length penalty α"
+    )
+    parser.add_argument(
+        "--tune-length-penalty",
+        action="store_true",
+        help="tune joint-Viterbi's β_v on --tune-split by tokenized BLEU",
+    )
+    parser.add_argument(
+        "--length-penalty-grid",
+        default=",".join(f"{v:g}" for v in DEFAULT_GRID),
+        help="candidate β_v values (default 0.6,0.8,1,1.2,1.4)",
+    )
+    parser.add_argument("--tune-split", default="valid", help="split for tuning (default valid)")
+    parser.add_argument(
+        "--tune-subset", type=int, default=0, help="first N tuning sentences (0 = --subset)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=64, help="sentences per batch for throughput (64)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=0, help="optional batch budget too (0 = none)"
+    )
+    parser.add_argument(
+        "--latency",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure batch-1 latency (default on)",
+    )
+    parser.add_argument(
+        "--latency-subset", type=int, default=0, help="latency on the first N sentences only"
+    )
+    parser.add_argument("--warmup", type=int, default=20, help="warm-up sentences (20)")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (2)")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    parser.add_argument(
+        "--baseline", default=None, help="system for speed-ups and significance (default AT beam)"
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, help="paired bootstrap resamples (0 = skip)"
+    )
+    parser.add_argument("--report", default="report.json", help="report path (report.json)")
+    parser.add_argument("--save-hypotheses", default=None, help="write hypotheses to this dir")
+    add_decoding_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``fadat evaluate``: evaluate, write report.json, print the table."""
+    report = evaluate(args)
+    path = Path(args.report)
+    if path.parent != Path():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(format_report(report))
+    _log(f"report written to {path}")
+    return 0

@@ -1,0 +1,826 @@
+"""``fadat translate`` and the translation core shared by ``translate``, ``score``, ``evaluate``
+and :class:`Translator`.
+
+Data flow (one function, :func:`translate_lines`): raw text lines → sentencepiece ids ``x </s>``
+(truncated to the model's ``max_source_positions`` with a warning) → token-budget batches of
+sentences of similar length → the model (DAT: one decoder pass giving ``(token_logprobs, links)``
+then a decoder of :mod:`fadat.decoding`; AT: :meth:`fadat.baseline.ATModel.greedy` or
+``beam_search``) → ids → detokenised text, returned in input order. :func:`score_pairs` is the
+same pipeline for ``log P(y|x)`` of given pairs (paper Eq. 3 for DAT, the chain rule for AT).
+
+Input problems are :class:`~fadat.errors.InputError` (``fadat`` prints one line and exits 2):
+invalid UTF-8 (the message names the file, line and byte offset), a missing or corrupt model
+directory, a sentencepiece model that does not match the model's vocabulary, an option that the
+chosen strategy does not take or an invalid option value. An empty (or all-blank) input line
+gives an empty output line without running the model.
+
+Only CPU was run; the code is device-agnostic (``--device``) but CUDA was not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import math
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+from torch import nn
+
+from fadat.data.contract import EOS_ID, PAD_ID, graph_size, pad_sequences
+from fadat.errors import InputError
+
+#: Default per-batch budget (see :func:`batch_cost`).
+DEFAULT_MAX_TOKENS = 4096
+
+#: Options of the autoregressive baseline's decoders (``fadat.baseline.ATModel``).
+AT_STRATEGIES: dict[str, tuple[str, ...]] = {
+    "greedy": ("length_penalty", "max_len_a", "max_len_b"),
+    "beam": ("beam_size", "length_penalty", "max_len_a", "max_len_b"),
+}
+
+#: Default strategy when none is given: lookahead for DAT (the paper's default), beam for AT.
+DEFAULT_STRATEGY = {"dat": "lookahead", "at": "beam"}
+
+Warn = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Translation:
+    """One hypothesis for one input sentence.
+
+    Attributes:
+        text: detokenised output (``""`` for an empty input line).
+        tokens: output token ids (no ``<s>``/``</s>``/``<pad>``).
+        score: the strategy's score in nats: DAT ``Hypothesis.score`` (``log P(a|x)`` plus the
+            path tokens' log-probabilities, see :mod:`fadat.decoding`); AT the length-normalised
+            beam score ``log P(y|x) / (|y|+1)^α``. NaN for an empty input line (not scored).
+    """
+
+    text: str
+    tokens: list[int]
+    score: float
+
+
+@dataclass(frozen=True)
+class PairScore:
+    """Score of one (source, target) pair.
+
+    Attributes:
+        log_prob: ``log P(y|x)`` in nats. DAT: paper Eq. 3, the sum over every path of
+            ``|<s> y </s>|`` vertices (−inf when the target has more tokens than the graph has
+            vertices). AT: ``Σ_t log P(y_t | y_<t, x)`` over ``y </s>``. NaN when the AT model
+            cannot score the target (longer than its ``max_target_positions``).
+        tokens: the number of tokens ``log_prob`` covers: ``|<s> y </s>|`` for DAT (the DAG also
+            emits ``<s>`` at vertex 0), ``|y </s>|`` for AT.
+    """
+
+    log_prob: float
+    tokens: int
+
+    @property
+    def nll_per_token(self) -> float:
+        """``−log_prob / tokens`` (anchor-spec §2 normalises the DAG NLL by ``T`` likewise)."""
+        return -self.log_prob / self.tokens
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading and checking a model directory
+
+
+def resolve_device(name: str | torch.device | None) -> torch.device:
+    """Parse ``--device`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``…).
+
+    Raises:
+        InputError: not a device name, or a CUDA/MPS device that is not available.
+    """
+    if name is None:
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as err:
+        raise InputError(f"invalid device {name!r} ({err})") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {name!r} requested but CUDA is not available")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device {name!r} requested but MPS is not available")
+    return device
+
+
+def load_model(
+    directory: str | Path, device: str | torch.device | None = "cpu"
+) -> tuple[nn.Module, Any]:
+    """Load a model directory (DAT or AT, by config.json's ``model_type``) and its tokenizer.
+
+    Args:
+        directory: written by ``save_pretrained`` (config.json + model.safetensors + spm.model).
+        device: device for the weights.
+
+    Returns:
+        ``(model in eval mode, sentencepiece processor)``.
+
+    Raises:
+        InputError: missing or corrupt directory or files (from
+            :func:`fadat.model.load_pretrained`), no sentencepiece model, or a sentencepiece
+            model whose size or special ids disagree with the model (vocabulary mismatch).
+    """
+    from fadat.data.spm import load_sentencepiece
+    from fadat.model import load_pretrained, spm_model_path
+
+    device = resolve_device(device)
+    model = load_pretrained(directory, map_location=device)
+    path = spm_model_path(directory)
+    if path is None:
+        raise InputError(f"{directory}: the model directory has no sentencepiece model")
+    sp = load_sentencepiece(path)
+    check_vocabulary(sp, model, where=str(path))
+    return model, sp
+
+
+def check_vocabulary(sp: Any, model: nn.Module, where: str = "sentencepiece model") -> None:
+    """Check that a sentencepiece model fits a model (size and the contract's special ids).
+
+    Raises:
+        InputError: vocabulary size or special ids differ (``<s>``=0, ``<pad>``=1, ``</s>``=2,
+            ``<unk>``=3, :mod:`fadat.data.contract`).
+    """
+    from fadat.data.spm import check_special_ids
+
+    size, expected = sp.get_piece_size(), model.config.vocab_size
+    if size != expected:
+        raise InputError(
+            f"{where}: vocabulary mismatch: the sentencepiece model has {size} pieces, "
+            f"the model expects {expected}"
+        )
+    check_special_ids(sp, where)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's parameters."""
+    return next(model.parameters()).device
+
+
+# ----------------------------------------------------------------------------------------------
+# Strategies and their options
+
+
+def strategy_options(model: nn.Module) -> dict[str, tuple[str, ...]]:
+    """Strategy name → accepted keyword options, for this model's type.
+
+    DAT: the decoders of :data:`fadat.decoding.STRATEGIES` (their keyword-only parameters);
+    AT: :data:`AT_STRATEGIES`.
+    """
+    if model.config.model_type == "at":
+        return dict(AT_STRATEGIES)
+    from fadat.decoding import STRATEGIES
+
+    return {
+        name: tuple(
+            p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY
+        )
+        for name, fn in STRATEGIES.items()
+    }
+
+
+def check_strategy(
+    model: nn.Module, strategy: str, options: dict[str, Any], nbest: int = 1
+) -> None:
+    """Validate a strategy, its options and ``nbest`` before any input is read.
+
+    DAT options are tried once on a small synthetic graph, so an invalid value (``top_p = 2``)
+    fails here with the decoder's own message.
+
+    Raises:
+        InputError: unknown strategy for this model type, an option the strategy does not take,
+            an invalid value, or ``nbest > 1`` with a strategy that cannot produce several
+            hypotheses (only DAT ``sample`` can: repeated draws).
+    """
+    known = strategy_options(model)
+    kind = model.config.model_type
+    if strategy not in known:
+        raise InputError(
+            f"strategy {strategy!r} is not available for {kind.upper()} models; "
+            f"choose one of {', '.join(known)}"
+        )
+    unknown = sorted(set(options) - set(known[strategy]))
+    if unknown:
+        flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
+        raise InputError(f"strategy {strategy!r} does not take {flags}")
+    if nbest < 1:
+        raise InputError(f"--nbest must be >= 1, got {nbest}")
+    if nbest > 1 and not (kind == "dat" and strategy == "sample"):
+        raise InputError(
+            f"--nbest {nbest} needs strategy 'sample' of a DAT model (the beam searches return "
+            "one hypothesis per sentence)"
+        )
+    if kind == "at":
+        if options.get("beam_size", 1) < 1:
+            raise InputError(f"beam size must be >= 1, got {options['beam_size']}")
+        return
+    from fadat.decoding import decode
+
+    # A 4-vertex graph with uniform transitions; V = the model's vocabulary.
+    size, vocab = 4, model.config.vocab_size
+    token_logprobs = torch.full((1, size, vocab), -math.log(vocab))  # (1, L, V)
+    upper = torch.ones(size, size).triu(1).bool()  # (L, L)
+    counts = upper.sum(1).clamp(min=1).float()  # (L,)
+    links = torch.where(upper, -counts.log()[:, None], float("-inf"))[None]  # (1, L, L)
+    links[:, -1] = float("-inf")
+    try:
+        decode(token_logprobs, links, torch.tensor([size]), strategy, **options)
+    except (ValueError, TypeError) as err:
+        raise InputError(f"strategy {strategy!r}: {err}") from err
+    except ImportError as err:
+        raise InputError(f"strategy {strategy!r}: {err}") from err
+
+
+# ----------------------------------------------------------------------------------------------
+# Encoding, batching
+
+
+def encode_sources(
+    sp: Any, lines: Sequence[str], max_positions: int, warn: Warn, keep_empty: bool = False
+) -> list[list[int] | None]:
+    """Sentencepiece ids ``x </s>`` of each line; ``None`` for an empty or all-blank line unless
+    ``keep_empty`` (then it is just ``[</s>]``).
+
+    A line longer than ``max_positions`` ids (including ``</s>``) is truncated to its first
+    ``max_positions − 1`` pieces plus ``</s>``, and ``warn`` is called with a message naming the
+    line (1-based).
+    """
+    from fadat.data.spm import encode_source
+
+    out: list[list[int] | None] = []
+    for number, line in enumerate(lines, start=1):
+        if not keep_empty and not line.strip():
+            out.append(None)
+            continue
+        ids = list(encode_source(sp, line))
+        if len(ids) > max_positions:
+            warn(
+                f"line {number}: {len(ids)} source tokens exceed the model's maximum of "
+                f"{max_positions}; truncated"
+            )
+            ids = ids[: max_positions - 1] + [EOS_ID]
+        out.append(ids)
+    return out
+
+
+def batch_cost(model: nn.Module, source_length: int) -> int:
+    """Positions one sentence occupies in a batch: its graph size ``L`` for DAT (the
+    ``(B, L, V)`` token log-probs dominate memory), its source length for AT."""
+    if model.config.model_type == "dat":
+        return int(
+            graph_size(
+                source_length,
+                model.config.decoding_upsample_ratio,
+                model.config.max_target_positions,
+            )
+        )
+    return source_length
+
+
+def make_batches(
+    costs: Sequence[int], max_tokens: int | None, max_sentences: int | None = None
+) -> list[list[int]]:
+    """Group sentence indices into batches of similar cost, longest first.
+
+    A batch's padded cost ``len(batch) · max(cost)`` stays ≤ ``max_tokens`` (a single sentence
+    over the budget forms its own batch) and its size ≤ ``max_sentences``. Indices are sorted by
+    decreasing cost (stable, so equal costs keep input order); callers put results back by index.
+
+    Args:
+        costs: per-sentence cost (e.g. :func:`batch_cost`).
+        max_tokens: budget; ``None`` or 0 = unlimited.
+        max_sentences: sentences per batch; ``None`` or 0 = unlimited.
+
+    Returns:
+        A partition of ``range(len(costs))`` into lists.
+    """
+    order = sorted(range(len(costs)), key=lambda i: -costs[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    width = 0
+    for i in order:
+        new_width = max(width, costs[i])
+        too_many = bool(max_sentences) and len(current) >= max_sentences
+        too_big = bool(max_tokens) and new_width * (len(current) + 1) > max_tokens
+        if current and (too_many or too_big):
+            batches.append(current)
+            current, new_width = [], costs[i]
+        current.append(i)
+        width = new_width
+    if current:
+        batches.append(current)
+    return batches
+
+
+# ----------------------------------------------------------------------------------------------
+# The translation core
+
+
+def _decode_dat(
+    model: nn.Module, source: torch.Tensor, strategy: str, options: dict[str, Any], nbest: int
+) -> list[list[tuple[list[int], float]]]:
+    """One DAT forward pass and ``nbest`` decodes; per sentence ``[(tokens, score), …]``."""
+    from fadat.decoding import decode
+
+    source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
+    graph_lengths = model.graph_lengths(source_lengths, decoding=True)  # (B,)
+    token_logprobs, links = model(source, graph_lengths)  # (B, L, V), (B, L, L)
+    if nbest == 1:
+        hyps = decode(token_logprobs, links, graph_lengths, strategy, **options)
+        return [[(list(h.tokens), float(h.score))] for h in hyps]
+    # n-best by repeated draws (only 'sample' reaches here, see check_strategy): draw k uses
+    # seed + k so the list is reproducible; duplicates are dropped and the rest ranked by score.
+    seed = options.get("seed")
+    draws = []
+    for k in range(nbest):
+        opts = dict(options)
+        if seed is not None:
+            opts["seed"] = int(seed) + k
+        draws.append(decode(token_logprobs, links, graph_lengths, strategy, **opts))
+    out = []
+    for b in range(source.shape[0]):
+        unique: dict[tuple[int, ...], float] = {}
+        for draw in draws:
+            h = draw[b]
+            key = tuple(h.tokens)
+            unique[key] = max(unique.get(key, -math.inf), float(h.score))
+        ranked = sorted(unique.items(), key=lambda kv: -kv[1])
+        out.append([(list(tokens), score) for tokens, score in ranked])
+    return out
+
+
+def _decode_at(
+    model: nn.Module, source: torch.Tensor, strategy: str, options: dict[str, Any]
+) -> list[list[tuple[list[int], float]]]:
+    """AT greedy or beam search; per sentence ``[(tokens, score)]``."""
+    if strategy == "greedy":
+        hyps = model.greedy(source, **options)
+    else:
+        opts = {"beam_size": 5, **options}
+        hyps = model.beam_search(source, **opts)
+    return [[(list(h.tokens), float(h.score))] for h in hyps]
+
+
+def translate_lines(
+    model: nn.Module,
+    sp: Any,
+    lines: Sequence[str],
+    *,
+    strategy: str | None = None,
+    options: dict[str, Any] | None = None,
+    nbest: int = 1,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    max_sentences: int | None = None,
+    warn: Warn | None = None,
+    check: bool = True,
+) -> list[list[Translation]]:
+    """Translate raw text lines: encode → batch → model → decode → detokenise, in input order.
+
+    The one translation pipeline of fadat (``fadat translate``, ``fadat evaluate`` and
+    :class:`Translator` all call it). Sentences are sorted by length into batches under a
+    budget (:func:`make_batches`, cost :func:`batch_cost`) and the results are put back in
+    input order. The model runs under ``torch.inference_mode`` on the device of its parameters.
+
+    Args:
+        model: a DAT or AT model (eval mode).
+        sp: its sentencepiece processor.
+        lines: raw text, one sentence each.
+        strategy: a name from :func:`strategy_options`; ``None`` = :data:`DEFAULT_STRATEGY`.
+        options: the strategy's keyword options (e.g. ``{"beta": 1.0}``).
+        nbest: hypotheses per sentence (``> 1`` only for DAT ``sample``: repeated draws with
+            seeds ``seed, seed+1, …``; duplicate outputs are merged, so fewer may come back).
+        max_tokens: per-batch budget of padded positions (graph vertices for DAT, source tokens
+            for AT); ``None``/0 = unlimited.
+        max_sentences: sentences per batch; ``None``/0 = unlimited (``1`` = batch size 1).
+        warn: receives warnings (over-long lines); default :func:`warnings.warn`.
+        check: validate strategy and options first (:func:`check_strategy`); callers that
+            already did may skip it.
+
+    Returns:
+        For each line, a list of :class:`Translation` (best first; exactly one when
+        ``nbest == 1``; one empty translation with NaN score for an empty line).
+
+    Raises:
+        InputError: as :func:`check_strategy`.
+    """
+    from fadat.data.spm import decode as detokenize
+
+    kind = model.config.model_type
+    strategy = strategy or DEFAULT_STRATEGY[kind]
+    options = dict(options or {})
+    if check:
+        check_strategy(model, strategy, options, nbest)
+    warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
+    encoded = encode_sources(sp, lines, model.config.max_source_positions, warn)
+    results: list[list[Translation]] = [[Translation("", [], math.nan)] for _ in range(len(lines))]
+    todo = [i for i, ids in enumerate(encoded) if ids is not None]
+    costs = [batch_cost(model, len(encoded[i])) for i in todo]
+    device = model_device(model)
+    with torch.inference_mode():
+        for batch in make_batches(costs, max_tokens, max_sentences):
+            rows = [todo[k] for k in batch]
+            source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
+            if kind == "dat":
+                hyps = _decode_dat(model, source, strategy, options, nbest)
+            else:
+                hyps = _decode_at(model, source, strategy, options)
+            for i, sentence_hyps in zip(rows, hyps, strict=True):
+                results[i] = [
+                    Translation(detokenize(sp, tokens), tokens, score)
+                    for tokens, score in sentence_hyps
+                ]
+    return results
+
+
+def score_pairs(
+    model: nn.Module,
+    sp: Any,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    *,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    warn: Warn | None = None,
+) -> list[PairScore]:
+    """``log P(y|x)`` of (source, target) pairs, in input order.
+
+    DAT: paper Eq. 3 via :func:`fadat.dag.dag_log_likelihood` on the graph translation uses
+    (``graph_lengths(…, decoding=True)``), target ``<s> y </s>``. AT: teacher-forced
+    ``Σ_t log P(y_t | y_<t, x)`` over ``y </s>``. Sources are encoded and truncated exactly as in
+    :func:`translate_lines`; an empty line is scored like any other (``y`` = nothing).
+
+    Args:
+        model, sp: as :func:`translate_lines`.
+        sources, targets: raw text, equally many.
+        max_tokens: per-batch budget (:func:`batch_cost` of the source).
+        warn: receives warnings (truncated sources, targets the model cannot score).
+
+    Returns:
+        One :class:`PairScore` per pair.
+
+    Raises:
+        InputError: different numbers of sources and targets.
+    """
+    from fadat.dag import dag_log_likelihood
+    from fadat.data.spm import encode_target
+
+    if len(sources) != len(targets):
+        raise InputError(f"{len(sources)} source lines but {len(targets)} target lines")
+    warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
+    kind = model.config.model_type
+    src_ids = encode_sources(sp, sources, model.config.max_source_positions, warn, keep_empty=True)
+    tgt_ids = [list(encode_target(sp, line)) for line in targets]  # <s> y </s>
+    results: list[PairScore] = [PairScore(math.nan, 1)] * len(sources)
+    costs = [batch_cost(model, len(ids)) for ids in src_ids]
+    device = model_device(model)
+    with torch.inference_mode():
+        for batch in make_batches(costs, max_tokens):
+            source = pad_sequences([src_ids[i] for i in batch]).to(device)  # (B, S)
+            target = pad_sequences([tgt_ids[i] for i in batch]).to(device)  # (B, T)
+            target_lengths = torch.tensor([len(tgt_ids[i]) for i in batch], device=device)
+            if kind == "dat":
+                source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
+                graph_lengths = model.graph_lengths(source_lengths, decoding=True)  # (B,)
+                token_logprobs, links = model(source, graph_lengths)  # (B, L, V), (B, L, L)
+                log_probs = dag_log_likelihood(
+                    token_logprobs, links, target, graph_lengths, target_lengths
+                )  # (B,)
+                for k, i in enumerate(batch):
+                    if target_lengths[k] > graph_lengths[k]:
+                        warn(
+                            f"line {i + 1}: the target has {int(target_lengths[k])} tokens, more "
+                            f"than the graph's {int(graph_lengths[k])} vertices: log P = -inf"
+                        )
+                    results[i] = PairScore(float(log_probs[k]), int(target_lengths[k]))
+                continue
+            # AT: the decoder reads <s> y (T-1 positions) and predicts y </s>.
+            limit = model.config.max_target_positions
+            fits = [k for k, i in enumerate(batch) if len(tgt_ids[i]) - 1 <= limit]
+            for i in batch:
+                if len(tgt_ids[i]) - 1 > limit:
+                    warn(
+                        f"line {i + 1}: the target has {len(tgt_ids[i]) - 1} tokens, more than "
+                        f"the model's maximum of {limit}: not scored (nan)"
+                    )
+                    results[i] = PairScore(math.nan, len(tgt_ids[i]) - 1)
+            if not fits:
+                continue
+            index = torch.tensor(fits, device=device)
+            prev = target[index, :-1]  # (B', T-1)
+            gold = target[index, 1:]  # (B', T-1)
+            lprobs = model(source[index], prev[:, : min(prev.shape[1], limit)])  # (B', T-1, V)
+            token_lp = lprobs.gather(2, gold[:, : lprobs.shape[1], None]).squeeze(2)  # (B', T-1)
+            mask = gold[:, : lprobs.shape[1]].ne(PAD_ID)  # (B', T-1)
+            sums = token_lp.double().masked_fill(~mask, 0.0).sum(dim=1)  # (B',)
+            for k, row in enumerate(fits):
+                i = batch[row]
+                results[i] = PairScore(float(sums[k]), len(tgt_ids[i]) - 1)
+    return results
+
+
+# ----------------------------------------------------------------------------------------------
+# Python API
+
+
+class Translator:
+    """Translate and score with a model directory from Python.
+
+    Example::
+
+        translator = fadat.Translator.from_pretrained("runs/fa-dat/model")
+        translator.translate(["Hola mundo."], strategy="lookahead")
+
+    Attributes:
+        model: the loaded DAT or AT model (eval mode).
+        sp: its sentencepiece processor.
+    """
+
+    def __init__(self, model: nn.Module, sp: Any) -> None:
+        check_vocabulary(sp, model)
+        self.model = model
+        self.sp = sp
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> Translator:
+        """Load a model directory (DAT or AT) onto ``device``.
+
+        Raises:
+            InputError: as :func:`load_model`.
+        """
+        model, sp = load_model(directory, device)
+        return cls(model, sp)
+
+    @property
+    def model_type(self) -> str:
+        """``"dat"`` or ``"at"``."""
+        return self.model.config.model_type
+
+    def translate(
+        self,
+        sentences: Sequence[str],
+        strategy: str | None = None,
+        *,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        **options: Any,
+    ) -> list[str]:
+        """Translate raw sentences; one detokenised string per sentence, in order.
+
+        Args:
+            sentences: raw text.
+            strategy: see :func:`strategy_options`; default lookahead (DAT) or beam (AT).
+            max_tokens: per-batch budget (see :func:`translate_lines`).
+            **options: the strategy's options, e.g. ``beta=1.0``, ``length_penalty=1.1``.
+
+        Raises:
+            InputError: unknown strategy or option, invalid value.
+        """
+        results = translate_lines(
+            self.model,
+            self.sp,
+            sentences,
+            strategy=strategy,
+            options=options,
+            max_tokens=max_tokens,
+        )
+        return [hyps[0].text for hyps in results]
+
+    def translate_nbest(
+        self,
+        sentences: Sequence[str],
+        nbest: int,
+        strategy: str | None = None,
+        *,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+        **options: Any,
+    ) -> list[list[Translation]]:
+        """Up to ``nbest`` :class:`Translation` per sentence (DAT ``sample`` for ``nbest > 1``)."""
+        return translate_lines(
+            self.model,
+            self.sp,
+            sentences,
+            strategy=strategy,
+            options=options,
+            nbest=nbest,
+            max_tokens=max_tokens,
+        )
+
+    def score(
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str],
+        *,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    ) -> list[PairScore]:
+        """``log P(y|x)`` of each pair (see :func:`score_pairs`)."""
+        return score_pairs(self.model, self.sp, sources, targets, max_tokens=max_tokens)
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line (shared pieces are used by fadat.score and fadat.evaluate too)
+
+
+def read_lines(path: str | None) -> list[str]:
+    """Read UTF-8 text lines from ``path`` (``None`` or ``"-"``: stdin).
+
+    A final line without a newline counts; ``\\r\\n`` endings and a UTF-8 byte-order mark are
+    accepted (as in ``fadat.data.prepare.read_lines``, which reads files only; this one also reads
+    stdin).
+
+    Raises:
+        InputError: the file cannot be read, or a line is not valid UTF-8 (the message names the
+            file, the 1-based line and the byte offset within the line).
+    """
+    name = "<stdin>" if path in (None, "-") else str(path)
+    try:
+        if path in (None, "-"):
+            data = sys.stdin.buffer.read()
+        else:
+            data = Path(path).read_bytes()
+    except OSError as err:
+        raise InputError(f"{name}: cannot read ({err.strerror or err})") from err
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not text
+        data = data[3:]
+    raw = data.split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    lines = []
+    for number, chunk in enumerate(raw, start=1):
+        if chunk.endswith(b"\r"):
+            chunk = chunk[:-1]
+        try:
+            lines.append(chunk.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"{name}: line {number}: invalid UTF-8 at byte {err.start} of the line"
+            ) from err
+    return lines
+
+
+def open_output(path: str | None) -> TextIO:
+    """``sys.stdout`` (UTF-8) for ``None``/``"-"``, else a new UTF-8 file.
+
+    Raises:
+        InputError: the file cannot be created.
+    """
+    if path in (None, "-"):
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(encoding="utf-8")
+        return sys.stdout
+    try:
+        return open(path, "w", encoding="utf-8", newline="\n")  # the caller closes it
+    except OSError as err:
+        raise InputError(f"{path}: cannot write ({err.strerror or err})") from err
+
+
+def stderr_warner(source_name: str) -> Warn:
+    """A :data:`Warn` that prints ``fadat: warning: <source_name>: <message>`` to stderr."""
+
+    def warn(message: str) -> None:
+        print(f"fadat: warning: {source_name}: {message}", file=sys.stderr)
+
+    return warn
+
+
+#: CLI flag → decoder keyword (``--length-penalty`` is ``alpha`` for the DAG beam search).
+_OPTION_FLAGS: dict[str, tuple[type, str]] = {
+    "beta": (float, "β: weight of the token log-probability (lookahead, sample)"),
+    "length_penalty": (
+        float,
+        "length penalty: β_v of (joint-)viterbi, α of AT beam search and of DAG beam search",
+    ),
+    "temperature": (float, "τ: transition temperature (sample)"),
+    "top_cand_n": (int, "candidates per vertex (sample, beam, lookahead with n-gram bans)"),
+    "top_p": (float, "nucleus / candidate mass (sample, beam, lookahead with n-gram bans)"),
+    "seed": (int, "RNG seed (sample)"),
+    "beam_size": (int, "beam size (beam; AT default 5, DAG default 100)"),
+    "max_beam_per_length": (int, "states kept per prefix length (DAG beam)"),
+    "no_consecutive_repeated_ngram": (int, "ban consecutive repeated n-grams up to this n"),
+    "no_repeated_ngram": (int, "ban repeating any n-gram of this order"),
+    "max_length": (int, "largest output length k (viterbi, joint-viterbi)"),
+    "max_len_a": (float, "AT output limit a·|x|+b: a"),
+    "max_len_b": (int, "AT output limit a·|x|+b: b"),
+}
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the strategy option flags (all default ``None`` = the decoder's own default)."""
+    group = parser.add_argument_group("decoding options (only those the strategy takes)")
+    for name, (kind, help_text) in _OPTION_FLAGS.items():
+        group.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
+
+
+def decoding_options(args: argparse.Namespace, model: nn.Module, strategy: str) -> dict[str, Any]:
+    """The strategy options the user set on the command line, as decoder keywords."""
+    options = {
+        name: getattr(args, name) for name in _OPTION_FLAGS if getattr(args, name, None) is not None
+    }
+    if model.config.model_type == "dat" and strategy == "beam" and "length_penalty" in options:
+        options["alpha"] = options.pop("length_penalty")
+    return options
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--threads``, ``--max-tokens``."""
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)"
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULT_MAX_TOKENS,
+        help="batch budget in padded graph vertices (DAT) or source tokens (AT); "
+        f"default {DEFAULT_MAX_TOKENS}",
+    )
+
+
+def apply_threads(threads: int) -> None:
+    """``torch.set_num_threads`` when ``threads > 0``.
+
+    Raises:
+        InputError: ``threads < 0``.
+    """
+    if threads < 0:
+        raise InputError(f"--threads must be >= 0, got {threads}")
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``fadat translate``."""
+    parser.description = (
+        "Translate raw text (one sentence per line) with a DAT or AT model directory. "
+        "Output: one detokenised line per input line (with --nbest N > 1: up to N lines per "
+        "input line, 'LINE<TAB>[SCORE<TAB>]TEXT' with the 1-based input line number)."
+    )
+    parser.add_argument("--model", required=True, help="model directory (save_pretrained)")
+    parser.add_argument("--input", default=None, help="input file (default: stdin)")
+    parser.add_argument("--output", default=None, help="output file (default: stdout)")
+    parser.add_argument(
+        "--strategy",
+        default=None,
+        help="DAT: greedy, lookahead (default), viterbi, joint-viterbi, sample, beam; "
+        "AT: greedy, beam (default)",
+    )
+    parser.add_argument(
+        "--nbest", type=int, default=1, help="hypotheses per line (> 1: DAT sample only)"
+    )
+    parser.add_argument(
+        "--print-scores",
+        action="store_true",
+        help="prefix each output with its score (nats) and a tab",
+    )
+    add_common_arguments(parser)
+    add_decoding_arguments(parser)
+
+
+def format_translations(
+    hyps: list[Translation], number: int, nbest: int, scores: bool
+) -> list[str]:
+    """Output lines of one input line (see :func:`add_arguments` for the format)."""
+    lines = []
+    for h in hyps:
+        text = h.text.replace("\n", " ")
+        fields = [f"{h.score:.4f}"] if scores else []
+        if nbest > 1:
+            fields.insert(0, str(number))
+        lines.append("\t".join([*fields, text]))
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """``fadat translate``: read, translate, write; returns the exit code."""
+    apply_threads(args.threads)
+    model, sp = load_model(args.model, args.device)
+    strategy = args.strategy or DEFAULT_STRATEGY[model.config.model_type]
+    options = decoding_options(args, model, strategy)
+    check_strategy(model, strategy, options, args.nbest)
+    lines = read_lines(args.input)
+    results = translate_lines(
+        model,
+        sp,
+        lines,
+        strategy=strategy,
+        options=options,
+        nbest=args.nbest,
+        max_tokens=args.max_tokens,
+        warn=stderr_warner(args.input or "<stdin>"),
+        check=False,
+    )
+    out = open_output(args.output)
+    try:
+        for number, hyps in enumerate(results, start=1):
+            for line in format_translations(hyps, number, args.nbest, args.print_scores):
+                out.write(line + "\n")
+        out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
