@@ -13,26 +13,44 @@ import sys
 
 from fadat.errors import InputError
 
-# verb -> (module, one-line help). Modules are imported only when their verb runs.
+# verb -> (module, one-line help). Only the module of the verb that runs is imported.
 VERBS: dict[str, tuple[str, str]] = {
-    "prepare": ("fadat.data.prepare", "build a binarized dataset from parallel text or a built-in corpus"),
+    "prepare": (
+        "fadat.data.prepare",
+        "build a dataset from parallel text or a built-in corpus",
+    ),
+    "train": ("fadat.train", "train a DA-Transformer (--arch dat) or the AT baseline (--arch at)"),
+    "average": ("fadat.average", "average the best checkpoints of a run into a model directory"),
+    "translate": ("fadat.translate", "translate raw text with a DAT or AT model directory"),
+    "score": ("fadat.score", "log P(y|x) and per-token NLL of source/target pairs"),
+    "evaluate": ("fadat.evaluate", "BLEU, chrF, tokenized BLEU, latency and throughput of models"),
+    "analyze": ("fadat.analysis", "confidence tables and vertex density plot of DAT models (§4.4)"),
+    "show-graph": ("fadat.show_graph", "draw the DAG behind the translation of one sentence"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fadat", description=__doc__.splitlines()[0])
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The ``fadat`` parser. Only ``verb``'s module is imported (to add its arguments), so
+    ``fadat translate`` does not pay for importing training or plotting code."""
+    parser = argparse.ArgumentParser(
+        prog="fadat",
+        description="Non-autoregressive MT with Directed Acyclic Transformers (DA-T, FA-DAT).",
+    )
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    for verb, (module_name, help_text) in VERBS.items():
-        p = sub.add_parser(verb, help=help_text, description=help_text)
+    for name, (module_name, help_text) in VERBS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(_module=module_name)
-        importlib.import_module(module_name).add_arguments(p)
+        if name == verb:
+            importlib.import_module(module_name).add_arguments(p)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fadat`` console script; returns the process exit code."""
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        verb = next((a for a in argv if not a.startswith("-")), None)
+        args = build_parser(verb).parse_args(argv)
         return int(importlib.import_module(args._module).run(args) or 0)
     except InputError as err:
         print(f"fadat: error: {err}", file=sys.stderr)
