@@ -20,10 +20,12 @@ if [ "$QUICK" = 1 ]; then
     RUNS=runs/main-quick
     NLL_TIME=${NLL_TIME:-90s}; FUZZY_TIME=${FUZZY_TIME:-30s}; SUBSET=${SUBSET:-100}
     EXTRA=(--validate-every 0 --valid-subset 50)
+    BEST=1  # one validation at the end: one best checkpoint
 else
     RUNS=runs/main
     NLL_TIME=${NLL_TIME:-60m}; FUZZY_TIME=${FUZZY_TIME:-15m}; SUBSET=${SUBSET:-0}
     EXTRA=()
+    BEST=3  # NLL validates every 500 updates; the short fuzzy stage keeps its one best
 fi
 mkdir -p "$RUNS"
 
@@ -47,12 +49,12 @@ train_stage() {
 echo "== NLL pre-training with glancing ($NLL_TIME)"
 train_stage "$RUNS/nll" --config configs/dat-cpu-small-nll.yaml --data "$DATA" --bf16 \
     --max-time "$NLL_TIME" "${EXTRA[@]}"
-[ -f "$RUNS/nll-model/config.json" ] || $FADAT average --run "$RUNS/nll" --best 5 --output "$RUNS/nll-model"
+[ -f "$RUNS/nll-model/config.json" ] || $FADAT average --run "$RUNS/nll" --best "$BEST" --output "$RUNS/nll-model"
 
 echo "== FA-DAT fuzzy alignment fine-tuning ($FUZZY_TIME)"
 train_stage "$RUNS/fuzzy" --config configs/dat-cpu-small-fuzzy.yaml --data "$DATA" --bf16 \
     --init-from "$RUNS/nll-model" --max-time "$FUZZY_TIME" "${EXTRA[@]}"
-[ -f "$RUNS/fadat-model/config.json" ] || $FADAT average --run "$RUNS/fuzzy" --best 5 --output "$RUNS/fadat-model"
+[ -f "$RUNS/fadat-model/config.json" ] || $FADAT average --run "$RUNS/fuzzy" --best 1 --output "$RUNS/fadat-model"
 
 echo "== translate the test set"
 $FADAT translate --model "$RUNS/fadat-model" --input "$DATA/raw/test.src.txt" \
