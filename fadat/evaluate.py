@@ -57,7 +57,13 @@ from sacrebleu.significance import PairedTest
 from sacremoses import MosesTokenizer
 from torch import nn
 
-from fadat.analysis import BUCKET_EDGES, bucket_labels, length_buckets, reference_lengths
+from fadat.analysis import (
+    BUCKET_EDGES,
+    DEFAULT_STRATEGIES,
+    bucket_labels,
+    length_buckets,
+    reference_lengths,
+)
 from fadat.errors import InputError
 from fadat.translate import (
     AT_STRATEGIES,
@@ -73,7 +79,6 @@ from fadat.translate import (
     translate_lines,
 )
 
-DEFAULT_STRATEGIES = ("greedy", "lookahead", "joint-viterbi")
 DEFAULT_GRID = (0.6, 0.8, 1.0, 1.2, 1.4)
 
 
