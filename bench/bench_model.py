@@ -7,6 +7,10 @@ encoder, decoder, token head + log-softmax, links head, objective
 
 - ``fp32-eager``: the plain reference step;
 - ``bf16-eager``: ``torch.autocast("cpu", bfloat16)`` (links, log-softmax and DAG stay fp32);
+- ``bf16-fused``: ``bf16-eager`` with the training path of ``fadat.objectives``: the token head
+  stops at the logits and the objective takes the reference tokens' log-probabilities through
+  ``fadat.model.target_logprobs`` (row-blocked fp32 log-sum-exp, hand-written backward; no
+  ``(B, L, V)`` fp32 log-softmax), so the log-softmax is timed under "objective";
 - ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
   head compiled in place (``nn.Module.compile``, dynamic shapes); the compile time is measured and
   reported; a variant whose compilation fails falls back to eager and says so.
@@ -45,7 +49,7 @@ from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size
 from fadat.model import DATModel, make_config
 
 STAGES = ("encoder", "decoder", "token_head", "links_head", "objective", "backward", "optimizer")
-VARIANTS = ("fp32-eager", "bf16-eager", "fp32-compile", "bf16-compile")
+VARIANTS = ("fp32-eager", "bf16-eager", "bf16-fused", "fp32-compile", "bf16-compile")
 
 
 def objective_fn() -> tuple[Callable, str]:
@@ -107,10 +111,13 @@ def make_batch(vocab: int, batch: int, src_len: int, seed: int = 0):
 class Step:
     """One training step with per-stage wall-clock timing (CPU ops are synchronous)."""
 
-    def __init__(self, model: DATModel, bf16: bool, objective: Callable) -> None:
+    def __init__(
+        self, model: DATModel, bf16: bool, objective: Callable, fused: bool = False
+    ) -> None:
         self.model = model
         self.bf16 = bf16
         self.objective = objective
+        self.fused = fused
         # fused AdamW (one kernel for all parameters) where this torch supports it on the device
         try:
             self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
@@ -149,11 +156,18 @@ class Step:
             lap("encoder")
             states = m.decoder_states(enc, toks)
             lap("decoder")
-            lp = m.token_head(states)
+            lp = m.token_logits(states) if self.fused else m.token_head(states)
             lap("token_head")
             links = m.links_head(states, gl)
             lap("links_head")
-        ll = self.objective(lp, links, target, gl, t_len)
+        if self.fused:
+            from fadat.dag import dag_log_likelihood_from_match
+            from fadat.model import target_logprobs
+
+            match = target_logprobs(lp, target)  # (B, T, L) fp32
+            ll = dag_log_likelihood_from_match(match, links, gl, t_len)
+        else:
+            ll = self.objective(lp, links, target, gl, t_len)
         loss = -(ll / t_len).mean()
         lap("objective")
         loss.backward()
@@ -181,7 +195,7 @@ def prepare_variant(name: str, args, ratio: float, objective: Callable, batch) -
     compiled = name.endswith("compile")
     if compiled:
         compile_in_place(model)
-    step = Step(model, name.startswith("bf16"), objective)
+    step = Step(model, name.startswith("bf16"), objective, fused="fused" in name)
     source, s_len, target, t_len = batch
     t0 = time.perf_counter()
     try:
@@ -193,7 +207,7 @@ def prepare_variant(name: str, args, ratio: float, objective: Callable, batch) -
         compiled = False
         torch.manual_seed(0)
         model = DATModel(config).train()
-        step = Step(model, name.startswith("bf16"), objective)
+        step = Step(model, name.startswith("bf16"), objective, fused="fused" in name)
         step(source, s_len, target, t_len)
     warm_s = time.perf_counter() - t0
     # same-seed determinism of the decoder pass (dropout masks), as glancing needs

@@ -615,6 +615,78 @@ class LinksHead(nn.Module):
 # DA-Transformer
 
 
+class _TargetLogProbs(torch.autograd.Function):
+    """``log_softmax(logits)`` gathered at the target ids, with a hand-written backward.
+
+    Forward and backward run over row blocks of ``(B·L, V)`` so that no ``(B, L, V)`` fp32
+    tensor exists: the log-sum-exp is taken in fp32 (or fp64) block by block, and the gradient
+    ``scatter(g) − softmax · Σ_t g`` of each block is written straight into the logits' dtype.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, targets: Tensor, block: int) -> Tensor:  # type: ignore[override]
+        batch, size, vocab = logits.shape
+        wide = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        flat = logits.reshape(batch * size, vocab)
+        lse = torch.empty(batch * size, dtype=wide, device=logits.device)  # (B·L,)
+        for start in range(0, batch * size, block):
+            rows = flat[start : start + block]
+            lse[start : start + block] = torch.logsumexp(rows.to(wide), dim=-1)
+        index = targets[:, None, :].expand(batch, size, targets.shape[1])  # (B, L, T)
+        out = logits.gather(-1, index).to(wide) - lse.view(batch, size, 1)  # (B, L, T)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.block = block
+        return out.transpose(1, 2)  # (B, T, L)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        logits, targets, lse = ctx.saved_tensors
+        batch, size, vocab = logits.shape
+        steps = targets.shape[1]
+        g = grad.transpose(1, 2).reshape(batch * size, steps)  # (B·L, T)
+        g_total = g.sum(dim=-1)  # (B·L,)
+        index = targets[:, None, :].expand(batch, size, steps).reshape(batch * size, steps)
+        flat = logits.reshape(batch * size, vocab)
+        out = torch.empty_like(flat)  # (B·L, V)
+        for start in range(0, batch * size, ctx.block):
+            stop = start + ctx.block
+            probs = torch.exp(flat[start:stop].to(lse.dtype) - lse[start:stop, None])
+            probs.mul_(-g_total[start:stop, None])
+            probs.scatter_add_(1, index[start:stop], g[start:stop].to(lse.dtype))
+            out[start:stop] = probs
+        return out.view(batch, size, vocab), None, None
+
+
+def target_logprobs(logits: Tensor, targets: Tensor, block: int = 256) -> Tensor:
+    """Log-probabilities of the reference tokens at every vertex, straight from the logits.
+
+    Equals ``fadat.dag.gather_match(log_softmax(logits.float(), -1), targets)`` (the "match" of
+    anchor-spec §2) without materialising the ``(B, L, V)`` fp32 log-softmax or its gradient:
+    the training step's largest memory traffic on CPU.
+
+    Args:
+        logits: ``(B, L, V)`` fp32, bf16, fp16 or fp64 output-projection logits.
+        targets: ``(B, T)`` int64 token ids in ``[0, V)`` (padding ids included; the DAG DP
+            ignores positions past ``T_b``).
+        block: rows of ``(B·L, V)`` processed at once.
+
+    Returns:
+        ``(B, T, L)`` fp32 (fp64 for fp64 logits), differentiable w.r.t. ``logits``; the
+        gradient comes back in the logits' dtype.
+
+    Raises:
+        ValueError: bad shapes or a target id outside ``[0, V)``.
+    """
+    if logits.dim() != 3 or targets.dim() != 2 or targets.shape[0] != logits.shape[0]:
+        raise ValueError(
+            f"need logits (B, L, V) and targets (B, T), got {tuple(logits.shape)} and "
+            f"{tuple(targets.shape)}"
+        )
+    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= logits.shape[-1]):
+        raise ValueError(f"target ids must lie in [0, {logits.shape[-1]})")
+    return _TargetLogProbs.apply(logits, targets, block)
+
+
 class DATModel(nn.Module):
     """DA-Transformer: encoder, non-autoregressive decoder over L graph vertices, token head and
     links head (anchor-spec §1; paper §2.2, Eq. 1–2).
@@ -722,11 +794,27 @@ class DATModel(nn.Module):
             x = self.final_norm(x)
         return x
 
+    def token_logits(self, states: Tensor) -> Tensor:
+        """``(B, L, d)`` states -> ``(B, L, V)`` logits of the tied, bias-free output projection,
+        in the autocast dtype (bf16/fp16 under autocast, else fp32)."""
+        return F.linear(states, self.output_weight)  # (B, L, V)
+
     def token_head(self, states: Tensor) -> Tensor:
         """``(B, L, d)`` states -> ``(B, L, V)`` fp32 token log-probs: the tied, bias-free output
         projection, logits cast to fp32 before the log-softmax (anchor-spec §1.4)."""
-        logits = F.linear(states, self.output_weight)  # (B, L, V), autocast dtype
-        return torch.log_softmax(logits.float(), dim=-1)  # (B, L, V) fp32
+        return torch.log_softmax(self.token_logits(states).float(), dim=-1)  # (B, L, V) fp32
+
+    def decode_logits(
+        self, encoder_out: EncoderOut, decoder_tokens: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """:meth:`decode` without the log-softmax: ``(logits (B, L, V), links (B, L, L))``.
+
+        The training objectives take the reference tokens' log-probabilities from the logits with
+        :func:`target_logprobs`, which never builds the ``(B, L, V)`` fp32 log-softmax.
+        """
+        states = self.decoder_states(encoder_out, decoder_tokens)  # (B, L, d)
+        lengths = decoder_tokens.ne(PAD_ID).sum(dim=1)  # (B,)
+        return self.token_logits(states), self.links_head(states, lengths)
 
     def decode(self, encoder_out: EncoderOut, decoder_tokens: Tensor) -> tuple[Tensor, Tensor]:
         """Run the NAT decoder and both heads.
@@ -744,9 +832,8 @@ class DATModel(nn.Module):
         Raises:
             InputError: ``L`` exceeds ``max_target_positions``.
         """
-        states = self.decoder_states(encoder_out, decoder_tokens)  # (B, L, d)
-        lengths = decoder_tokens.ne(PAD_ID).sum(dim=1)  # (B,)
-        return self.token_head(states), self.links_head(states, lengths)
+        logits, links = self.decode_logits(encoder_out, decoder_tokens)
+        return torch.log_softmax(logits.float(), dim=-1), links  # (B, L, V), (B, L, L)
 
     def forward(
         self, source: Tensor, graph_lengths: Tensor, decoder_tokens: Tensor | None = None

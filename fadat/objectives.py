@@ -23,6 +23,7 @@ import torch
 
 from fadat import dag
 from fadat.data.contract import PAD_ID, Batch
+from fadat.model import target_logprobs
 
 # --------------------------------------------------------------------------------------------
 # Glancing-ratio schedule (anchor-spec §3, ``--glat-p "v0:v1@N"``)
@@ -184,7 +185,8 @@ class GlanceResult:
         num_correct: ``(B,)`` int64 aligned vertices whose pass-1 argmax equals the oracle.
         num_glanced: ``(B,)`` int64.
         seed: the dropout seed shared by both passes.
-        pass1: pass-1 outputs ``(token_logprobs (B, L, V), links (B, L, L))`` (no grad).
+        pass1: pass-1 outputs ``(logits (B, L, V), links (B, L, L))`` (no grad; logits in the
+            autocast dtype, see ``DATModel.decode_logits``).
     """
 
     decoder_tokens: torch.Tensor
@@ -210,11 +212,16 @@ def _rng_devices(device: torch.device) -> list[int]:
     return [device.index or 0] if device.type == "cuda" else []
 
 
-def decode_with_seed(model, encoder_out, decoder_tokens: torch.Tensor, seed: int):
-    """Run ``model.decode`` with the global RNG seeded to ``seed`` and restored afterwards, so
-    two calls with the same seed draw identical dropout masks (anchor-spec §3.1, §3.5)."""
+def decode_with_seed(
+    model, encoder_out, decoder_tokens: torch.Tensor, seed: int, logits: bool = False
+):
+    """Run ``model.decode`` (``model.decode_logits`` with ``logits=True``) with the global RNG
+    seeded to ``seed`` and restored afterwards, so two calls with the same seed draw identical
+    dropout masks (anchor-spec §3.1, §3.5)."""
     with torch.random.fork_rng(devices=_rng_devices(decoder_tokens.device)):
         torch.manual_seed(seed)
+        if logits:
+            return model.decode_logits(encoder_out, decoder_tokens)
         return model.decode(encoder_out, decoder_tokens)
 
 
@@ -248,24 +255,21 @@ def glance(
     """
     plain = model.decoder_input_tokens(graph_lengths)  # (B, L)
     with torch.no_grad():
-        token_logprobs, links = decode_with_seed(model, encoder_out, plain, seed)
+        logits, links = decode_with_seed(model, encoder_out, plain, seed, logits=True)
     with torch.no_grad(), _fp32(plain.device):
-        token_logprobs, links = _wide(token_logprobs), _wide(links)
+        links = _wide(links)
         fits = target_lengths <= graph_lengths  # (B,)
         path = torch.full(plain.shape, -1, dtype=torch.int64, device=plain.device)  # (B, L)
         if bool(fits.any()):
             rows = fits.nonzero().squeeze(1)
             width = int(target_lengths[rows].max())
-            path[rows] = dag.best_alignment(
-                token_logprobs[rows],
-                links[rows],
-                targets[rows, :width],
-                graph_lengths[rows],
-                target_lengths[rows],
+            match = target_logprobs(logits[rows], targets[rows, :width])  # (B', T', L)
+            path[rows] = dag.best_alignment_from_match(
+                match, links[rows], graph_lengths[rows], target_lengths[rows]
             )
         oracle = oracle_tokens(targets, path)  # (B, L)
         aligned = path >= 0  # (B, L)
-        correct = ((token_logprobs.argmax(dim=-1) == oracle) & aligned).sum(dim=1)  # (B,)
+        correct = ((logits.argmax(dim=-1) == oracle) & aligned).sum(dim=1)  # (B,)
     counts = glance_count(target_lengths, correct, ratio) * fits  # (B,)
     glanced = choose_glanced(path, counts)  # (B, L)
     tokens = torch.where(glanced, oracle, plain)  # (B, L)
@@ -276,7 +280,7 @@ def glance(
         num_correct=correct,
         num_glanced=glanced.sum(dim=1),
         seed=seed,
-        pass1=(token_logprobs, links),
+        pass1=(logits, links),
     )
 
 
@@ -350,19 +354,66 @@ def nll_loss(
             pinned to their oracle token (anchor-spec §2 [v1]).
         force_emit: apply force-emit to glanced vertices.
 
+    :func:`nll_loss_from_logits` is the same loss from the output-projection logits (the
+    training step's path: no ``(B, L, V)`` fp32 log-softmax).
+
     Returns:
         :class:`LossOutput` with ``loss_sum = Σ_b ℓ_b``, ``count = B``, the invalid counts and
         ``underflow_recomputed`` (sentences the DP recomputed in float64, see fadat.dag).
     """
+    return _nll(
+        lambda rows, tgt: dag.gather_match(_wide(token_logprobs[rows]), tgt),
+        links,
+        targets,
+        graph_lengths,
+        target_lengths,
+        glance,
+        force_emit,
+    )
+
+
+def nll_loss_from_logits(
+    logits: torch.Tensor,
+    links: torch.Tensor,
+    targets: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    glance: GlanceResult | None = None,
+    force_emit: bool = True,
+) -> LossOutput:
+    """:func:`nll_loss` with ``token_logprobs = log_softmax(logits)``, computed through
+    :func:`fadat.model.target_logprobs` (``logits`` ``(B, L, V)`` in any float dtype; the other
+    arguments and the result as :func:`nll_loss`)."""
+    return _nll(
+        lambda rows, tgt: target_logprobs(logits[rows], tgt),
+        links,
+        targets,
+        graph_lengths,
+        target_lengths,
+        glance,
+        force_emit,
+    )
+
+
+def _nll(
+    match_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    links: torch.Tensor,
+    targets: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    glance: GlanceResult | None,
+    force_emit: bool,
+) -> LossOutput:
+    """The body of :func:`nll_loss`; ``match_of(rows, targets[rows, :T'])`` gives the
+    ``(B', T', L)`` match of the sentences that fit."""
     batch = targets.shape[0]
     fits = target_lengths <= graph_lengths  # (B,)
-    loss_sum = token_logprobs.new_zeros(())
+    loss_sum = links.new_zeros(())
     nonfinite = underflow = 0
     if bool(fits.any()):
         rows = fits.nonzero().squeeze(1)
         width = int(target_lengths[rows].max())
-        tgt = targets[rows, :width]  # (B', T')
-        match = dag.gather_match(_wide(token_logprobs[rows]), tgt)  # (B', T', L)
+        match = match_of(rows, targets[rows, :width])  # (B', T', L)
         if glance is not None and force_emit:
             match = force_emit_match(match, glance.path[rows], glance.glanced[rows])
         ll, dag_stats = dag.dag_log_likelihood_from_match(
@@ -496,12 +547,12 @@ def _dat_step(model, batch: Batch, cfg: ObjectiveConfig) -> LossOutput:
             seed,
         )
         decoder_tokens = glanced.decoder_tokens
-    token_logprobs, links = decode_with_seed(model, encoder_out, decoder_tokens, seed)
-    with _fp32(token_logprobs.device):
-        token_logprobs, links = _wide(token_logprobs), _wide(links)
+    logits, links = decode_with_seed(model, encoder_out, decoder_tokens, seed, logits=True)
+    with _fp32(logits.device):
+        links = _wide(links)
         if cfg.name == "nll":
-            out = nll_loss(
-                token_logprobs,
+            out = nll_loss_from_logits(
+                logits,
                 links,
                 batch.target,
                 graph_lengths,
@@ -511,7 +562,7 @@ def _dat_step(model, batch: Batch, cfg: ObjectiveConfig) -> LossOutput:
             )
         else:
             out = fuzzy_loss(
-                token_logprobs,
+                torch.log_softmax(_wide(logits), dim=-1),
                 links,
                 batch.target,
                 graph_lengths,

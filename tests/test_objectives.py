@@ -12,7 +12,7 @@ import torch
 
 from fadat import dag
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, make_batch
-from fadat.model import DATModel, make_config
+from fadat.model import DATModel, make_config, target_logprobs
 from fadat.objectives import (
     ObjectiveConfig,
     choose_glanced,
@@ -24,6 +24,7 @@ from fadat.objectives import (
     glance_count,
     label_smoothed_nll,
     nll_loss,
+    nll_loss_from_logits,
     oracle_tokens,
     parse_glancing_schedule,
 )
@@ -164,6 +165,57 @@ def test_nll_loss_nonfinite_sentence_is_zeroed_and_counted():
     assert torch.isfinite(lp.grad).all()
 
 
+@pytest.mark.parametrize("block", [1, 5, 256])
+def test_target_logprobs_equals_gathered_log_softmax_value_and_gradient(block):
+    gen = torch.Generator().manual_seed(11)
+    logits = torch.randn(3, 7, 13, generator=gen, dtype=torch.float64) * 3
+    logits.requires_grad_(True)
+    targets = torch.randint(0, 13, (3, 5), generator=gen)
+    got = target_logprobs(logits, targets, block=block)
+    want = dag.gather_match(torch.log_softmax(logits, -1), targets)
+    assert got.shape == (3, 5, 7) and got.dtype == torch.float64
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    weights = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
+    (g_got,) = torch.autograd.grad((got * weights).sum(), logits)
+    (g_want,) = torch.autograd.grad((want * weights).sum(), logits)
+    torch.testing.assert_close(g_got, g_want, rtol=0, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda x: target_logprobs(x, targets, block), (logits,))
+
+
+def test_target_logprobs_bf16_logits_give_fp32_match_and_bf16_gradient():
+    gen = torch.Generator().manual_seed(2)
+    logits = (torch.randn(2, 6, 50, generator=gen) * 4).bfloat16().requires_grad_(True)
+    targets = torch.randint(0, 50, (2, 4), generator=gen)
+    got = target_logprobs(logits, targets, block=4)
+    want = dag.gather_match(torch.log_softmax(logits.float(), -1), targets)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    got.sum().backward()
+    assert logits.grad.dtype == torch.bfloat16
+    with pytest.raises(ValueError):
+        target_logprobs(logits, torch.full((2, 4), 50))
+
+
+def test_nll_loss_from_logits_equals_nll_loss_with_force_emit():
+    gen = torch.Generator().manual_seed(5)
+    graph_lengths = torch.tensor([6, 4])
+    logits = torch.randn(2, 6, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    _, links = random_dag(2, 6, 8, graph_lengths, seed=4)
+    targets = torch.tensor([[0, 4, 5, 2], [0, 3, 2, 1]])
+    target_lengths = torch.tensor([4, 3])
+
+    class G:
+        path = torch.tensor([[0, -1, 1, -1, 2, 3], [0, 1, -1, 2, -1, -1]])
+        glanced = torch.tensor([[False, False, True, False, False, False], [False] * 6])
+
+    a = nll_loss_from_logits(logits, links, targets, graph_lengths, target_lengths, glance=G)
+    b = nll_loss(torch.log_softmax(logits, -1), links, targets, graph_lengths, target_lengths, G)
+    torch.testing.assert_close(a.loss_sum, b.loss_sum, rtol=1e-12, atol=0)
+    (ga,) = torch.autograd.grad(a.loss_sum, logits)
+    (gb,) = torch.autograd.grad(b.loss_sum, logits)
+    torch.testing.assert_close(ga, gb, rtol=0, atol=1e-12)
+
+
 def test_force_emit_pins_glanced_vertex_and_detaches_it():
     vocab, size = 7, 6
     graph_lengths = torch.tensor([6])
@@ -262,7 +314,7 @@ def test_ratio_zero_pass2_equals_pass1_bitwise_with_dropout():
     res = glance(model, enc, batch.target, gl, batch.target_lengths, ratio=0.0, seed=1234)
     assert not res.glanced.any()
     assert torch.equal(res.decoder_tokens, model.decoder_input_tokens(gl))
-    lp2, links2 = decode_with_seed(model, enc, res.decoder_tokens, 1234)
+    lp2, links2 = decode_with_seed(model, enc, res.decoder_tokens, 1234, logits=True)
     assert torch.equal(lp2, res.pass1[0]) and torch.equal(links2, res.pass1[1])
     # dropout is really on: another seed gives other outputs
     lp3, _ = decode_with_seed(model, enc, res.decoder_tokens, 99)
@@ -277,7 +329,8 @@ def test_glanced_inputs_are_targets_at_best_alignment(ratio):
     enc = model.encode(batch.source)
     torch.manual_seed(7)
     res = glance(model, enc, batch.target, gl, batch.target_lengths, ratio=ratio, seed=5)
-    lp1, links1 = res.pass1
+    logits1, links1 = res.pass1
+    lp1 = torch.log_softmax(logits1.float(), dim=-1)
     path = dag.best_alignment(lp1, links1, batch.target, gl, batch.target_lengths)
     assert torch.equal(res.path, path)
     oracle = batch.target.gather(1, path.clamp(min=0))
