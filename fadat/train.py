@@ -122,6 +122,8 @@ class TrainConfig:
     bf16: bool = False
     fp16: bool = False
     init_from: str = ""
+    init_encoder_from: str = ""  # DAT/AT model dir: encoder + shared embedding of a fresh model
+    init_decoder_layers: bool = False  # with init_encoder_from: the decoder layers too
     device: str = "cpu"
     threads: int = 0
     log_every: int = 10
@@ -269,6 +271,10 @@ def validate_config(cfg: TrainConfig) -> None:
         raise InputError(f"objective {objective!r} does not train --arch {cfg.arch}")
     if cfg.bf16 and cfg.fp16:
         raise InputError("--bf16 and --fp16 exclude each other")
+    if cfg.init_from and cfg.init_encoder_from:
+        raise InputError("--init-from and --init-encoder-from exclude each other")
+    if cfg.init_decoder_layers and not cfg.init_encoder_from:
+        raise InputError("--init-decoder-layers needs --init-encoder-from")
     checks = [
         (cfg.lr > 0, "--lr must be > 0"),
         (cfg.warmup >= 0, "--warmup must be >= 0"),
@@ -529,7 +535,36 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
         return model
     overrides = {"model_type": cfg.arch, "dropout": cfg.dropout, **cfg.model}
     config = make_config(cfg.preset, vocab_size, **overrides)
-    return DATModel(config) if cfg.arch == "dat" else _model_class("at")(config)
+    model = DATModel(config) if cfg.arch == "dat" else _model_class("at")(config)
+    if cfg.init_encoder_from:
+        _load_encoder(model, cfg.init_encoder_from, cfg.init_decoder_layers)
+    return model
+
+
+def _load_encoder(model: torch.nn.Module, directory: str, decoder_layers: bool = False) -> None:
+    """Copy the encoder (with the shared token embedding, which is also the tied output
+    projection) of the DAT or AT model in ``directory`` into ``model`` (issue 7: initialising a
+    DA-Transformer from a trained AT baseline); with ``decoder_layers`` also the decoder layers
+    (self-attention, cross-attention, FFN; the AT's causal mask is not a weight). The decoder's
+    position table and the links head stay freshly initialised.
+
+    Raises:
+        InputError: the directory's encoder (or decoder layers) differ in shape (vocabulary,
+            width, layers, pre/post-norm).
+    """
+    from fadat.model import load_pretrained
+
+    source = load_pretrained(directory).state_dict()
+    own = model.state_dict()
+    prefixes = ("encoder.", "layers.", "final_norm.") if decoder_layers else ("encoder.",)
+    names = [n for n in own if n.startswith(prefixes)]
+    bad = [n for n in names if n not in source or source[n].shape != own[n].shape]
+    if bad:
+        raise InputError(
+            f"--init-encoder-from {directory}: encoder does not fit this model "
+            f"(first mismatch: {bad[0]}); use the same vocabulary, width and encoder layers"
+        )
+    model.load_state_dict({**own, **{n: source[n] for n in names}})
 
 
 def _model_class(arch: str):
@@ -1126,6 +1161,7 @@ class Trainer:
             "sentences": int(stats["sentences"]),
             "target_tokens": int(stats["target_tokens"]),
             "tokens_per_s": stats["target_tokens"] / max(seconds, 1e-9),
+            "elapsed": round(self.progress.elapsed, 1),
         }
         if self.cfg.arch == "dat":
             record.update(
@@ -1172,7 +1208,12 @@ class Trainer:
                 self.autocast,
             )
             result[0] = metrics["bleu"]
-            record = {"update": p.update, "epoch": p.epoch, **metrics}
+            record = {
+                "update": p.update,
+                "epoch": p.epoch,
+                "elapsed": round(p.elapsed, 1),
+                **metrics,
+            }
             with open(self.run_dir / VALID_LOG, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(record) + "\n")
             if self.writer is not None:
@@ -1404,6 +1445,12 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
     ("--decode-beta", "decode_beta", float, "β of lookahead decoding in validation"),
     ("--seed", "seed", int, "random seed"),
     ("--init-from", "init_from", str, "model directory to take initial weights from"),
+    (
+        "--init-encoder-from",
+        "init_encoder_from",
+        str,
+        "model directory (DAT or AT) whose encoder and embedding start a fresh model",
+    ),
     ("--device", "device", str, "cpu or cuda"),
     ("--threads", "threads", int, "torch CPU threads (0 = torch default)"),
     ("--log-every", "log_every", int, "write an update line to train.log every N updates"),
@@ -1425,6 +1472,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="fp16 autocast + grad scaling",
+    )
+    parser.add_argument(
+        "--init-decoder-layers",
+        dest="init_decoder_layers",
+        action="store_true",
+        default=None,
+        help="with --init-encoder-from: copy the decoder layers too",
     )
     parser.add_argument(
         "--no-force-emit",

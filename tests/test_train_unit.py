@@ -207,3 +207,48 @@ def test_glancing_default_follows_the_stage():
     assert TrainConfig(data="d", run_dir="r").resolved_glat_p() == "0.5:0.1@200k"
     assert TrainConfig(data="d", run_dir="r", objective="fuzzy").resolved_glat_p() == "0.1"
     assert TrainConfig(data="d", run_dir="r", glat_p="0.2").resolved_glat_p() == "0.2"
+
+
+def test_init_encoder_from_at_copies_encoder_and_embedding_only(tmp_path):
+    from fadat.baseline import ATModel
+    from fadat.model import save_model_directory
+    from fadat.train import TrainConfig, build_model
+
+    torch.manual_seed(3)
+    at = ATModel(make_config("tiny", 12, model_type="at"))
+    save_model_directory(at, tmp_path / "at")
+    cfg = TrainConfig(data="d", run_dir="r", preset="tiny", init_encoder_from=str(tmp_path / "at"))
+    torch.manual_seed(5)
+    dat = build_model(cfg, 12)
+    torch.manual_seed(5)
+    fresh = build_model(TrainConfig(data="d", run_dir="r", preset="tiny"), 12)
+    at_state, dat_state = at.state_dict(), dat.state_dict()
+    encoder = [n for n in dat_state if n.startswith("encoder.")]
+    assert "encoder.embed_tokens.weight" in encoder
+    assert all(torch.equal(dat_state[n], at_state[n]) for n in encoder)
+    assert dat.output_weight.data_ptr() == dat.encoder.embed_tokens.weight.data_ptr()
+    others = [n for n in dat_state if not n.startswith("encoder.")]
+    assert others and all(torch.equal(dat_state[n], fresh.state_dict()[n]) for n in others)
+    small = build_model(TrainConfig(data="d", run_dir="r", preset="tiny"), 10)
+    save_model_directory(small, tmp_path / "v10")
+    with pytest.raises(InputError, match="does not fit"):
+        build_model(TrainConfig(data="d", run_dir="r", init_encoder_from=str(tmp_path / "v10")), 12)
+
+
+def test_init_decoder_layers_from_at_copies_layers_not_positions(tmp_path):
+    from fadat.baseline import ATModel
+    from fadat.model import save_model_directory
+    from fadat.train import TrainConfig, build_model
+
+    torch.manual_seed(4)
+    at = ATModel(make_config("tiny", 12, model_type="at"))
+    save_model_directory(at, tmp_path / "at")
+    cfg = TrainConfig(
+        data="d", run_dir="r", preset="tiny", init_encoder_from=str(tmp_path / "at"),
+        init_decoder_layers=True,
+    )  # fmt: skip
+    dat_state = build_model(cfg, 12).state_dict()
+    at_state = at.state_dict()
+    layers = [n for n in dat_state if n.startswith("layers.")]
+    assert layers and all(torch.equal(dat_state[n], at_state[n]) for n in layers)
+    assert not torch.equal(dat_state["embed_positions.weight"], at_state["embed_positions.weight"])
