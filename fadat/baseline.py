@@ -9,7 +9,6 @@ projected once per sentence). Only CPU was run; CUDA was not tested.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from fadat.model import (
     _init_bert,
     _key_mask,
     _load,
+    embedding_scale,
     save_model_directory,
 )
 
@@ -67,7 +67,7 @@ class ATModel(nn.Module):
         self.metadata: dict[str, Any] = {}
         d = config.d_model
         self.encoder = Encoder(config)
-        self.embed_scale = math.sqrt(d)
+        self.embed_scale = embedding_scale(config)
         self.embed_positions = nn.Embedding(config.max_target_positions, d)
         self.layers = nn.ModuleList(
             TransformerLayer(config, cross_attention=True) for _ in range(config.decoder_layers)

@@ -81,6 +81,10 @@ class ModelConfig:
         max_transition_length: largest jump ``j − i`` of a transition; −1 = unlimited (§1.3).
         pre_norm: pre-LN layers with a final LayerNorm instead of post-LN (reference: post-LN).
         init_std: standard deviation of the BERT initialisation (reference 0.02).
+        scale_embedding: multiply token embeddings by sqrt(d) (reference; fairseq's
+            ``--no-scale-embedding`` turns it off). Off, the N(0, init_std) learned positions
+            are as large as the token embeddings from the first update instead of sqrt(d)
+            times smaller, which matters for the NAT decoder whose inputs are all ``<unk>``.
     """
 
     model_type: str = "dat"
@@ -102,6 +106,7 @@ class ModelConfig:
     max_transition_length: int = -1
     pre_norm: bool = False
     init_std: float = 0.02
+    scale_embedding: bool = True
 
     def __post_init__(self) -> None:
         _check_field_types(self)
@@ -457,6 +462,12 @@ class TransformerLayer(nn.Module):
         return self._residual(x, self.ffn_norm, self._ffn)
 
 
+def embedding_scale(config: ModelConfig) -> float:
+    """The factor token embeddings are multiplied by: sqrt(d), or 1 with
+    ``scale_embedding=False`` (anchor-spec §1.1)."""
+    return math.sqrt(config.d_model) if config.scale_embedding else 1.0
+
+
 def _init_bert(module: nn.Module, std: float) -> None:
     """BERT init (anchor-spec §1.1, ``--apply-bert-init``): N(0, std) weights, zero biases, zero
     padding row; LayerNorms keep (1, 0)."""
@@ -481,7 +492,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.config = config
         d = config.d_model
-        self.embed_scale = math.sqrt(d)
+        self.embed_scale = embedding_scale(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, d, padding_idx=PAD_ID)
         self.embed_positions = nn.Embedding(config.max_source_positions, d)
         self.layers = nn.ModuleList(
@@ -706,7 +717,7 @@ class DATModel(nn.Module):
         self.metadata: dict[str, Any] = {}
         d = config.d_model
         self.encoder = Encoder(config)
-        self.embed_scale = math.sqrt(d)
+        self.embed_scale = embedding_scale(config)
         self.embed_positions = nn.Embedding(config.max_target_positions, d)
         self.layers = nn.ModuleList(
             TransformerLayer(config, cross_attention=True) for _ in range(config.decoder_layers)

@@ -311,3 +311,20 @@ def test_cpu_fp32_attention_under_autocast_matches_low_precision_kernel(monkeypa
         # both bf16 runs stay within bf16 rounding of the fp32 model
         torch.testing.assert_close(a[finite], c[finite], rtol=0.05, atol=0.05)
         torch.testing.assert_close(b[finite], c[finite], rtol=0.05, atol=0.05)
+
+
+def test_scale_embedding_off_feeds_unscaled_embeddings_and_round_trips(tmp_path):
+    scaled, plain = tiny(dropout=0.0).eval(), tiny(dropout=0.0, scale_embedding=False).eval()
+    plain.load_state_dict(scaled.state_dict())
+    src = torch.tensor([[5, 6, 7, EOS_ID]])
+    enc_scaled, enc_plain = scaled.encode(src), plain.encode(src)
+    assert not torch.allclose(enc_scaled.states, enc_plain.states)
+    # with the embedding multiplied by sqrt(d) by hand, the unscaled model equals the scaled one
+    with torch.no_grad():
+        plain.encoder.embed_tokens.weight.mul_(math.sqrt(plain.config.d_model))
+    torch.testing.assert_close(plain.encode(src).states, enc_scaled.states)
+    plain.save_pretrained(tmp_path / "m")
+    assert DATModel.from_pretrained(tmp_path / "m").config.scale_embedding is False
+    # config.json files written before the option existed load with the reference default
+    legacy = {k: v for k, v in scaled.config.to_dict().items() if k != "scale_embedding"}
+    assert ModelConfig.from_dict(legacy).scale_embedding is True
