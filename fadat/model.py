@@ -85,6 +85,11 @@ class ModelConfig:
             ``--no-scale-embedding`` turns it off). Off, the N(0, init_std) learned positions
             are as large as the token embeddings from the first update instead of sqrt(d)
             times smaller, which matters for the NAT decoder whose inputs are all ``<unk>``.
+        copy_source: DAT only, not in the reference (anchor-spec §1.2 says DA-T has no source
+            copy; an issue-7 learning-speed option, default off): add to the input of every
+            ``<unk>`` vertex j the final encoder state of source position
+            ``round(j·(S_b − 1)/(L_b − 1))`` (uniform copy, Gu et al. 2018), so that each vertex
+            sees source content from the first update.
     """
 
     model_type: str = "dat"
@@ -107,6 +112,7 @@ class ModelConfig:
     pre_norm: bool = False
     init_std: float = 0.02
     scale_embedding: bool = True
+    copy_source: bool = False
 
     def __post_init__(self) -> None:
         _check_field_types(self)
@@ -152,6 +158,8 @@ class ModelConfig:
             )
         if self.init_std <= 0:
             problems.append("init_std must be > 0")
+        if self.copy_source and self.model_type != "dat":
+            problems.append("copy_source applies to model_type 'dat' only")
         if problems:
             raise InputError("invalid model config: " + "; ".join(problems))
 
@@ -698,6 +706,31 @@ def target_logprobs(logits: Tensor, targets: Tensor, block: int = 256) -> Tensor
     return _TargetLogProbs.apply(logits, targets, block)
 
 
+def uniform_copy(encoder_out: EncoderOut, decoder_tokens: Tensor) -> Tensor:
+    """Encoder states copied uniformly onto the ``<unk>`` vertices (``ModelConfig.copy_source``).
+
+    Vertex j of a graph of ``L_b`` vertices (the non-pad decoder tokens) takes the state of
+    source position ``round(j·(S_b − 1)/(L_b − 1))``, ``S_b`` the non-pad source length; the
+    other vertices (``<s>``, ``</s>``, glanced tokens, padding) take zeros.
+
+    Args:
+        encoder_out: ``(B, S, d)`` states and ``(B, S)`` padding mask.
+        decoder_tokens: ``(B, L)`` int64 decoder input.
+
+    Returns:
+        ``(B, L, d)`` in the states' dtype.
+    """
+    states = encoder_out.states  # (B, S, d)
+    src_len = (~encoder_out.padding_mask).sum(dim=1)  # (B,)
+    graph_len = decoder_tokens.ne(PAD_ID).sum(dim=1)  # (B,)
+    j = torch.arange(decoder_tokens.shape[1], device=decoder_tokens.device)  # (L,)
+    ratio = (src_len - 1).double() / (graph_len - 1).clamp(min=1).double()  # (B,)
+    index = torch.round(j[None, :].double() * ratio[:, None]).long()  # (B, L)
+    index = torch.minimum(index, (src_len - 1)[:, None]).clamp(min=0)
+    copied = states.gather(1, index[..., None].expand(-1, -1, states.shape[-1]))  # (B, L, d)
+    return copied * decoder_tokens.eq(UNK_ID)[..., None].to(copied.dtype)
+
+
 class DATModel(nn.Module):
     """DA-Transformer: encoder, non-autoregressive decoder over L graph vertices, token head and
     links head (anchor-spec §1; paper §2.2, Eq. 1–2).
@@ -796,6 +829,8 @@ class DATModel(nn.Module):
         positions = torch.arange(size, device=decoder_tokens.device)
         emb = self.encoder.embed_tokens(decoder_tokens)  # (B, L, d)
         x = self.embed_scale * emb + self.embed_positions(positions)
+        if self.config.copy_source:
+            x = x + uniform_copy(encoder_out, decoder_tokens)  # (B, L, d)
         x = F.dropout(x, self.config.dropout, self.training)  # (B, L, d)
         self_mask = _key_mask(decoder_tokens.eq(PAD_ID))  # (B, 1, 1, L): bidirectional
         memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)

@@ -328,3 +328,32 @@ def test_scale_embedding_off_feeds_unscaled_embeddings_and_round_trips(tmp_path)
     # config.json files written before the option existed load with the reference default
     legacy = {k: v for k, v in scaled.config.to_dict().items() if k != "scale_embedding"}
     assert ModelConfig.from_dict(legacy).scale_embedding is True
+
+
+def test_copy_source_adds_uniformly_mapped_encoder_states_to_unk_vertices():
+    from fadat.model import EncoderOut, uniform_copy
+
+    d = 3
+    states = torch.arange(2 * 4 * d, dtype=torch.float64).view(2, 4, d)  # (B=2, S=4, d)
+    padding = torch.tensor([[False] * 4, [False, False, True, True]])  # S_b = 4, 2
+    tokens = torch.tensor(
+        [
+            [BOS_ID, UNK_ID, UNK_ID, 9, UNK_ID, UNK_ID, EOS_ID],  # L_b = 7, one glanced token
+            [BOS_ID, UNK_ID, UNK_ID, EOS_ID, PAD_ID, PAD_ID, PAD_ID],  # L_b = 4
+        ]
+    )
+    got = uniform_copy(EncoderOut(states, padding), tokens)
+    for b, (s_len, g_len) in enumerate([(4, 7), (2, 4)]):
+        for j in range(7):
+            if tokens[b, j] == UNK_ID:
+                want = states[b, round(j * (s_len - 1) / (g_len - 1))]
+            else:
+                want = torch.zeros(d, dtype=torch.float64)
+            assert torch.equal(got[b, j], want), (b, j)
+    model = tiny(copy_source=True, dropout=0.0).eval()
+    plain = tiny(dropout=0.0).eval()
+    plain.load_state_dict(model.state_dict())
+    src, lengths = torch.tensor([[5, 6, 7, EOS_ID]]), torch.tensor([9])
+    assert not torch.allclose(model(src, lengths)[0], plain(src, lengths)[0])
+    with pytest.raises(InputError, match="copy_source"):
+        make_config("tiny", V, model_type="at", copy_source=True)
