@@ -45,17 +45,24 @@ def main(argv: list[str] | None = None) -> None:
     data, out = Path(args.data), Path(args.output)
     meta = read_meta(data)
     if meta["vocab_size"] != model.config.vocab_size:
-        raise SystemExit("the model's vocabulary differs from the data's")
+        raise SystemExit(
+            f"{args.model}: vocabulary size {model.config.vocab_size} differs from "
+            f"{data / 'meta.json'}'s {meta['vocab_size']}"
+        )
     out.mkdir(parents=True, exist_ok=True)
     train = BinarizedDataset(data, "train")
     n = len(train)
     partial = out / "distill.partial.jsonl"
     done: dict[int, list[int]] = {}
     if partial.exists():
-        for line in partial.read_text(encoding="utf-8").splitlines():
+        # A run killed mid-write leaves a last line without its newline: drop that fragment
+        # (its block is translated again) and keep every complete line.
+        lines = partial.read_text(encoding="utf-8").split("\n")[:-1]
+        for line in lines:
             if line:
                 rec = json.loads(line)
                 done[rec["id"]] = rec["target"]
+        partial.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     # Longest first, so the slowest batches come first and the time estimate is honest.
     order = sorted((i for i in range(n) if i not in done), key=lambda i: -train.source_lengths[i])
     start = time.perf_counter()
