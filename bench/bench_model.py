@@ -42,11 +42,15 @@ import sys
 import time
 from collections.abc import Callable
 
-import torch
-from torch.utils.flop_counter import FlopCounterMode
+# Huge pages for torch's large allocations, as the `fadat` command sets them (fadat/__init__.py);
+# torch reads this once, so it must precede the torch import (THP_MEM_ALLOC_ENABLE=0 to compare).
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 
-from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size
-from fadat.model import DATModel, make_config
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size  # noqa: E402
+from fadat.model import DATModel, make_config  # noqa: E402
 
 STAGES = ("encoder", "decoder", "token_head", "links_head", "objective", "backward", "optimizer")
 VARIANTS = ("fp32-eager", "bf16-eager", "bf16-fused", "fp32-compile", "bf16-compile")
@@ -259,7 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     peak16 = matmul_peak(torch.bfloat16)
     config = make_config(args.preset, args.vocab)
     n_params = sum(p.numel() for p in DATModel(config).parameters())
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')}"
+    )
     print(
         f"preset {args.preset}: d={config.d_model} layers={config.encoder_layers}+"
         f"{config.decoder_layers} heads={config.attention_heads} ffn={config.ffn_dim} "

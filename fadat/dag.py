@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple, TypeVar
 
 import torch
 
@@ -40,6 +41,7 @@ __all__ = [
 ]
 
 _NEG_INF = float("-inf")
+_T = TypeVar("_T")
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,32 +174,49 @@ class LikelihoodStats(NamedTuple):
 _CHUNK_BYTES = 4 * 2**20
 
 
-def _chunks(batch: int, size: int, tensor: torch.Tensor) -> list[slice]:
-    """Sentence slices for the per-step DP loops: whole batch on GPU, cache-sized on CPU."""
+def _chunks(batch: int, size: int, tensor: torch.Tensor, workers: int = 1) -> list[slice]:
+    """Sentence slices for the per-step DP loops: whole batch on GPU, cache-sized on CPU.
+
+    On CPU the number of slices is rounded up to a multiple of ``workers`` and the slices are
+    made equal, so that :func:`_map_chunks` keeps every worker equally busy.
+    """
     if tensor.device.type != "cpu":
         return [slice(0, batch)]
     step = max(1, _CHUNK_BYTES // (size * size * tensor.element_size()))
+    count = -(-batch // step)
+    count = -(-count // workers) * workers
+    step = -(-batch // count)
     return [slice(s, min(s + step, batch)) for s in range(0, batch, step)]
 
 
 @contextlib.contextmanager
-def _serial_on_cpu(tensor: torch.Tensor) -> Iterator[None]:
+def _serial_on_cpu(tensor: torch.Tensor) -> Iterator[int]:
     """Run the per-step DP loops on one intra-op thread on CPU (restored afterwards).
 
     Each step's ops are small (one chunk of sentences), so an OpenMP fork/join per op gains
     little, and when the cores are oversubscribed every join waits for a descheduled thread:
-    measured 10 s vs 1 s for the B=64, L=240 likelihood on 2 busy cores. Note that this
-    changes ``torch.get_num_threads()`` process-wide for the duration of the loop.
+    measured 10 s vs 1 s for the B=64, L=240 likelihood on 2 busy cores. Instead the chunks run
+    side by side on Python threads (:func:`_map_chunks`; torch ops release the GIL). Yields the
+    number of such workers: the previous intra-op thread count on CPU, 1 elsewhere. Note that
+    this changes ``torch.get_num_threads()`` process-wide for the duration of the loop.
     """
     threads = torch.get_num_threads()
     if tensor.device.type != "cpu" or threads == 1:
-        yield
+        yield 1
         return
     torch.set_num_threads(1)
     try:
-        yield
+        yield threads
     finally:
         torch.set_num_threads(threads)
+
+
+def _map_chunks(fn: Callable[[slice], _T], chunks: list[slice], workers: int) -> list[_T]:
+    """``[fn(c) for c in chunks]``, on ``workers`` Python threads when there are several."""
+    if workers <= 1 or len(chunks) <= 1:
+        return [fn(c) for c in chunks]
+    with ThreadPoolExecutor(min(workers, len(chunks))) as pool:
+        return list(pool.map(fn, chunks))
 
 
 def _underflow_threshold(dtype: torch.dtype) -> float:
@@ -346,8 +365,9 @@ class _LikelihoodFn(torch.autograd.Function):
         match = match.masked_fill(off_graph[:, None, :], _NEG_INF)  # (B, T, L)
         masked = _masked_links(links, graph_lengths)  # (B, L, L)
         trans = masked.exp()  # (B, L, L)
-        with _serial_on_cpu(trans):
-            parts = [_exp_forward(match[c], trans[c]) for c in _chunks(batch, size, trans)]
+        with _serial_on_cpu(trans) as workers:
+            chunks = _chunks(batch, size, trans, workers)
+            parts = _map_chunks(lambda c: _exp_forward(match[c], trans[c]), chunks, workers)
         alpha, weights, shift, scale = (torch.cat(x) for x in zip(*parts, strict=True))
         t_idx = torch.arange(steps, device=match.device)
         live = t_idx[None, :] < target_lengths[:, None]  # (B, T)
@@ -380,11 +400,12 @@ class _LikelihoodFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_logz, _g1, _g2):
         match, masked, trans, alpha, weights, scale, glen, tlen, redo = ctx.saved_tensors
-        with _serial_on_cpu(trans):
-            parts = [
-                _exp_backward(alpha[c], weights[c], scale[c], trans[c], glen[c], tlen[c])
-                for c in _chunks(alpha.shape[0], alpha.shape[2], trans)
-            ]
+        with _serial_on_cpu(trans) as workers:
+            parts = _map_chunks(
+                lambda c: _exp_backward(alpha[c], weights[c], scale[c], trans[c], glen[c], tlen[c]),
+                _chunks(alpha.shape[0], alpha.shape[2], trans, workers),
+                workers,
+            )
         grad_match, grad_links, ratio = (torch.cat(x) for x in zip(*parts, strict=True))
         t_idx = torch.arange(alpha.shape[1], device=alpha.device)
         live = t_idx[None, :] < tlen[:, None]  # (B, T)
@@ -562,15 +583,18 @@ def best_alignment_from_match(
     to_from = masked.transpose(1, 2).contiguous()  # (B, L_j, L_i)
     alpha = torch.full_like(match, _NEG_INF)  # (B, T, L)
     alpha[:, 0, 0] = match[:, 0, 0]
-    with _serial_on_cpu(to_from):
-        for c in _chunks(batch, size, to_from):
-            # Cache-sized chunks keep the (c, L, L) temporary of every step in cache on CPU;
-            # one reused buffer avoids a fresh allocation per step.
-            block, part = to_from[c], alpha[c]  # (c, L, L), (c, T, L) view
-            scratch = torch.empty_like(block)  # (c, L, L)
-            for t in range(1, steps):
-                torch.add(part[:, t - 1, None, :], block, out=scratch)
-                part[:, t] = scratch.amax(-1) + match[c, t]
+
+    def forward(c: slice) -> None:
+        # Cache-sized chunks keep the (c, L, L) temporary of every step in cache on CPU;
+        # one reused buffer avoids a fresh allocation per step.
+        block, part = to_from[c], alpha[c]  # (c, L, L), (c, T, L) view
+        scratch = torch.empty_like(block)  # (c, L, L)
+        for t in range(1, steps):
+            torch.add(part[:, t - 1, None, :], block, out=scratch)
+            part[:, t] = scratch.amax(-1) + match[c, t]
+
+    with _serial_on_cpu(to_from) as workers:
+        _map_chunks(forward, _chunks(batch, size, to_from, workers), workers)
     rows = torch.arange(batch, device=match.device)
     ok = (tlen <= glen) & torch.isfinite(alpha[rows, tlen - 1, glen - 1])  # (B,)
     path = torch.full((batch, size), -1, dtype=torch.int64, device=match.device)  # (B, L)
@@ -668,7 +692,7 @@ def reference_ngrams(
     if order < 1:
         raise ValueError(f"n-gram order must be >= 1, got {order}")
     # Tiny index ops: OpenMP fork/join would cost more than the work (see _serial_on_cpu).
-    with _serial_on_cpu(targets):
+    with _serial_on_cpu(targets):  # (one worker: no chunks here)
         return _reference_ngrams(targets, target_lengths, order)
 
 

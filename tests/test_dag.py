@@ -397,6 +397,44 @@ def test_best_alignment_matches_enumeration(seed):
     assert torch.equal(aligned, torch.where(tlen <= glen, tlen, 0))
 
 
+def test_chunks_split_evenly_across_workers():
+    size, elem = 240, 4
+    tensor = torch.empty(0)
+    for batch, workers in [(64, 2), (7, 2), (64, 3), (1, 2), (64, 1)]:
+        chunks = dag._chunks(batch, size, tensor, workers)
+        covered = [i for c in chunks for i in range(c.start, c.stop)]
+        assert covered == list(range(batch))
+        sizes = [c.stop - c.start for c in chunks]
+        assert max(sizes) * size * size * elem <= max(dag._CHUNK_BYTES, size * size * elem)
+        if batch >= workers:
+            assert len(chunks) % workers == 0 or len(chunks) == batch
+            assert max(sizes) - min(sizes) <= max(sizes) // 2 + 1
+
+
+def test_threaded_chunks_match_enumeration(monkeypatch):
+    """One sentence per chunk on two worker threads: values, gradients, alignments exact."""
+    monkeypatch.setattr(dag, "_CHUNK_BYTES", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        logits, scores, targets, glen, tlen = model_outputs(3)
+        logp, links = logits.log_softmax(-1), link_logprobs(scores, glen)
+        ours = dag.dag_log_likelihood(logp, links, targets, glen, tlen)
+        assert torch.get_num_threads() == 2  # restored after the serial section
+        brute = brute_log_likelihood(logp, links, targets, glen, tlen)
+        finite = torch.isfinite(brute)
+        torch.testing.assert_close(ours[finite], brute[finite], rtol=1e-10, atol=1e-10)
+        g_ours = torch.autograd.grad(ours[finite].sum(), (logits, scores), retain_graph=True)
+        g_brute = torch.autograd.grad(brute[finite].sum(), (logits, scores))
+        for a, b in zip(g_ours, g_brute, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+        logp, links = logp.detach(), links.detach()
+        path = dag.best_alignment(logp, links, targets, glen, tlen)
+        assert torch.equal(path, brute_alignment(logp, links, targets, glen, tlen))
+    finally:
+        torch.set_num_threads(threads)
+
+
 # ---------------------------------------------------------------------------------------------
 # Passing probabilities and fuzzy alignment
 # ---------------------------------------------------------------------------------------------
