@@ -14,6 +14,7 @@ Usage::
 
     python recipes/experiment.py run recipes/experiments/bible-en-es.yaml [--slice 60m]
     python recipes/experiment.py status recipes/experiments/bible-en-es.yaml
+    python recipes/experiment.py adopt EXPERIMENT STAGE MODEL_DIR [--seed 1]
     python recipes/experiment.py evaluate recipes/experiments/bible-en-es.yaml [--subset N]
     python recipes/experiment.py table recipes/experiments/bible-en-es.yaml
 """
@@ -130,7 +131,10 @@ def run(args: argparse.Namespace) -> None:
     root = run_root(spec)
     budget = parse_minutes(args.slice)
     spent = 0.0
+    only = set(args.only.split(",")) if args.only else None
     for stage in stages:
+        if only is not None and stage.key not in only:
+            continue
         run_dir = root / stage.key
         model_dir = run_dir / "model"
         if (model_dir / "config.json").exists():
@@ -170,6 +174,42 @@ def run(args: argparse.Namespace) -> None:
         if fadat("average", "--run", str(run_dir), *best, "--output", str(model_dir)) != 0:
             raise SystemExit(f"{stage.key}: fadat average failed")
     print("all stages finished")
+
+
+def adopt(args: argparse.Namespace) -> None:
+    """Use an averaged model trained elsewhere (the main job) as STAGE's model for one seed.
+
+    The model's training config must name the stage's config values, seed and update budget;
+    otherwise the arms would not be comparable and the call fails.
+    """
+    spec, stages = load(args.experiment)
+    matches = [s for s in stages if s.name == args.stage and s.seed == args.seed]
+    if not matches:
+        raise SystemExit(f"{args.experiment}: no stage {args.stage!r} for seed {args.seed}")
+    stage = matches[0]
+    source = Path(args.model).resolve()
+    run_config = source.parent / source.name.replace("-model", "") / "config.yaml"
+    if not (source / "config.json").exists():
+        raise SystemExit(f"{source}: not a model directory (no config.json)")
+    if run_config.exists():
+        trained = yaml.safe_load(run_config.read_text(encoding="utf-8"))
+        wanted = yaml.safe_load((ROOT / stage.config).read_text(encoding="utf-8"))
+        wanted.update(seed=stage.seed, max_updates=stage.max_updates)
+        diff = {
+            k: (trained.get(k), v)
+            for k, v in wanted.items()
+            if k not in ("validate_every", "valid_subset", "threads") and trained.get(k) != v
+        }
+        if diff:
+            raise SystemExit(f"{run_config}: differs from stage {stage.key}: {diff}")
+    else:
+        raise SystemExit(f"{run_config}: no training config next to {source} to check against")
+    target = run_root(spec) / stage.key / "model"
+    if target.exists() or target.is_symlink():
+        raise SystemExit(f"{target} exists; remove it first")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(source)
+    print(f"{target} -> {source}")
 
 
 def status(args: argparse.Namespace) -> None:
@@ -227,16 +267,25 @@ def table(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("adopt", help="link a model trained elsewhere as a stage's model")
+    p.add_argument("experiment")
+    p.add_argument("stage")
+    p.add_argument("model", help="averaged model directory, next to its run directory")
+    p.add_argument("--seed", type=int, default=1)
     for name in ("run", "status", "evaluate", "table"):
         p = sub.add_parser(name)
         p.add_argument("experiment")
         if name == "run":
             p.add_argument("--slice", default="60m", help="training time of this call (60m)")
             p.add_argument("--threads", type=int, default=2)
+            p.add_argument(
+                "--only", default="", help="comma-separated stage keys, e.g. pretrain-s2"
+            )
         if name == "evaluate":
             p.add_argument("--subset", type=int, default=0, help="first N test sentences")
     args = parser.parse_args(argv)
-    {"run": run, "status": status, "evaluate": evaluate, "table": table}[args.command](args)
+    commands = {"run": run, "status": status, "evaluate": evaluate, "table": table, "adopt": adopt}
+    commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ tokens/s and the final values, as a Markdown table for RESULTS.md.
 Usage::
 
     python recipes/learning_speed.py list
-    python recipes/learning_speed.py run VARIANT [--budget 15m] [--threads 1] [--runs DIR]
+    python recipes/learning_speed.py run VARIANT[,VARIANT...] [--budget 15m] [--threads 1]
     python recipes/learning_speed.py table [--marks 5,10,15] [--runs DIR] [VARIANT ...]
 
 Run two variants at once with ``--threads 1`` each on a 2-core machine (never two with 2 threads:
@@ -43,21 +43,29 @@ def load_variants(path: Path = VARIANTS_FILE) -> tuple[dict[str, Any], dict[str,
 def resolve(name: str, base: dict[str, Any], variants: dict[str, Any]) -> dict[str, Any]:
     """The training config (TrainConfig keys) and data of one variant.
 
+    ``name`` is a variant of the file or several joined by ``,`` (``copy-source,lambda-3``):
+    their changes are applied in order on top of ``base``.
+
     Raises:
         SystemExit: unknown variant.
     """
-    if name not in variants:
-        raise SystemExit(f"unknown variant {name!r}; known: {', '.join(variants)}")
-    change = variants[name] or {}
+    parts = [name] if name in variants else name.split(",")
+    unknown = [part for part in parts if part not in variants]
+    if unknown:
+        raise SystemExit(f"unknown variant {unknown[0]!r}; known: {', '.join(variants)}")
     config = yaml.safe_load((ROOT / base["config"]).read_text(encoding="utf-8"))
     config.update(base.get("train", {}))
-    config.update(change.get("train", {}))
     model = dict(config.get("model") or {})
-    model.update(change.get("model", {}))
+    data, prepare = base["data"], []
+    for part in parts:
+        change = variants[part] or {}
+        config.update(change.get("train", {}))
+        model.update(change.get("model", {}))
+        data = change.get("data", data)
+        prepare = change.get("prepare", prepare)
     if model:
         config["model"] = model
-    data = change.get("data", base["data"])
-    return {"config": config, "data": data, "prepare": change.get("prepare", [])}
+    return {"config": config, "data": data, "prepare": prepare}
 
 
 def fadat(*args: str) -> None:
@@ -110,7 +118,11 @@ def at_mark(points: list[dict[str, Any]], seconds: float) -> dict[str, Any] | No
 def table(args: argparse.Namespace) -> None:
     _, variants = load_variants()
     marks = [float(m) for m in args.marks.split(",")]
-    names = args.variants or list(variants)
+    runs = Path(args.runs)
+    found = sorted(d.name for d in runs.iterdir() if d.is_dir()) if runs.is_dir() else []
+    names = args.variants or [n for n in variants if n in found] + [
+        n for n in found if n not in variants
+    ]
     head = ["variant"] + [f"BLEU@{m:g}m" for m in marks] + [f"loss@{m:g}m" for m in marks]
     head += ["updates", "tok/s", "final BLEU", "final loss", "minutes"]
     print("| " + " | ".join(head) + " |")
