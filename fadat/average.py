@@ -25,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data", help="data directory for spm.model and licence (default: the run's --data)"
     )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "float16", "bfloat16"),
+        help="dtype of the stored weights (float16 halves the file; loading casts back to fp32)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,6 +51,6 @@ def run(args: argparse.Namespace) -> int:
             data = load_yaml_config(config).get("data")
     else:
         paths = [Path(p) for p in args.checkpoints]
-    out = write_averaged_model(paths, args.output, data)
+    out = write_averaged_model(paths, args.output, data, weights_dtype=args.dtype)
     print(f"averaged {len(paths)} checkpoints into {out}")
     return 0

@@ -293,9 +293,12 @@ class ATModel(nn.Module):
         *,
         spm_model: str | Path | None = None,
         extra: dict[str, Any] | None = None,
+        weights_dtype: str = "float32",
     ) -> None:
         """Write a complete model directory (see :func:`fadat.model.save_model_directory`)."""
-        save_model_directory(self, directory, spm_model=spm_model, extra=extra)
+        save_model_directory(
+            self, directory, spm_model=spm_model, extra=extra, weights_dtype=weights_dtype
+        )
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: str = "cpu") -> ATModel:

@@ -905,9 +905,12 @@ class DATModel(nn.Module):
         *,
         spm_model: str | Path | None = None,
         extra: dict[str, Any] | None = None,
+        weights_dtype: str = "float32",
     ) -> None:
         """Write a complete model directory (see :func:`save_model_directory`)."""
-        save_model_directory(self, directory, spm_model=spm_model, extra=extra)
+        save_model_directory(
+            self, directory, spm_model=spm_model, extra=extra, weights_dtype=weights_dtype
+        )
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: str = "cpu") -> DATModel:
@@ -929,6 +932,7 @@ def save_model_directory(
     *,
     spm_model: str | Path | None = None,
     extra: dict[str, Any] | None = None,
+    weights_dtype: str = "float32",
 ) -> None:
     """Write ``config.json``, ``model.safetensors`` and (optionally) ``spm.model`` to ``directory``.
 
@@ -943,15 +947,23 @@ def save_model_directory(
         directory: created if missing.
         spm_model: path of the sentencepiece model to copy in; ``None`` keeps no tokenizer.
         extra: further JSON-serialisable top-level entries.
+        weights_dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``: the dtype of the stored
+            floating-point weights (half the file size for the 16-bit ones, e.g. for a model
+            kept in git). Loading casts them back into the model's fp32 parameters; the value
+            is recorded in config.json as ``weights_dtype``.
 
     Raises:
-        ValueError: ``extra`` uses a reserved key.
+        ValueError: ``extra`` uses a reserved key, or an unknown ``weights_dtype``.
         InputError: ``spm_model`` does not exist.
     """
     from safetensors.torch import save_file
 
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if weights_dtype not in dtypes:
+        raise ValueError(f"weights_dtype must be one of {sorted(dtypes)}, got {weights_dtype!r}")
+
     directory = Path(directory)
-    reserved = {"model_type", "format_version", "config", "spm_model"}
+    reserved = {"model_type", "format_version", "config", "spm_model", "weights_dtype"}
     clash = reserved & set(extra or {})
     if clash:
         raise ValueError(f"extra uses reserved config.json keys: {sorted(clash)}")
@@ -963,9 +975,15 @@ def save_model_directory(
         "format_version": FORMAT_VERSION,
         "config": model.config.to_dict(),
         "spm_model": SPM_NAME if spm_model is not None else None,
+        "weights_dtype": weights_dtype,
         **(extra or {}),
     }
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+    state = {}
+    for name, value in model.state_dict().items():
+        value = value.detach()
+        if value.is_floating_point():
+            value = value.to(dtypes[weights_dtype])
+        state[name] = value.contiguous().cpu()
     tmp = directory / (WEIGHTS_NAME + ".tmp")
     save_file(state, str(tmp), metadata={"format": "pt", "model_type": model.config.model_type})
     os.replace(tmp, directory / WEIGHTS_NAME)

@@ -1358,10 +1358,14 @@ def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor
 
 
 def write_averaged_model(
-    paths: list[str | Path], output: str | Path, data_dir: str | Path | None
+    paths: list[str | Path],
+    output: str | Path,
+    data_dir: str | Path | None,
+    weights_dtype: str = "float32",
 ) -> Path:
     """Average ``paths`` and write a model directory with ``save_pretrained``, the data's
-    sentencepiece model and its licence/attribution (from ``DATA/meta.json``).
+    sentencepiece model and its licence/attribution (from ``DATA/meta.json``); the weights are
+    stored as ``weights_dtype`` (see :func:`fadat.model.save_model_directory`).
 
     Returns:
         The output directory.
@@ -1396,7 +1400,7 @@ def write_averaged_model(
             for k in ("licence", "license", "attribution", "source_lang", "target_lang", "corpus")
             if k in data_meta
         }
-    model.save_pretrained(output, spm_model=spm, extra=extra)
+    model.save_pretrained(output, spm_model=spm, extra=extra, weights_dtype=weights_dtype)
     return Path(output)
 
 

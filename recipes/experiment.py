@@ -14,7 +14,7 @@ Usage::
 
     python recipes/experiment.py run recipes/experiments/bible-en-es.yaml [--slice 60m]
     python recipes/experiment.py status recipes/experiments/bible-en-es.yaml
-    python recipes/experiment.py adopt EXPERIMENT STAGE MODEL_DIR [--seed 1]
+    python recipes/experiment.py adopt EXPERIMENT STAGE MODEL_DIR [--run RUN_DIR] [--seed 1]
     python recipes/experiment.py evaluate recipes/experiments/bible-en-es.yaml [--subset N]
     python recipes/experiment.py table recipes/experiments/bible-en-es.yaml
 """
@@ -188,7 +188,8 @@ def adopt(args: argparse.Namespace) -> None:
         raise SystemExit(f"{args.experiment}: no stage {args.stage!r} for seed {args.seed}")
     stage = matches[0]
     source = Path(args.model).resolve()
-    run_config = source.parent / source.name.replace("-model", "") / "config.yaml"
+    run_dir = Path(args.run) if args.run else source.parent / source.name.replace("-model", "")
+    run_config = run_dir / "config.yaml"
     if not (source / "config.json").exists():
         raise SystemExit(f"{source}: not a model directory (no config.json)")
     if run_config.exists():
@@ -242,26 +243,64 @@ def evaluate(args: argparse.Namespace) -> None:
             "--split", "test",
             "--strategies", ev.get("strategies", "greedy,lookahead,joint-viterbi"),
             "--subset", str(args.subset), "--report", str(report),
+            "--threads", str(args.threads), "--latency-subset", str(args.latency_subset),
         )  # fmt: skip
         if rc != 0:
             raise SystemExit(f"seed {seed}: fadat evaluate exited {rc}")
 
 
 def table(args: argparse.Namespace) -> None:
+    """Per seed: every system's scores; then the seeds side by side with the p-values of the
+    paired bootstrap of each model against the first listed one (same strategy)."""
     spec, _ = load(args.experiment)
+    ev = spec["evaluate"]
+    stage_names = list(ev["models"]) + list(ev.get("shared", []))
+    rows: dict[str, dict[int, dict[str, Any]]] = {}
+    seeds = []
     for report_file in sorted(run_root(spec).glob("report-s*.json")):
+        seed = int(report_file.stem.split("-s")[1])
+        seeds.append(seed)
         report = json.loads(report_file.read_text(encoding="utf-8"))
+        # model labels are directory names; name the rows by stage instead (same order)
+        labels = [m["label"] for m in report["models"]]
+        stage_of = dict(zip(labels, stage_names, strict=True))
+        first = stage_of[report["models"][0]["label"]]
         print(f"\n{report_file.name}: {report['data'].get('sentences', '?')} test sentences\n")
         print("| system | tok BLEU | sacreBLEU | chrF | latency ms | speed-up | sent/s |")
         print("|---|---|---|---|---|---|---|")
-        for s in report["systems"]:
+        for system in report["systems"]:
+            stage = stage_of.get(system["model"], system["model"])
+            label = system["name"].replace(system["model"], stage, 1)
             print(
-                f"| {s['name']} | {s['tok_bleu']:.2f} | {s['bleu']:.2f} | {s['chrf']:.1f} | "
-                f"{s.get('latency_ms_median', float('nan')):.1f} | "
-                f"{s.get('speedup_latency', float('nan')):.2f}× | {s['throughput']:.1f} |"
+                f"| {label} | {system['tok_bleu']:.2f} | {system['bleu']:.2f} | "
+                f"{system['chrf']:.1f} | {system.get('latency_ms_median', float('nan')):.1f} | "
+                f"{system.get('speedup_latency', float('nan')):.2f}× | "
+                f"{system['throughput']:.1f} |"
             )
-        for pair in report.get("significance", []):
-            print(f"- {json.dumps(pair)}")
+            against = {
+                stage_of.get(k.split(":")[0], k): v
+                for k, v in system.get("p_value_tok_bleu", {}).items()
+            }
+            rows.setdefault(label, {})[seed] = dict(system, p_first=None)
+            for key, value in against.items():
+                if key == first and stage != first:
+                    rows[label][seed]["p_first"] = value
+    if not rows:
+        print("no reports yet: run `evaluate` first")
+        return
+    print(f"\nseeds side by side (p: paired bootstrap of tokenized BLEU against {first})\n")
+    head = ["system"]
+    head += [f"tok BLEU s{s}" for s in seeds] + [f"sacreBLEU s{s}" for s in seeds]
+    head += [f"p s{s}" for s in seeds]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for label, by_seed in rows.items():
+        cells = [label]
+        for key, fmt in (("tok_bleu", "{:.2f}"), ("bleu", "{:.2f}"), ("p_first", "{:.4f}")):
+            for seed in seeds:
+                value = by_seed.get(seed, {}).get(key)
+                cells.append(fmt.format(value) if value is not None else "–")
+        print("| " + " | ".join(cells) + " |")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -270,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("adopt", help="link a model trained elsewhere as a stage's model")
     p.add_argument("experiment")
     p.add_argument("stage")
-    p.add_argument("model", help="averaged model directory, next to its run directory")
+    p.add_argument("model", help="averaged model directory")
+    p.add_argument("--run", help="its training run directory (default: MODEL without -model)")
     p.add_argument("--seed", type=int, default=1)
     for name in ("run", "status", "evaluate", "table"):
         p = sub.add_parser(name)
@@ -283,6 +323,10 @@ def main(argv: list[str] | None = None) -> None:
             )
         if name == "evaluate":
             p.add_argument("--subset", type=int, default=0, help="first N test sentences")
+            p.add_argument("--threads", type=int, default=2)
+            p.add_argument(
+                "--latency-subset", type=int, default=200, help="batch-1 latency sentences (200)"
+            )
     args = parser.parse_args(argv)
     commands = {"run": run, "status": status, "evaluate": evaluate, "table": table, "adopt": adopt}
     commands[args.command](args)

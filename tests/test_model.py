@@ -204,6 +204,29 @@ def test_save_load_round_trip_and_tied_output(tmp_path, pre_norm):
     assert isinstance(load_pretrained(tmp_path / "m"), DATModel)
 
 
+@pytest.mark.parametrize("weights_dtype", ["float16", "bfloat16"])
+def test_half_precision_weights_load_back_into_fp32(tmp_path, weights_dtype):
+    model = tiny().eval()
+    model.save_pretrained(tmp_path / "m", weights_dtype=weights_dtype)
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert meta["weights_dtype"] == weights_dtype
+    stored = load_file(str(tmp_path / "m" / "model.safetensors"))
+    half = getattr(torch, weights_dtype)
+    assert {t.dtype for t in stored.values() if t.is_floating_point()} == {half}
+    full = (tmp_path / "f").mkdir() or tmp_path / "f"
+    model.save_pretrained(full)
+    size = (tmp_path / "m" / "model.safetensors").stat().st_size
+    assert size < 0.6 * (full / "model.safetensors").stat().st_size
+    loaded = DATModel.from_pretrained(tmp_path / "m")
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    assert loaded.output_weight is loaded.encoder.embed_tokens.weight
+    for name, value in model.state_dict().items():
+        expected = value.to(half).to(value.dtype) if value.is_floating_point() else value
+        assert torch.equal(loaded.state_dict()[name], expected), name
+    with pytest.raises(ValueError, match="weights_dtype"):
+        model.save_pretrained(tmp_path / "x", weights_dtype="int8")
+
+
 def test_config_validation():
     c = make_config("tiny", V)
     assert ModelConfig.from_dict(c.to_dict()) == c
