@@ -1,0 +1,29 @@
+"""The model committed under models/ loads on a fresh clone and translates (README, issue 8)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import fadat
+
+MODEL = Path(__file__).resolve().parent.parent / "models" / "bible-en-es-fadat-cpu-small"
+
+
+@pytest.mark.skipif(not (MODEL / "config.json").exists(), reason="no released model")
+def test_released_model_translates_a_verse():
+    meta = json.loads((MODEL / "config.json").read_text(encoding="utf-8"))
+    assert meta["model_type"] == "dat" and meta["weights_dtype"] == "float16"
+    assert "World English Bible" in meta["data"]["attribution"]
+    assert (MODEL / "model.safetensors").stat().st_size < 40 * 2**20
+    translator = fadat.Translator.from_pretrained(MODEL)
+    assert all(p.dtype == torch.float32 for p in translator.model.parameters())
+    (out,) = translator.translate(
+        ["In the beginning God created the heavens and the earth."], strategy="lookahead"
+    )
+    # Content words of the reference ("En el principio crió Dios los cielos y la tierra.")
+    words = out.split()
+    assert "Dios" in words and "tierra." in words, out
