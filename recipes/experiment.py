@@ -266,8 +266,8 @@ def table(args: argparse.Namespace) -> None:
         stage_of = dict(zip(labels, stage_names, strict=True))
         first = stage_of[report["models"][0]["label"]]
         print(f"\n{report_file.name}: {report['data'].get('sentences', '?')} test sentences\n")
-        print("| system | tok BLEU | sacreBLEU | chrF | latency ms | speed-up | sent/s |")
-        print("|---|---|---|---|---|---|---|")
+        print("| system | tok BLEU | sacreBLEU | chrF | latency ms | speed-up | sent/s | tput × |")
+        print("|---|---|---|---|---|---|---|---|")
         for system in report["systems"]:
             stage = stage_of.get(system["model"], system["model"])
             label = system["name"].replace(system["model"], stage, 1)
@@ -275,7 +275,8 @@ def table(args: argparse.Namespace) -> None:
                 f"| {label} | {system['tok_bleu']:.2f} | {system['bleu']:.2f} | "
                 f"{system['chrf']:.1f} | {system.get('latency_ms_median', float('nan')):.1f} | "
                 f"{system.get('speedup_latency', float('nan')):.2f}× | "
-                f"{system['throughput']:.1f} |"
+                f"{system['throughput']:.1f} | "
+                f"{system.get('speedup_throughput', float('nan')):.2f}× |"
             )
             against = {
                 stage_of.get(k.split(":")[0], k): v
