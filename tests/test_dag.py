@@ -247,6 +247,46 @@ def test_log_likelihood_float32_close_to_float64():
     torch.testing.assert_close(low.double(), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_flushed_exp_zeroes_only_below_the_normal_range():
+    for dtype in (torch.float32, F64):
+        floor = math.log(torch.finfo(dtype).tiny)
+        x = torch.tensor(
+            [0.0, -5.0, floor + 0.6, floor + 0.4, floor - 1, -1e4, NEG_INF], dtype=dtype
+        )
+        out = dag._flushed_exp(x)
+        torch.testing.assert_close(out[:3], x[:3].exp(), rtol=0, atol=0)
+        assert out[3:].tolist() == [0.0] * 4, out  # flushed: smaller than ~1.6 × tiny
+        keep = torch.tensor([False, True, True, True, True, True, True])
+        assert dag._flushed_exp(x, keep)[0] == 0
+
+
+def test_float32_likelihood_and_fuzzy_with_far_jumps_below_the_normal_range():
+    """Link log-probs far below log(tiny) (flushed to E = 0 in float32) change neither value
+    nor gradient beyond float32 precision (float64 log-space DP as reference), in the fast
+    exp-space path: jumps of ≈ 3 are likely, longer ones mostly below −100 as in a trained
+    model."""
+    logits, scores, targets, glen, tlen = make_case(11, [24, 20, 24], [9, 7, 9], vocab=6)
+    logp = logits.log_softmax(-1).detach()
+    jump = torch.arange(24.0)[None, :] - torch.arange(24.0)[:, None]  # (L, L)
+    links = link_logprobs(scores.detach() - 6.0 * (jump - 2.5) ** 2, glen)
+    valid = torch.isfinite(links)
+    assert (links[valid] < -87.4).float().mean() > 0.5
+    ref_links = links.clone().requires_grad_()
+    ref = dag._likelihood(dag.gather_match(logp, targets), ref_links, glen, tlen, True)[0]
+    (g_ref,) = torch.autograd.grad(ref.sum(), ref_links)
+    low_links = links.float().requires_grad_()
+    low, stats = dag.dag_log_likelihood(
+        logp.float(), low_links, targets, glen, tlen, return_stats=True
+    )
+    assert stats.underflow_recomputed == 0  # the exp-space path itself, not the float64 redo
+    (g_low,) = torch.autograd.grad(low.sum(), low_links)
+    torch.testing.assert_close(low.double(), ref, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(g_low.double(), g_ref, rtol=1e-4, atol=1e-5)
+    fz_ref = dag.fuzzy_alignment(logp, links, targets, glen, tlen, order=2).score
+    fz_low = dag.fuzzy_alignment(logp.float(), links.float(), targets, glen, tlen, order=2).score
+    torch.testing.assert_close(fz_low.double(), fz_ref, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("force_logspace", [False, True])
 def test_log_likelihood_gradcheck(force_logspace):
     """Exactness of both hand-written backwards (scaled exp space and float64 log space)."""
