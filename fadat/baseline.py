@@ -27,6 +27,7 @@ from fadat.model import (
     _init_bert,
     _key_mask,
     _load,
+    dropout,
     embedding_scale,
     save_model_directory,
 )
@@ -102,7 +103,7 @@ class ATModel(nn.Module):
             )
         positions = torch.arange(start, start + t, device=tokens.device)
         x = self.embed_scale * self.encoder.embed_tokens(tokens) + self.embed_positions(positions)
-        x = F.dropout(x, self.config.dropout, self.training)  # (B, T, d)
+        x = dropout(x, self.config.dropout, self.training)  # (B, T, d)
         memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
         for i, layer in enumerate(self.layers):
             x = layer(

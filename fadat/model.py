@@ -414,6 +414,60 @@ class CrossAttention(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
 
 
+# Cheaper dropout masks on CPU (issue 4): set to False for torch's own F.dropout everywhere.
+FAST_DROPOUT = True
+_DROPOUT_LEVELS = 1 << 16  # resolution of the dropout probability: 16-bit random thresholds
+
+
+class _FastDropout(torch.autograd.Function):
+    """Inverted dropout with a mask from 16-bit random thresholds (see :func:`dropout`)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, p: float) -> Tensor:  # type: ignore[override]
+        dropped = round(p * _DROPOUT_LEVELS)  # of the 2¹⁶ threshold levels
+        n = x.numel()
+        # One 64-bit draw of torch's default generator gives four int16 thresholds.
+        bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
+        bits = bits.random_(-(2**63), None).view(torch.int16)[:n].view(x.shape)
+        drop = bits < dropped - _DROPOUT_LEVELS // 2  # P = dropped / 2¹⁶
+        scale = _DROPOUT_LEVELS / (_DROPOUT_LEVELS - dropped)
+        ctx.save_for_backward(drop)
+        ctx.scale = scale
+        return x.masked_fill(drop, 0.0).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        (drop,) = ctx.saved_tensors
+        return grad.masked_fill(drop, 0.0).mul_(ctx.scale), None
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Inverted dropout, as ``F.dropout(x, p, training)``, with cheaper masks on CPU.
+
+    torch's CPU dropout draws one Bernoulli sample per element (6.8 ms for a (3840, 256) fp32
+    tensor on the development machine: more than a 256×256 linear layer, 6.3 ms, and twice a
+    bf16 one). Here one 64-bit draw gives the 16-bit random thresholds of four elements (2.9 ms):
+    an element is dropped with probability ``round(p·2¹⁶)/2¹⁶`` (0.100006 for p = 0.1) and the
+    others are scaled by the inverse of that keep rate; the mask is kept as bool for the
+    backward. Same generator (torch's default) as ``F.dropout``, so seeding, ``fork_rng`` and
+    the RNG states of checkpoints work alike; the masks differ from ``F.dropout``'s. Used on CPU
+    when :data:`FAST_DROPOUT` is true (default); other devices use ``F.dropout`` (fused there).
+
+    Args:
+        x: any float tensor.
+        p: drop probability in [0, 1).
+        training: apply dropout only when true.
+
+    Returns:
+        A tensor shaped and typed like ``x``.
+    """
+    if not training or p == 0.0:
+        return x
+    if not FAST_DROPOUT or x.device.type != "cpu" or x.numel() == 0:
+        return F.dropout(x, p, training)
+    return _FastDropout.apply(x, p)
+
+
 class TransformerLayer(nn.Module):
     """One fairseq Transformer layer: self-attention, optional cross-attention, FFN; post-LN by
     default (``x = LN(x + dropout(sublayer(x)))``), pre-LN with ``config.pre_norm``."""
@@ -438,12 +492,12 @@ class TransformerLayer(nn.Module):
 
     def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer: typing.Callable) -> Tensor:
         if self.pre_norm:
-            return x + F.dropout(sublayer(norm(x)), self.dropout, self.training)
-        return norm(x + F.dropout(sublayer(x), self.dropout, self.training))
+            return x + dropout(sublayer(norm(x)), self.dropout, self.training)
+        return norm(x + dropout(sublayer(x), self.dropout, self.training))
 
     def _ffn(self, x: Tensor) -> Tensor:
         h = self.activation(self.fc1(x))  # (B, T, ffn)
-        return self.fc2(F.dropout(h, self.activation_dropout, self.training))
+        return self.fc2(dropout(h, self.activation_dropout, self.training))
 
     def forward(
         self,
@@ -526,7 +580,7 @@ class Encoder(nn.Module):
         padding_mask = source.eq(PAD_ID)  # (B, S)
         positions = torch.arange(s, device=source.device)
         x = self.embed_scale * self.embed_tokens(source) + self.embed_positions(positions)
-        x = F.dropout(x, self.config.dropout, self.training)  # (B, S, d)
+        x = dropout(x, self.config.dropout, self.training)  # (B, S, d)
         mask = _key_mask(padding_mask)  # (B, 1, 1, S)
         for layer in self.layers:
             x = layer(x, self_mask=mask)
@@ -831,7 +885,7 @@ class DATModel(nn.Module):
         x = self.embed_scale * emb + self.embed_positions(positions)
         if self.config.copy_source:
             x = x + uniform_copy(encoder_out, decoder_tokens)  # (B, L, d)
-        x = F.dropout(x, self.config.dropout, self.training)  # (B, L, d)
+        x = dropout(x, self.config.dropout, self.training)  # (B, L, d)
         self_mask = _key_mask(decoder_tokens.eq(PAD_ID))  # (B, 1, 1, L): bidirectional
         memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
         for layer in self.layers:
