@@ -5,12 +5,13 @@ For a preset (default ``cpu-small``) at a typical batch (B sentences, source ≈
 encoder, decoder, token head + log-softmax, links head, objective
 (``fadat.dag.dag_log_likelihood``), backward and optimizer (fused AdamW), for several variants:
 
-- ``fp32-eager``: the plain reference step;
+- ``fp32-eager``: the plain reference step (torch's ``F.dropout``);
 - ``bf16-eager``: ``torch.autocast("cpu", bfloat16)`` (links, log-softmax and DAG stay fp32);
 - ``bf16-fused``: ``bf16-eager`` with the training path of ``fadat.objectives``: the token head
   stops at the logits and the objective takes the reference tokens' log-probabilities through
   ``fadat.model.target_logprobs`` (row-blocked fp32 log-sum-exp, hand-written backward; no
-  ``(B, L, V)`` fp32 log-softmax), so the log-softmax is timed under "objective";
+  ``(B, L, V)`` fp32 log-softmax), so the log-softmax is timed under "objective"; and the
+  cheaper dropout masks of ``fadat.model.dropout`` (``FAST_DROPOUT``), as ``fadat train`` uses;
 - ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
   head compiled in place (``nn.Module.compile``, dynamic shapes); the compile time is measured and
   reported; a variant whose compilation fails falls back to eager and says so.
@@ -49,6 +50,7 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+import fadat.model  # noqa: E402
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size  # noqa: E402
 from fadat.model import DATModel, make_config  # noqa: E402
 
@@ -122,6 +124,8 @@ class Step:
         self.bf16 = bf16
         self.objective = objective
         self.fused = fused
+        # The fused variant is the `fadat train` path, cheaper dropout masks included.
+        self.fast_dropout = fused
         # fused AdamW (one kernel for all parameters) where this torch supports it on the device
         try:
             self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
@@ -135,6 +139,7 @@ class Step:
 
     def forward(self, source, s_len):
         m = self.model
+        fadat.model.FAST_DROPOUT = self.fast_dropout
         gl = m.graph_lengths(s_len)
         toks = m.decoder_input_tokens(gl)
         with self.autocast():
@@ -144,6 +149,7 @@ class Step:
 
     def __call__(self, source, s_len, target, t_len) -> dict[str, float]:
         m = self.model
+        fadat.model.FAST_DROPOUT = self.fast_dropout
         times = {}
         t = time.perf_counter()
 

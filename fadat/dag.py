@@ -166,7 +166,8 @@ def passing_probabilities(links: torch.Tensor, graph_lengths: torch.Tensor) -> t
 
     ``p_0 = 1`` and ``p_v = Σ_{u<v} p_u E[u, v]``, computed as the unit-triangular solve
     ``p = e₀ᵀ (I − E)⁻¹`` instead of the reference's O(L) Python loop (anchor-spec §4,
-    "Passing probability"). Differentiable through ``torch.linalg.solve_triangular``.
+    "Passing probability"). Differentiable: the backward is one more triangular solve and an
+    outer product (``_PassingFn``). Transition probabilities below ~2e−38 in float32 count as 0.
 
     Args:
         links: ``(B, L, L)`` float32/float64, ``log E[i, j]`` (entries outside ``i < j < L_b``
@@ -828,7 +829,8 @@ def fuzzy_alignment(
     gathered only for the reference n-grams' tokens, never via a (B, N, L, V) expansion
     (anchor-spec §4). Follows the reference code where the paper is silent: a single order n,
     ``<s>``/``</s>`` inside n-grams and in both lengths, ``T_b`` from ``target_lengths``,
-    probabilities in the input dtype (float32 in training, not fp16).
+    probabilities in the input dtype (float32 in training, not fp16); transition probabilities below
+    the normal range (≈ 2e−38 in float32) are flushed to 0.
 
     Args:
         token_logprobs: ``(B, L, V)`` float32/float64, ``log P(token | vertex)``.
