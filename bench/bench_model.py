@@ -10,8 +10,9 @@ encoder, decoder, token head + log-softmax, links head, objective
 - ``bf16-fused``: ``bf16-eager`` with the training path of ``fadat.objectives``: the token head
   stops at the logits and the objective takes the reference tokens' log-probabilities through
   ``fadat.model.target_logprobs`` (row-blocked fp32 log-sum-exp, hand-written backward; no
-  ``(B, L, V)`` fp32 log-softmax), so the log-softmax is timed under "objective"; and the
-  cheaper dropout masks of ``fadat.model.dropout`` (``FAST_DROPOUT``), as ``fadat train`` uses;
+  ``(B, L, V)`` fp32 log-softmax; its backward writes the logits' gradient into their own
+  storage), so the log-softmax is timed under "objective"; and the cheaper dropout masks of
+  ``fadat.model.dropout`` (``FAST_DROPOUT``), as ``fadat train`` uses;
 - ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
   head compiled in place (``nn.Module.compile``, dynamic shapes); the compile time is measured and
   reported; a variant whose compilation fails falls back to eager and says so.
@@ -174,7 +175,7 @@ class Step:
             from fadat.dag import dag_log_likelihood_from_match
             from fadat.model import target_logprobs
 
-            match = target_logprobs(lp, target)  # (B, T, L) fp32
+            match = target_logprobs(lp, target, inplace_backward=True)  # (B, T, L) fp32
             ll = dag_log_likelihood_from_match(match, links, gl, t_len)
         else:
             ll = self.objective(lp, links, target, gl, t_len)

@@ -303,21 +303,60 @@ class EncoderOut(NamedTuple):
         )
 
 
-# On CPUs without AMX, PyTorch's fused bf16/fp16 attention kernels are slower than fp32 ones
-# (measured here: fwd+bwd 1.3–1.6x slower at B=32, L=140, d_h=64), so under autocast on CPU the
-# attention itself runs in fp32; projections stay in the autocast dtype. Set to False on CPUs
-# where low-precision attention wins.
-CPU_ATTENTION_FP32 = True
+# How attention runs on CPU under bf16/fp16 autocast (issue 4). PyTorch's fused low-precision
+# SDPA kernels are slow on CPUs without AMX, and fp32 SDPA pays the casts. Measured on the
+# 2-core development machine, 2 threads, fwd+bwd of one attention at B = 32, 4 heads, d_h = 64:
+# L = 140 self-attention 40.0 ms (bf16 SDPA) / 27.7 (fp32 SDPA) / 18.8 (``"math"``); L = 140
+# queries on 35 keys 42.1 / 14.3 / 5.7; L = 280 self-attention 127.7 / 90.4 / 74.9.
+#   "math": two batched matmuls in the autocast dtype around an fp32 softmax (the scores are
+#           rounded to the autocast dtype before the softmax, as an eager autocast model does);
+#   "fp32": fp32 SDPA, the result cast back;
+#   "sdpa": the low-precision SDPA kernel.
+# fp32 inputs and other devices always use SDPA.
+CPU_LOW_PRECISION_ATTENTION = "math"
 
 
-def _attention(q: Tensor, k: Tensor, v: Tensor, **kwargs: Any) -> Tensor:
-    """``scaled_dot_product_attention`` on ``(B, h, T, d_h)`` tensors (see
-    :data:`CPU_ATTENTION_FP32`); returns the result in ``q``'s dtype."""
-    if CPU_ATTENTION_FP32 and q.device.type == "cpu" and q.dtype in (torch.bfloat16, torch.float16):
+def _attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> Tensor:
+    """``scaled_dot_product_attention`` on ``(B, h, T, d_h)`` tensors (``attn_mask`` bool, True =
+    may attend), with the CPU low-precision path of :data:`CPU_LOW_PRECISION_ATTENTION`; returns
+    the result in ``q``'s dtype."""
+    mode = CPU_LOW_PRECISION_ATTENTION
+    if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16) or mode == "sdpa":
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+        )
+    if mode == "fp32":
         with torch.autocast(device_type="cpu", enabled=False):
-            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), **kwargs)
+            out = F.scaled_dot_product_attention(
+                q.float(),
+                k.float(),
+                v.float(),
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+            )
         return out.to(q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, **kwargs)
+    if mode != "math":
+        raise ValueError(f"CPU_LOW_PRECISION_ATTENTION must be math, fp32 or sdpa, not {mode!r}")
+    with torch.autocast(device_type="cpu", enabled=False):
+        scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # (B, h, T, S)
+        if is_causal:
+            t, s = scores.shape[-2:]
+            # top-left aligned, as SDPA's is_causal
+            allowed = torch.ones(t, s, dtype=torch.bool, device=q.device).tril()
+            attn_mask = allowed if attn_mask is None else attn_mask & allowed
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        probs = dropout(probs, dropout_p, dropout_p > 0.0).to(q.dtype)
+        return torch.matmul(probs, v)
 
 
 def _key_mask(padding_mask: Tensor) -> Tensor:
@@ -692,45 +731,62 @@ class _TargetLogProbs(torch.autograd.Function):
     """``log_softmax(logits)`` gathered at the target ids, with a hand-written backward.
 
     Forward and backward run over row blocks of ``(B·L, V)`` so that no ``(B, L, V)`` fp32
-    tensor exists: the log-sum-exp is taken in fp32 (or fp64) block by block, and the gradient
-    ``scatter(g) − softmax · Σ_t g`` of each block is written straight into the logits' dtype.
+    tensor exists: the log-softmax is taken in fp32 (or fp64) block by block and gathered, and
+    the gradient ``scatter(g) − softmax · Σ_t g`` of each block (the softmax recomputed) is
+    written straight into the logits' dtype: into a new tensor, or with ``inplace_backward``
+    into the logits' own storage, block by block after that block's softmax is taken.
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, targets: Tensor, block: int) -> Tensor:  # type: ignore[override]
+    def forward(  # type: ignore[override]
+        ctx, logits: Tensor, targets: Tensor, block: int, inplace_backward: bool
+    ) -> Tensor:
         batch, size, vocab = logits.shape
         wide = torch.float64 if logits.dtype == torch.float64 else torch.float32
         flat = logits.reshape(batch * size, vocab)
-        lse = torch.empty(batch * size, dtype=wide, device=logits.device)  # (B·L,)
+        steps = targets.shape[1]
+        index = targets[:, None, :].expand(batch, size, steps).reshape(batch * size, steps)
+        # torch's fused (log_)softmax kernels with an fp32 output are ≈ 1.5x faster on CPU than
+        # logsumexp (max, subtract, exp, sum, log as separate passes) on the cast block
+        out = torch.empty(batch * size, steps, dtype=wide, device=logits.device)  # (B·L, T)
         for start in range(0, batch * size, block):
-            rows = flat[start : start + block]
-            lse[start : start + block] = torch.logsumexp(rows.to(wide), dim=-1)
-        index = targets[:, None, :].expand(batch, size, targets.shape[1])  # (B, L, T)
-        out = logits.gather(-1, index).to(wide) - lse.view(batch, size, 1)  # (B, L, T)
-        ctx.save_for_backward(logits, targets, lse)
-        ctx.block = block
-        return out.transpose(1, 2)  # (B, T, L)
+            stop = start + block
+            logprobs = torch.log_softmax(flat[start:stop], dim=-1, dtype=wide)
+            out[start:stop] = logprobs.gather(1, index[start:stop])
+        ctx.save_for_backward(logits, targets)
+        ctx.block, ctx.wide = block, wide
+        ctx.inplace = inplace_backward and logits.is_contiguous()
+        ctx.consumed = False
+        return out.view(batch, size, steps).transpose(1, 2)  # (B, T, L)
 
     @staticmethod
     def backward(ctx, grad: Tensor):  # type: ignore[override]
-        logits, targets, lse = ctx.saved_tensors
+        if ctx.consumed:
+            raise RuntimeError(
+                "target_logprobs(inplace_backward=True): the first backward overwrote the logits "
+                "with their gradient; a second backward (retain_graph) cannot run"
+            )
+        logits, targets = ctx.saved_tensors
         batch, size, vocab = logits.shape
         steps = targets.shape[1]
         g = grad.transpose(1, 2).reshape(batch * size, steps)  # (B·L, T)
         g_total = g.sum(dim=-1)  # (B·L,)
         index = targets[:, None, :].expand(batch, size, steps).reshape(batch * size, steps)
         flat = logits.reshape(batch * size, vocab)
-        out = torch.empty_like(flat)  # (B·L, V)
+        out = flat if ctx.inplace else torch.empty_like(flat)  # (B·L, V)
+        ctx.consumed = ctx.inplace
         for start in range(0, batch * size, ctx.block):
             stop = start + ctx.block
-            probs = torch.exp(flat[start:stop].to(lse.dtype) - lse[start:stop, None])
+            probs = torch.softmax(flat[start:stop], dim=-1, dtype=ctx.wide)
             probs.mul_(-g_total[start:stop, None])
-            probs.scatter_add_(1, index[start:stop], g[start:stop].to(lse.dtype))
+            probs.scatter_add_(1, index[start:stop], g[start:stop].to(ctx.wide))
             out[start:stop] = probs
-        return out.view(batch, size, vocab), None, None
+        return out.view(batch, size, vocab), None, None, None
 
 
-def target_logprobs(logits: Tensor, targets: Tensor, block: int = 256) -> Tensor:
+def target_logprobs(
+    logits: Tensor, targets: Tensor, block: int = 256, inplace_backward: bool = False
+) -> Tensor:
     """Log-probabilities of the reference tokens at every vertex, straight from the logits.
 
     Equals ``fadat.dag.gather_match(log_softmax(logits.float(), -1), targets)`` (the "match" of
@@ -742,6 +798,13 @@ def target_logprobs(logits: Tensor, targets: Tensor, block: int = 256) -> Tensor
         targets: ``(B, T)`` int64 token ids in ``[0, V)`` (padding ids included; the DAG DP
             ignores positions past ``T_b``).
         block: rows of ``(B·L, V)`` processed at once.
+        inplace_backward: the backward writes the gradient into the storage of ``logits``
+            (contiguous ones; others get a new tensor) instead of a new ``(B, L, V)`` tensor,
+            as fused cross-entropy kernels do: one large allocation less per training step,
+            whose first touch is what costs on CPU. ``logits`` hold the gradient after the
+            backward, so only a caller that owns them may set it; their version counter moves,
+            so an autograd node that saved them raises if it runs later, and a second backward
+            through this node raises.
 
     Returns:
         ``(B, T, L)`` fp32 (fp64 for fp64 logits), differentiable w.r.t. ``logits``; the
@@ -757,7 +820,7 @@ def target_logprobs(logits: Tensor, targets: Tensor, block: int = 256) -> Tensor
         )
     if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= logits.shape[-1]):
         raise ValueError(f"target ids must lie in [0, {logits.shape[-1]})")
-    return _TargetLogProbs.apply(logits, targets, block)
+    return _TargetLogProbs.apply(logits, targets, block, inplace_backward)
 
 
 def uniform_copy(encoder_out: EncoderOut, decoder_tokens: Tensor) -> Tensor:

@@ -263,7 +263,8 @@ def glance(
         if bool(fits.any()):
             rows = fits.nonzero().squeeze(1)
             width = int(target_lengths[rows].max())
-            match = target_logprobs(logits[rows], targets[rows, :width])  # (B', T', L)
+            picked = logits if len(rows) == len(logits) else logits[rows]  # no copy if all fit
+            match = target_logprobs(picked, targets[rows, :width])  # (B', T', L)
             path[rows] = dag.best_alignment_from_match(
                 match, links[rows], graph_lengths[rows], target_lengths[rows]
             )
@@ -380,12 +381,21 @@ def nll_loss_from_logits(
     target_lengths: torch.Tensor,
     glance: GlanceResult | None = None,
     force_emit: bool = True,
+    inplace_backward: bool = False,
 ) -> LossOutput:
     """:func:`nll_loss` with ``token_logprobs = log_softmax(logits)``, computed through
     :func:`fadat.model.target_logprobs` (``logits`` ``(B, L, V)`` in any float dtype; the other
-    arguments and the result as :func:`nll_loss`)."""
+    arguments and the result as :func:`nll_loss`). With ``inplace_backward`` the backward
+    overwrites ``logits`` with their gradient (see ``target_logprobs``): for a caller that
+    owns them, as the training step does."""
+
+    def match_of(rows: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        # all sentences fit (the usual case): no (B, L, V) copy through advanced indexing
+        picked = logits if len(rows) == len(logits) else logits[rows]
+        return target_logprobs(picked, tgt, inplace_backward=inplace_backward)
+
     return _nll(
-        lambda rows, tgt: target_logprobs(logits[rows], tgt),
+        match_of,
         links,
         targets,
         graph_lengths,
@@ -559,6 +569,7 @@ def _dat_step(model, batch: Batch, cfg: ObjectiveConfig) -> LossOutput:
                 batch.target_lengths,
                 glance=glanced,
                 force_emit=cfg.force_emit,
+                inplace_backward=True,  # the logits of this step are used by nothing else
             )
         else:
             out = fuzzy_loss(

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
@@ -316,24 +317,60 @@ def test_too_long_inputs_are_rejected():
         model.decode(enc, model.decoder_input_tokens(torch.tensor([9])))
 
 
-def test_cpu_fp32_attention_under_autocast_matches_low_precision_kernel(monkeypatch):
+def test_cpu_low_precision_attention_modes_match_fp32_model(monkeypatch):
     import fadat.model as fm
 
     model = tiny().eval()
     src = torch.tensor([[5, 6, 7, EOS_ID], [9, EOS_ID, PAD_ID, PAD_ID]])
     lengths = model.graph_lengths(torch.tensor([4, 2]))
     fp32 = model(src, lengths)
-    out = {}
-    for flag in (True, False):
-        monkeypatch.setattr(fm, "CPU_ATTENTION_FP32", flag)
+    for mode in ("math", "fp32", "sdpa"):
+        monkeypatch.setattr(fm, "CPU_LOW_PRECISION_ATTENTION", mode)
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            out[flag] = model(src, lengths)
-    for a, b, c in zip(out[True], out[False], fp32, strict=True):
-        finite = torch.isfinite(c)
-        assert torch.equal(torch.isfinite(a), finite) and torch.equal(torch.isfinite(b), finite)
-        # both bf16 runs stay within bf16 rounding of the fp32 model
-        torch.testing.assert_close(a[finite], c[finite], rtol=0.05, atol=0.05)
-        torch.testing.assert_close(b[finite], c[finite], rtol=0.05, atol=0.05)
+            out = model(src, lengths)
+        for a, c in zip(out, fp32, strict=True):
+            finite = torch.isfinite(c)
+            assert torch.equal(torch.isfinite(a), finite), mode
+            # within bf16 rounding of the fp32 model
+            torch.testing.assert_close(a[finite], c[finite], rtol=0.05, atol=0.05)
+    monkeypatch.setattr(fm, "CPU_LOW_PRECISION_ATTENTION", "nope")
+    with pytest.raises(ValueError, match="CPU_LOW_PRECISION_ATTENTION"):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(src, lengths)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_math_attention_equals_sdpa_in_value_and_gradient(monkeypatch, causal):
+    """The "math" CPU path against SDPA on the same bf16 inputs (fp32 reference math): masks,
+    top-left causal alignment with more keys than queries, and the gradients of q, k, v."""
+    import fadat.model as fm
+
+    monkeypatch.setattr(fm, "CPU_LOW_PRECISION_ATTENTION", "math")
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 5, 8, generator=g).bfloat16().requires_grad_()
+    k = torch.randn(2, 3, 7, 8, generator=g).bfloat16().requires_grad_()
+    v = torch.randn(2, 3, 7, 8, generator=g).bfloat16().requires_grad_()
+    mask = torch.ones(2, 1, 1, 7, dtype=torch.bool)
+    mask[1, ..., 4:] = False
+    out = fm._attention(q, k, v, attn_mask=mask, is_causal=causal)
+    assert out.dtype == torch.bfloat16
+    ref_in = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    full = mask & torch.ones(5, 7, dtype=torch.bool).tril() if causal else mask
+    ref = F.scaled_dot_product_attention(*ref_in, attn_mask=full)
+    torch.testing.assert_close(out.double(), ref, rtol=0.03, atol=0.03)
+    grad = torch.randn(out.shape, generator=g)
+    out.backward(grad.bfloat16())
+    ref.backward(grad.double())
+    for x, r in zip((q, k, v), ref_in, strict=True):
+        torch.testing.assert_close(x.grad.double(), r.grad, rtol=0.05, atol=0.05)
+    # dropout on the attention weights: inverted (mean kept), zeros where dropped
+    torch.manual_seed(1)
+    dropped = fm._attention(q, k, v, attn_mask=mask, dropout_p=0.5, is_causal=causal)
+    assert not torch.equal(dropped, out)
+    torch.manual_seed(1)
+    assert torch.equal(
+        dropped, fm._attention(q, k, v, attn_mask=mask, dropout_p=0.5, is_causal=causal)
+    )
 
 
 def test_scale_embedding_off_feeds_unscaled_embeddings_and_round_trips(tmp_path):

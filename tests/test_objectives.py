@@ -196,6 +196,34 @@ def test_target_logprobs_bf16_logits_give_fp32_match_and_bf16_gradient():
         target_logprobs(logits, torch.full((2, 4), 50))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_target_logprobs_inplace_backward_gives_the_same_gradient_in_the_logits_storage(dtype):
+    gen = torch.Generator().manual_seed(3)
+    base = (torch.randn(3, 7, 13, generator=gen, dtype=torch.float64) * 3).to(dtype)
+    targets = torch.randint(0, 13, (3, 5), generator=gen)
+    weights = torch.randn(3, 5, 7, generator=gen, dtype=torch.float64)
+    leaf = base.clone().requires_grad_(True)
+    (want,) = torch.autograd.grad(
+        (target_logprobs(leaf, targets, block=4).double() * weights).sum(), leaf
+    )
+    leaf = base.clone().requires_grad_(True)
+    logits = leaf * 1  # a non-leaf the caller owns, as the token head's output
+    got = target_logprobs(logits, targets, block=4, inplace_backward=True)
+    torch.testing.assert_close(got, target_logprobs(base, targets, block=4), rtol=0, atol=0)
+    ((got.double() * weights).sum()).backward(retain_graph=True)
+    torch.testing.assert_close(leaf.grad, want, rtol=0, atol=0)
+    assert torch.equal(logits.detach(), want)  # the storage now holds the gradient
+    with pytest.raises(RuntimeError, match="second backward"):
+        (got.double() * weights).sum().backward()
+    # an autograd node that saved the logits notices the overwrite
+    leaf = base.clone().requires_grad_(True)
+    logits = leaf * 1
+    saved = logits.sin().sum()  # sin saves its input; created first, its backward runs last
+    loss = saved + target_logprobs(logits, targets, inplace_backward=True).sum()
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
 def test_nll_loss_from_logits_equals_nll_loss_with_force_emit():
     gen = torch.Generator().manual_seed(5)
     graph_lengths = torch.tensor([6, 4])
