@@ -9,7 +9,7 @@ encoder, decoder, token head + log-softmax, links head, objective
 - ``bf16-eager``: ``torch.autocast("cpu", bfloat16)`` (links, log-softmax and DAG stay fp32);
 - ``bf16-fused``: ``bf16-eager`` with the training path of ``fadat.objectives``: the token head
   stops at the logits and the objective takes the reference tokens' log-probabilities through
-  ``fadat.model.target_logprobs`` (row-blocked fp32 log-sum-exp, hand-written backward; no
+  ``fadat.model.target_logprobs`` (row-blocked fp32 log-softmax, hand-written backward; no
   ``(B, L, V)`` fp32 log-softmax; its backward writes the logits' gradient into their own
   storage), so the log-softmax is timed under "objective"; and the cheaper dropout masks of
   ``fadat.model.dropout`` (``FAST_DROPOUT``), as ``fadat train`` uses;

@@ -326,7 +326,7 @@ def _attention(
 ) -> Tensor:
     """``scaled_dot_product_attention`` on ``(B, h, T, d_h)`` tensors (``attn_mask`` bool, True =
     may attend), with the CPU low-precision path of :data:`CPU_LOW_PRECISION_ATTENTION`; returns
-    the result in ``q``'s dtype."""
+    the result in ``q``'s dtype. Raises ValueError for an unknown mode."""
     mode = CPU_LOW_PRECISION_ATTENTION
     if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16) or mode == "sdpa":
         return F.scaled_dot_product_attention(
@@ -727,6 +727,12 @@ class LinksHead(nn.Module):
 # DA-Transformer
 
 
+def _vertex_targets(targets: Tensor, size: int) -> Tensor:
+    """``(B, T)`` target ids repeated for each of ``size`` vertices: ``(B·size, T)`` int64."""
+    batch, steps = targets.shape
+    return targets[:, None, :].expand(batch, size, steps).reshape(batch * size, steps)
+
+
 class _TargetLogProbs(torch.autograd.Function):
     """``log_softmax(logits)`` gathered at the target ids, with a hand-written backward.
 
@@ -744,8 +750,8 @@ class _TargetLogProbs(torch.autograd.Function):
         batch, size, vocab = logits.shape
         wide = torch.float64 if logits.dtype == torch.float64 else torch.float32
         flat = logits.reshape(batch * size, vocab)
-        steps = targets.shape[1]
-        index = targets[:, None, :].expand(batch, size, steps).reshape(batch * size, steps)
+        index = _vertex_targets(targets, size)  # (B·L, T)
+        steps = index.shape[1]
         # torch's fused (log_)softmax kernels with an fp32 output are ≈ 1.5x faster on CPU than
         # logsumexp (max, subtract, exp, sum, log as separate passes) on the cast block
         out = torch.empty(batch * size, steps, dtype=wide, device=logits.device)  # (B·L, T)
@@ -771,7 +777,7 @@ class _TargetLogProbs(torch.autograd.Function):
         steps = targets.shape[1]
         g = grad.transpose(1, 2).reshape(batch * size, steps)  # (B·L, T)
         g_total = g.sum(dim=-1)  # (B·L,)
-        index = targets[:, None, :].expand(batch, size, steps).reshape(batch * size, steps)
+        index = _vertex_targets(targets, size)  # (B·L, T)
         flat = logits.reshape(batch * size, vocab)
         out = flat if ctx.inplace else torch.empty_like(flat)  # (B·L, V)
         ctx.consumed = ctx.inplace

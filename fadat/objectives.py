@@ -263,8 +263,7 @@ def glance(
         if bool(fits.any()):
             rows = fits.nonzero().squeeze(1)
             width = int(target_lengths[rows].max())
-            picked = logits if len(rows) == len(logits) else logits[rows]  # no copy if all fit
-            match = target_logprobs(picked, targets[rows, :width])  # (B', T', L)
+            match = target_logprobs(_rows(logits, rows), targets[rows, :width])  # (B', T', L)
             path[rows] = dag.best_alignment_from_match(
                 match, links[rows], graph_lengths[rows], target_lengths[rows]
             )
@@ -389,13 +388,10 @@ def nll_loss_from_logits(
     overwrites ``logits`` with their gradient (see ``target_logprobs``): for a caller that
     owns them, as the training step does."""
 
-    def match_of(rows: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        # all sentences fit (the usual case): no (B, L, V) copy through advanced indexing
-        picked = logits if len(rows) == len(logits) else logits[rows]
-        return target_logprobs(picked, tgt, inplace_backward=inplace_backward)
-
     return _nll(
-        match_of,
+        lambda rows, tgt: target_logprobs(
+            _rows(logits, rows), tgt, inplace_backward=inplace_backward
+        ),
         links,
         targets,
         graph_lengths,
@@ -403,6 +399,12 @@ def nll_loss_from_logits(
         glance,
         force_emit,
     )
+
+
+def _rows(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``logits[rows]`` for the sorted ``(B',)`` indices of the sentences that fit their graph;
+    ``logits`` itself when all do (the usual case), without a ``(B, L, V)`` copy."""
+    return logits if len(rows) == len(logits) else logits[rows]
 
 
 def _nll(

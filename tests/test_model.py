@@ -363,7 +363,7 @@ def test_math_attention_equals_sdpa_in_value_and_gradient(monkeypatch, causal):
     ref.backward(grad.double())
     for x, r in zip((q, k, v), ref_in, strict=True):
         torch.testing.assert_close(x.grad.double(), r.grad, rtol=0.05, atol=0.05)
-    # dropout on the attention weights: inverted (mean kept), zeros where dropped
+    # dropout on the attention weights changes the output; the same seed gives the same masks
     torch.manual_seed(1)
     dropped = fm._attention(q, k, v, attn_mask=mask, dropout_p=0.5, is_causal=causal)
     assert not torch.equal(dropped, out)
