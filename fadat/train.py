@@ -1544,5 +1544,8 @@ def run(args: argparse.Namespace) -> int:
             f"best BLEU {best:.2f}; run directory {cfg.run_dir}"
         )
     if dist.is_initialized():
+        # Every rank waits here before tearing down: gloo aborts a process ("terminate called
+        # without an active exception") that destroys its group while a peer is still connected.
+        dist.barrier()
         dist.destroy_process_group()
     return 0
