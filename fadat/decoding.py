@@ -1,4 +1,4 @@
-"""Decoders that read a translation off a DAG (anchor-spec §5; paper §3 Eq. 21-22).
+"""Decoders that read a translation off a DAG (paper §3 Eq. 21-22; docs/reference-behaviour.md).
 
 Every decoder consumes the model's two outputs and nothing else:
 
@@ -14,11 +14,12 @@ Each decoder returns one :class:`Hypothesis` per sentence:
 - ``path_tokens``: the token read at every path vertex, endpoints included;
 - ``tokens``: the output, :func:`output_tokens` of ``path_tokens``: the endpoints' tokens are
   dropped, then consecutive duplicates are removed (a token equal to the previous *vertex's*
-  token is skipped), then ``<pad>`` ids are dropped (anchor-spec §5: the reference skips a
-  vertex's token if it equals the previously visited vertex's token or is pad). Other special
-  ids emitted at intermediate vertices are kept. Unlike the reference, which de-duplicates the
-  whole sequence and strips ``<s>``/``</s>`` afterwards, the endpoints are removed first, so an
-  intermediate ``<s>`` right after the start vertex is kept;
+  token is skipped), then ``<pad>`` ids are dropped (the reference skips a vertex's token if it
+  equals the previously visited vertex's token or is pad; lookahead with n-gram bans is the
+  exception: it keeps repeats, see :func:`lookahead`). Other special ids emitted at intermediate
+  vertices are kept. Unlike the reference, which de-duplicates the whole sequence and strips
+  ``<s>``/``</s>`` afterwards, the endpoints are removed first, so an intermediate ``<s>`` right
+  after the start vertex is kept;
 - ``score``: ``log P(a|x) + Σ_{v ∈ a} log P(path_token_v | v)`` (natural log), i.e. the sum of
   the path's links plus the log-probability of every path token, endpoints included.
 
@@ -46,8 +47,8 @@ import torch
 
 from fadat.data.contract import PAD_ID
 
-#: Weight a banned candidate keeps in sampling (anchor-spec §5: "banned candidates get weight
-#: 1e-5"), before renormalisation.
+#: Weight a banned candidate keeps in sampling, as in the reference
+#: (docs/reference-behaviour.md, sampling), before renormalisation.
 BANNED_WEIGHT = 1e-5
 
 NEG_INF = float("-inf")
@@ -80,7 +81,7 @@ class Hypothesis:
 
 
 def vertex_top1(token_logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Best token of every vertex: ``s_v = max_y log P(y|v)`` and its id (anchor-spec §5).
+    """Best token of every vertex: ``s_v = max_y log P(y|v)`` and its id.
 
     Args:
         token_logprobs: ``(B, L, V)`` float log-probabilities.
@@ -94,7 +95,7 @@ def vertex_top1(token_logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 def output_tokens(path_tokens: Sequence[int]) -> list[int]:
-    """The output sentence of a path's tokens (anchor-spec §5 post-processing).
+    """The output sentence of a path's tokens (docs/reference-behaviour.md, post-processing).
 
     Drops the first and last token (the endpoints), then skips every token equal to the previous
     vertex's token (consecutive de-duplication on the raw sequence), then drops ``<pad>``. So
@@ -170,10 +171,12 @@ def _hypotheses_from_paths(
     paths: torch.Tensor,
     path_tokens: torch.Tensor,
     path_lengths: torch.Tensor,
+    output_rule: Callable[[Sequence[int]], list[int]] = output_tokens,
 ) -> list[Hypothesis]:
     """Batched scores of padded paths, then one :class:`Hypothesis` per row.
 
-    ``paths``/``path_tokens``: ``(B, K)`` int64, valid up to ``path_lengths`` ``(B,)``.
+    ``paths``/``path_tokens``: ``(B, K)`` int64, valid up to ``path_lengths`` ``(B,)``;
+    ``output_rule`` turns a path's tokens into the output (:func:`output_tokens` by default).
     """
     B, K = paths.shape
     steps = torch.arange(K, device=paths.device)  # (K,)
@@ -190,7 +193,7 @@ def _hypotheses_from_paths(
     for p, t, n, s in zip(
         paths.tolist(), path_tokens.tolist(), path_lengths.tolist(), score.tolist(), strict=True
     ):
-        out.append(Hypothesis(output_tokens(t[:n]), p[:n], t[:n], float(s)))
+        out.append(Hypothesis(output_rule(t[:n]), p[:n], t[:n], float(s)))
     return out
 
 
@@ -237,7 +240,7 @@ def _walk(
 def greedy(
     token_logprobs: torch.Tensor, links: torch.Tensor, graph_lengths: torch.Tensor
 ) -> list[Hypothesis]:
-    """Greedy decoding (paper Eq. 21; anchor-spec §5 ``greedy``).
+    """Greedy decoding (paper Eq. 21).
 
     From vertex 0, ``next = argmax_j links[i, j]`` until the end vertex; every path vertex reads
     its argmax token. One batched argmax plus a batched walk (no per-sentence loop).
@@ -279,22 +282,27 @@ def lookahead(
     no_consecutive_repeated_ngram: int = 0,
     no_repeated_ngram: int = 0,
 ) -> list[Hypothesis]:
-    """Lookahead decoding (paper Eq. 22; anchor-spec §5 ``lookahead``).
+    """Lookahead decoding (paper Eq. 22; docs/reference-behaviour.md, lookahead).
 
     Without n-gram bans: ``next = argmax_j (links[i, j] + β·s_j)`` and every path vertex reads its
     argmax token, as in the reference (β multiplies the *token* score, ``--decode-beta``). One
     batched argmax plus a batched walk.
 
     With ``no_consecutive_repeated_ngram = k > 0`` or ``no_repeated_ngram = n > 0``
-    (anchor-spec §5 "lookahead with n-gram prevention"): at vertex ``i`` the candidates are the
-    top ``top_cand_n`` pairs ``(j, y)`` by ``links[i, j] + β·log P(y|j)`` (``y`` among ``j``'s top
-    ``top_cand_n`` tokens; the end vertex is one pair with its argmax token and is never banned).
-    The walk takes the first candidate whose token is not banned; if the probability mass
-    ``exp(score)`` of the skipped banned candidates exceeds ``top_p``, or all are banned, it takes
-    the top candidate. Banned: the previous output token (always, once any ban is on), a token
-    that would make the last ``m`` output tokens repeat the ``m`` before them for
-    ``2 ≤ m ≤ k``, and a token completing an ``n``-gram already in the output. The candidate
-    tables are batched; the ban checks walk each sentence in Python.
+    (docs/reference-behaviour.md, n-gram bans), the reference's walk: at vertex ``i`` the
+    candidates are the top ``top_cand_n`` pairs ``(j, y)`` by ``links[i, j] + β·log P(y|j)``
+    (``y`` among ``j``'s top ``top_cand_n`` tokens, the end vertex included). The walk takes the
+    first candidate whose token is not banned; if the probability mass ``exp(score)`` of the
+    skipped banned candidates exceeds ``top_p``, or all are banned, it takes the top candidate,
+    banned or not. Bans look at the *chosen* tokens so far (every candidate token taken at an
+    intermediate vertex, pads and repeats included, after the start vertex's token), not at the
+    output: banned are the previous chosen token (always, once any ban is on; so after a
+    ``<pad>`` the pad is banned and the token before it is free), a token that would make the
+    last ``m`` chosen tokens repeat the ``m`` before them for ``2 ≤ m ≤ k``, and a token
+    completing an ``n``-gram already chosen. The output is the chosen intermediate tokens with
+    pads dropped and *without* de-duplication: a fallback to a banned previous token keeps the
+    repeat. Deviation: ``n = 1`` bans every token already chosen (in the reference it bans
+    nothing). The candidate tables are batched; the ban checks walk each sentence in Python.
 
     Args:
         token_logprobs: ``(B, L, V)`` float.
@@ -307,7 +315,8 @@ def lookahead(
         no_repeated_ngram: n ≥ 0 (0 = off).
 
     Returns:
-        ``B`` hypotheses; with bans, ``path_tokens`` are the chosen candidates' tokens.
+        ``B`` hypotheses; with bans, ``path_tokens`` are the chosen candidates' tokens and
+        ``tokens`` keeps their repeats (see above).
 
     Raises:
         ValueError: a negative option or ``top_cand_n < 1``.
@@ -316,7 +325,7 @@ def lookahead(
     if no_consecutive_repeated_ngram == 0 and no_repeated_ngram == 0:
         return _lookahead_like(token_logprobs, links, graph_lengths, beta=beta)
     table = _candidate_table(
-        token_logprobs, links, graph_lengths, top_cand_n, beta, 1.0, None, end_token_score=True
+        token_logprobs, links, graph_lengths, top_cand_n, beta, 1.0, None, end_as_vertex=True
     )
     return _candidate_walk(
         token_logprobs,
@@ -332,7 +341,7 @@ def lookahead(
 
 
 # ----------------------------------------------------------------------------------------------
-# Viterbi and joint-Viterbi (Shao et al. 2022; anchor-spec §5)
+# Viterbi and joint-Viterbi (Shao et al. 2022; docs/reference-behaviour.md)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -365,6 +374,8 @@ def _viterbi(
     # a_k[j] (best score of k intermediate vertices ending at j) is −inf for j < k, so only its
     # tail a[:, j - k] for j ≥ k is kept, and each step computes the lower-right block only.
     a = links[:, 0, 1:] + emit[:, 1:]  # (B, L-1): a_1[j], j ≥ 1
+    if joint:
+        a = a + s[:, :1]  # the start vertex's s_0, in the objective as in the reference
     ends_val, ends_arg = [], []  # per k: best a_k[j] + links[j, end] and its j
     backptr: list[torch.Tensor] = []  # backptr[k-2][b, j - k]: predecessor of j, k vertices
     for k in range(1, K + 1):
@@ -423,18 +434,21 @@ def viterbi(
     length_penalty: float = 1.0,
     max_length: int | None = None,
 ) -> list[Hypothesis]:
-    """Length-normalised best path (anchor-spec §5 ``viterbi``; Shao et al. 2022).
+    """Length-normalised best path (Shao et al. 2022; docs/reference-behaviour.md, Viterbi).
 
     Finds the path maximising ``(Σ_edges links) / k^β_v`` over paths with ``k ≥ 1``
     intermediate vertices (vertices strictly between the endpoints), ``k ≤ max_length`` if given.
     One batched DP over ``k`` (``a_{k+1}[j] = max_i a_k[i] + links[i, j]``) on any device; the
     reference is GPU-only. Every path vertex then reads its argmax token.
 
-    Differences from the reference: the objective is Σ links only, as specified for fadat — the
-    reference's quirk of adding ``s_j`` at ``k = 1`` only is *not* followed; ``K`` defaults to
-    ``L_b − 2`` (all lengths) instead of ``int(2·L/λ)``. A graph of 2 vertices has no
-    intermediate vertex: path ``[0, 1]``, empty output. If no path with ``1 ≤ k ≤ K`` has a finite
-    score, the direct path ``[0, L_b − 1]`` is returned. Ties keep the smallest ``k``.
+    Differences from the reference: the objective is Σ links only. The reference starts its DP
+    with ``a_1[j] = links[0, j] + s_j`` and adds no token score afterwards, so its objective also
+    holds ``s`` of the path's *first intermediate vertex* (the vertex after the start), for every
+    length ``k``; no other vertex's score (neither the start's nor the end's) enters. fadat does
+    not add it. ``K`` defaults to ``L_b − 2`` (all lengths) instead of the reference's
+    ``int(2·L/λ)``. A graph of 2 vertices has no intermediate vertex: path ``[0, 1]``, empty
+    output. If no path with ``1 ≤ k ≤ K`` has a finite score, the direct path ``[0, L_b − 1]`` is
+    returned. Ties keep the smallest ``k``.
 
     Args:
         token_logprobs: ``(B, L, V)`` float.
@@ -460,19 +474,21 @@ def joint_viterbi(
     length_penalty: float = 1.0,
     max_length: int | None = None,
 ) -> list[Hypothesis]:
-    """Joint-Viterbi (paper §4.1; Shao et al. 2022; anchor-spec §5 ``jointviterbi``).
+    """Joint-Viterbi (paper §4.1; Shao et al. 2022; docs/reference-behaviour.md, joint-Viterbi).
 
-    Finds the path maximising ``(Σ_edges links + Σ_{intermediate v} s_v) / k^β_v`` over paths with
-    ``1 ≤ k (≤ max_length)`` intermediate vertices, i.e. the joint optimum of path and tokens per
-    length, reranked by length normalisation; intermediate vertices read their argmax tokens.
-    The endpoints' token scores are not in the objective (as in the reference); they are in
-    ``Hypothesis.score``. Same DP, fallbacks and 2-vertex rule as :func:`viterbi`.
+    Finds the path maximising ``(s_0 + Σ_{intermediate v} s_v + Σ_edges links) / k^β_v`` over
+    paths with ``1 ≤ k (≤ max_length)`` intermediate vertices, i.e. the joint optimum of path and
+    tokens per length, reranked by length normalisation; every path vertex reads its argmax token.
+    As in the reference, the start vertex's best token log-probability ``s_0`` is part of the
+    objective (and so divided by ``k^β_v`` with the rest: with ``β_v > 0`` it moves the chosen
+    length), the end vertex's is not; both are in ``Hypothesis.score``. Same DP, ``K``,
+    fallbacks and 2-vertex rule as :func:`viterbi`.
 
     Args:
         token_logprobs: ``(B, L, V)`` float.
         links: ``(B, L, L)`` float.
         graph_lengths: ``(B,)`` int64.
-        length_penalty: β_v, default 1.
+        length_penalty: β_v (``--decode-viterbibeta``), default 1.
         max_length: optional upper bound on ``k``.
 
     Returns:
@@ -505,15 +521,17 @@ def _candidate_table(
     beta: float,
     temperature: float,
     top_p: float | None,
-    end_token_score: bool,
+    end_as_vertex: bool,
 ) -> _CandidateTable:
-    """Top ``top_cand_n`` (vertex, token) pairs per source vertex (anchor-spec §5 ``sample``).
+    """Top ``top_cand_n`` (vertex, token) pairs per source vertex (docs/reference-behaviour.md,
+    sampling and n-gram bans).
 
     Pair score: ``log_softmax_j(links[i] / τ)[j] + β·log P(y|j)`` for ``y`` among the top
-    ``top_cand_n`` tokens of ``j``. The end vertex is one pair with its argmax token, scored by
-    the transition alone (``end_token_score=False``) or plus ``β·s_end`` (True). With ``top_p``,
-    a candidate is dropped (score −inf) once the ``exp(score)`` mass ranked before it reaches
-    ``top_p``; the first candidate is always kept.
+    ``top_cand_n`` tokens of ``j``. With ``end_as_vertex`` the end vertex is a destination like
+    any other (the reference's lookahead with bans); without, it is one pair with its argmax
+    token, scored by the transition alone (sampling). With ``top_p``, a candidate is dropped
+    (score −inf) once the ``exp(score)`` mass ranked before it reaches ``top_p``; the first
+    candidate is always kept.
     """
     if top_cand_n < 1:
         raise ValueError(f"top_cand_n must be >= 1, got {top_cand_n}")
@@ -538,14 +556,12 @@ def _candidate_table(
     for lo in range(0, B, chunk):
         sl = slice(lo, lo + chunk)
         pair = trans[sl, :, :, None] + beta * tok_lp[sl, None, :, :]  # (b, L, L, n_tok)
-        rows = torch.arange(pair.shape[0], device=device)  # (b,)
-        end_b = end[sl]  # (b,)
-        # the end vertex's column: one candidate (its argmax token), the others removed
-        end_col = trans[sl][rows, :, end_b]  # (b, L) links[i, end]
-        if end_token_score:
-            end_col = end_col + beta * tok_lp[sl][rows, end_b, 0][:, None]
-        pair[rows, :, end_b, 1:] = neg_inf
-        pair[rows, :, end_b, 0] = end_col
+        if not end_as_vertex:
+            # the end vertex's column: one candidate (its argmax token), scored by the transition
+            rows = torch.arange(pair.shape[0], device=device)  # (b,)
+            end_b = end[sl]  # (b,)
+            pair[rows, :, end_b, 1:] = neg_inf
+            pair[rows, :, end_b, 0] = trans[sl][rows, :, end_b]  # (b, L) links[i, end]
         sc, fl = pair.reshape(pair.shape[0], L, L * n_tok).topk(n, dim=2)  # (b, L, n)
         scores.append(sc)
         flats.append(fl)
@@ -567,35 +583,53 @@ def _check_ban_options(consecutive: int, repeated: int) -> None:
 
 
 class _BanState:
-    """Output-so-far of one sentence and its n-gram bans (anchor-spec §5 n-gram prevention)."""
+    """One sentence's token history and its n-gram bans (docs/reference-behaviour.md, n-gram bans).
 
-    def __init__(self, consecutive: int, repeated: int) -> None:
-        self.out: list[int] = []
-        self.prev: int | None = None  # the previous intermediate vertex's token
+    Two histories, as the reference's two walks keep them:
+
+    - ``chosen`` (lookahead): every token chosen so far, pads and repeats included, after the
+      start vertex's token. The start token counts in the consecutive-repeat comparisons but is
+      never banned itself and starts no banned n-gram (in the reference it is held as a tensor,
+      which a candidate id never equals as a set member).
+    - ``output`` (sampling): the output so far by the rule of :func:`output_tokens` (a token equal
+      to the previous vertex's is skipped, pads are dropped).
+    """
+
+    def __init__(self, consecutive: int, repeated: int, start: int | None) -> None:
+        self.hist: list[int] = [] if start is None else [start]
+        self.offset = len(self.hist)  # history entries that are never banned nor in n-grams
+        self.raw = start is not None
+        self.prev: int | None = None  # the previous intermediate vertex's token (output rule)
         self.consecutive = consecutive
         self.repeated = repeated
         self.seen: set[tuple[int, ...]] = set()
 
     def banned(self, t: int) -> bool:
-        out = self.out
-        if self.consecutive >= 1 and out and out[-1] == t:
+        h = self.hist
+        if self.consecutive >= 1 and len(h) > self.offset and h[-1] == t:
             return True
-        seq = out + [t]
-        for m in range(2, min(self.consecutive, len(seq) // 2) + 1):
-            if seq[-m:] == seq[-2 * m : -m]:
+        # t would make the last m tokens repeat the m before them
+        for m in range(2, min(self.consecutive, (len(h) + 1) // 2) + 1):
+            if h[-m] == t and all(h[-k] == h[-m - k] for k in range(1, m)):
                 return True
         n = self.repeated
-        return n > 0 and len(seq) >= n and tuple(seq[-n:]) in self.seen
+        body = h[self.offset :]
+        return n > 0 and len(body) >= n - 1 and (*body[len(body) - n + 1 :], t) in self.seen
 
     def push(self, t: int) -> None:
-        # The rule of output_tokens(): skip a token equal to the previous vertex's, drop pads.
-        prev, self.prev = self.prev, t
-        if t == PAD_ID or t == prev:
-            return
-        self.out.append(t)
+        if not self.raw:
+            prev, self.prev = self.prev, t
+            if t == PAD_ID or t == prev:
+                return
+        self.hist.append(t)
         n = self.repeated
-        if n > 0 and len(self.out) >= n:
-            self.seen.add(tuple(self.out[-n:]))
+        if n > 0 and len(self.hist) - self.offset >= n:
+            self.seen.add(tuple(self.hist[-n:]))
+
+
+def _chosen_output(path_tokens: Sequence[int]) -> list[int]:
+    """Output of a lookahead walk with bans: the intermediate tokens without pads, repeats kept."""
+    return [int(t) for t in list(path_tokens)[1:-1] if t != PAD_ID]
 
 
 def _candidate_walk(
@@ -611,8 +645,11 @@ def _candidate_walk(
 ) -> list[Hypothesis]:
     """Walk the candidate table from vertex 0 to the end, batched over sentences per step.
 
-    The walk runs in NumPy on the CPU: each step is a handful of tiny array operations, for
-    which torch's per-call overhead would dominate.
+    Sampling keeps the ``output`` history of :class:`_BanState` and never bans the end vertex;
+    lookahead (``sample=False``) keeps the ``chosen`` history, bans end-vertex candidates like
+    any other and outputs every chosen intermediate token but pads (:func:`_chosen_output`), as
+    the reference does. The walk runs in NumPy on the CPU: each step is a handful of tiny array
+    operations, for which torch's per-call overhead would dominate.
     """
     B, L, n = table.score.shape
     vert = table.vertex.cpu().numpy()  # (B, L, n)
@@ -622,7 +659,11 @@ def _candidate_walk(
     end = (graph_lengths.cpu() - 1).numpy().astype(np.int64)  # (B,)
     tok = vertex_top1(_working_dtype(token_logprobs))[1].cpu().numpy()  # (B, L)
     bans = consecutive > 0 or repeated > 0
-    states = [_BanState(consecutive, repeated) for _ in range(B)] if bans else []
+    states = []
+    if bans:
+        starts = [None] * B if sample else tok[:, 0].tolist()
+        states = [_BanState(consecutive, repeated, start) for start in starts]
+    never_banned = is_end if sample else np.zeros_like(is_end)  # (B, L, n)
     rows = np.arange(B)
     cur = np.zeros(B, dtype=np.int64)  # (B,)
     paths, ptoks = [cur.copy()], [tok[:, 0].copy()]
@@ -631,13 +672,17 @@ def _candidate_walk(
         if done.all():
             break
         w = weight[rows, cur].copy()  # (B, n)
-        cand_t, cand_e = tokt[rows, cur], is_end[rows, cur]  # (B, n), (B, n)
+        cand_t, cand_free = tokt[rows, cur], never_banned[rows, cur]  # (B, n), (B, n)
         active = np.flatnonzero(~done).tolist()
         if sample:
             if bans:
                 for b in active:
                     for c in range(n):
-                        if w[b, c] > 0 and not cand_e[b, c] and states[b].banned(int(cand_t[b, c])):
+                        if (
+                            w[b, c] > 0
+                            and not cand_free[b, c]
+                            and states[b].banned(int(cand_t[b, c]))
+                        ):
                             w[b, c] = BANNED_WEIGHT
             w[done] = 0.0
             w[done, 0] = 1.0
@@ -653,7 +698,7 @@ def _candidate_walk(
                 for c in range(n):
                     if w[b, c] <= 0:
                         break  # candidates are sorted: the rest are missing too
-                    if cand_e[b, c] or not states[b].banned(int(cand_t[b, c])):
+                    if cand_free[b, c] or not states[b].banned(int(cand_t[b, c])):
                         choice[b] = c
                         break
                     skipped += w[b, c]
@@ -676,7 +721,12 @@ def _candidate_walk(
     tok_t = torch.from_numpy(np.stack(ptoks, 1)).to(device)  # (B, K)
     lengths = (path_t != torch.from_numpy(end).to(device)[:, None]).sum(1) + 1  # (B,)
     return _hypotheses_from_paths(
-        _working_dtype(token_logprobs), _working_dtype(links), path_t, tok_t, lengths
+        _working_dtype(token_logprobs),
+        _working_dtype(links),
+        path_t,
+        tok_t,
+        lengths,
+        output_tokens if sample else _chosen_output,
     )
 
 
@@ -693,7 +743,7 @@ def sample(
     no_consecutive_repeated_ngram: int = 1,
     no_repeated_ngram: int = 0,
 ) -> list[Hypothesis]:
-    """Random walk over (vertex, token) candidates (anchor-spec §5 ``sample`` [v2]).
+    """Random walk over (vertex, token) candidates (docs/reference-behaviour.md, sampling).
 
     At vertex ``i``, candidate pairs ``(j, y)`` are scored
     ``log_softmax_j(links[i] / τ)[j] + β·log P(y|j)`` (``y`` among the top ``top_cand_n`` tokens
@@ -740,7 +790,14 @@ def sample(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     _check_ban_options(no_consecutive_repeated_ngram, no_repeated_ngram)
     table = _candidate_table(
-        token_logprobs, links, graph_lengths, top_cand_n, beta, temperature, top_p, False
+        token_logprobs,
+        links,
+        graph_lengths,
+        top_cand_n,
+        beta,
+        temperature,
+        top_p,
+        end_as_vertex=False,
     )
     rng = np.random.default_rng(seed)
     return _candidate_walk(
@@ -757,16 +814,8 @@ def sample(
 
 
 # ----------------------------------------------------------------------------------------------
-# Beam search over output prefixes (anchor-spec §5 ``beamsearch``; thu-coai/DAG-Search)
+# Beam search over output prefixes (thu-coai/DAG-Search; docs/reference-behaviour.md)
 # ----------------------------------------------------------------------------------------------
-
-
-def _logaddexp(a: float, b: float) -> float:
-    if a < b:
-        a, b = b, a
-    if b == NEG_INF:
-        return a
-    return a + math.log1p(math.exp(b - a))
 
 
 class _LanguageModel:
@@ -811,7 +860,7 @@ def beam_search(
     lm_words: Sequence[str] | None = None,
     gamma: float = 0.1,
 ) -> list[Hypothesis]:
-    """Prefix-merging beam search over the DAG (anchor-spec §5 ``beamsearch``, thu-coai/DAG-Search).
+    """Prefix-merging beam search over the DAG (thu-coai/DAG-Search; reference-behaviour.md).
 
     Objective: the output ``y`` maximising
     ``J(y) = (log P(y|x) + γ·lm(y)) / max(1, |y|)^α`` with
@@ -902,7 +951,7 @@ def beam_search(
         for b, n in enumerate(graph_lengths.tolist()):
             args = (lp_all[b, :n], ln_all[b, :n, :n], beam_size, max_beam_per_length)
             args += (top_cand_n, top_p, max_successors, alpha)
-            if language_model is None and not _BEAM_REFERENCE:
+            if language_model is None:
                 out.append(_beam_one_fast(*args))
             else:
                 out.append(_beam_one_reference(*args, language_model, gamma))
@@ -945,8 +994,6 @@ _HASH_MUL = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _FREE_SALT = np.uint64(0xD6E8FEB86659FD93)
-# Set to True to route every beam search through the plain implementation (tests, debugging).
-_BEAM_REFERENCE = False
 
 
 def _extend_hash(h: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -1221,7 +1268,7 @@ def decode(
     strategy: str,
     **options: Any,
 ) -> list[Hypothesis]:
-    """Decode a batch of DAGs with one of :data:`STRATEGIES` (anchor-spec §5).
+    """Decode a batch of DAGs with one of :data:`STRATEGIES`.
 
     Args:
         token_logprobs: ``(B, L, V)`` float log P(token|vertex).

@@ -45,11 +45,18 @@ def all_paths(n: int):
             yield (0, *inner, n - 1)
 
 
-def check_hypothesis(h: Hypothesis, lp: torch.Tensor, ln: torch.Tensor, n: int) -> None:
+def chosen_output(path_tokens) -> list[int]:
+    """Output of lookahead with n-gram bans: intermediate tokens without pads, repeats kept."""
+    return [t for t in path_tokens[1:-1] if t != PAD_ID]
+
+
+def check_hypothesis(
+    h: Hypothesis, lp: torch.Tensor, ln: torch.Tensor, n: int, rule=output_tokens
+) -> None:
     assert h.path[0] == 0 and h.path[-1] == n - 1
     assert all(a < b for a, b in zip(h.path, h.path[1:], strict=False))
     assert len(h.path_tokens) == len(h.path)
-    assert h.tokens == output_tokens(h.path_tokens)
+    assert h.tokens == rule(h.path_tokens)
     assert h.score == pytest.approx(path_score(lp, ln, h.path, h.path_tokens), abs=1e-9)
 
 
@@ -97,7 +104,9 @@ def test_greedy_and_lookahead_match_hand_walk(beta):
         check_hypothesis(h, tlp[b], ln[b], n)
 
 
-def exhaustive_viterbi(lp, ln, n, joint, beta, max_length):
+def exhaustive_viterbi(lp, ln, n, joint, beta, max_length, start_score=True):
+    """Best path by enumeration. Joint: the reference's objective (s_0 + Σ_intermediate s_v +
+    Σ links) / k^β, or without s_0 when ``start_score`` is False; plain: Σ links / k^β."""
     s = lp.max(-1).values
     best, best_path = NEG_INF, None
     for a in all_paths(n):
@@ -106,7 +115,7 @@ def exhaustive_viterbi(lp, ln, n, joint, beta, max_length):
             continue
         v = sum(float(ln[a[t], a[t + 1]]) for t in range(len(a) - 1))
         if joint:
-            v += sum(float(s[x]) for x in a[1:-1])
+            v += sum(float(s[x]) for x in a[1:-1]) + (float(s[0]) if start_score else 0.0)
         v /= k**beta
         if v > best:
             best, best_path = v, list(a)
@@ -125,6 +134,47 @@ def test_viterbi_matches_exhaustive(strategy, beta, max_length):
         assert h.path == expect
         assert h.path_tokens == [int(tlp[b, v].argmax()) for v in h.path]
         check_hypothesis(h, tlp[b], ln[b], n)
+
+
+def test_joint_viterbi_objective_includes_the_start_vertex_score():
+    # The reference's example: vertex 0 uniform over V, vertices 1-3 sure of 3, 4, </s>.
+    # k = 1 (0→1→3): (log(.45·.90) − log V) / 1 = −2.98; k = 2 (0→1→2→3):
+    # (log(.45·.10·1) − log V) / 2 = −2.59, so [3, 4]; without s_0 it would be [3] (−0.90 > −1.55).
+    V = 8
+    E = torch.tensor(
+        [[0, 0.45, 0.10, 0.45], [0, 0, 0.10, 0.90], [0, 0, 0, 1.0], [0, 0, 0, 0]],
+        dtype=torch.float64,
+    )
+    ln = E.log()[None]  # (1, 4, 4), log 0 = −inf
+    tlp = torch.full((1, 4, V), -1e9, dtype=torch.float64)
+    tlp[0, 0] = -torch.log(torch.tensor(float(V), dtype=torch.float64))
+    tlp[0, 1, 3] = tlp[0, 2, 4] = tlp[0, 3, 2] = 0.0
+    h = decode(tlp, ln, torch.tensor([4]), "joint-viterbi")[0]
+    assert h.path == [0, 1, 2, 3] and h.tokens == [3, 4]
+    assert decode(tlp, ln, torch.tensor([4]), "viterbi")[0].tokens == [3]
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.3, 1.0, 2.5])
+def test_joint_viterbi_equals_brute_force_of_the_reference_objective(beta):
+    # Random graphs in float64, padded batches, some with a flat start vertex (s_0 very low):
+    # the decoded path maximises (s_0 + Σ s_v + Σ links) / k^β over every path.
+    differs = 0
+    for seed in range(6):
+        tlp, ln, lens = random_graph(12, 9, 6, seed=100 + seed, sharp=1.5)
+        tlp[::2, 0] = (tlp[::2, 0] * 0.05).log_softmax(-1)  # near-uniform start vertices
+        for max_length in (None, 3):
+            hyps = decode(
+                tlp, ln, lens, "joint-viterbi", length_penalty=beta, max_length=max_length
+            )
+            for b, h in enumerate(hyps):
+                n = int(lens[b])
+                expect = exhaustive_viterbi(tlp[b], ln[b], n, True, beta, max_length)
+                assert h.path == expect
+                check_hypothesis(h, tlp[b], ln[b], n)
+                without = exhaustive_viterbi(tlp[b], ln[b], n, True, beta, max_length, False)
+                differs += without != expect
+    # s_0 moves the chosen length when β > 0 (so leaving it out would fail above)
+    assert (differs > 0) == (beta > 0)
 
 
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
@@ -166,7 +216,8 @@ def test_batched_equals_one_at_a_time(strategy, options):
             single[0].path_tokens,
         )
         assert h.score == pytest.approx(single[0].score, abs=1e-9)
-        check_hypothesis(h, tlp[b], ln[b], n)
+        bans = strategy == "lookahead" and options
+        check_hypothesis(h, tlp[b], ln[b], n, chosen_output if bans else output_tokens)
 
 
 def test_float32_and_half_inputs():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 from collections import Counter
@@ -9,10 +10,10 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from test_decoding import all_paths, check_hypothesis, random_graph
+from test_decoding import all_paths, check_hypothesis, chosen_output, random_graph
 
 from fadat.data.contract import PAD_ID
-from fadat.decoding import BANNED_WEIGHT, decode
+from fadat.decoding import BANNED_WEIGHT, _beam_one_reference, beam_search, decode
 
 NEG_INF = float("-inf")
 
@@ -393,6 +394,128 @@ def test_lookahead_ban_on_bans_the_previous_token():
     assert got.tokens == [A, D, C]
 
 
+def test_lookahead_ban_after_a_pad_bans_the_pad_not_the_token_before_it():
+    # Chosen a, <pad>: the previous chosen token is <pad>, so at vertex 3 the pad is banned
+    # (runner-up a) and a is free again, as in the reference: output a a c.
+    tlp, ln, lens = chain_graph(
+        [{0: 0.9}, {A: 0.9}, {PAD_ID: 0.9}, {PAD_ID: 0.6, A: 0.3}, {C: 0.9}, {2: 0.9}]
+    )
+    assert decode(tlp, ln, lens, "lookahead")[0].tokens == [A, C]
+    got = decode(tlp, ln, lens, "lookahead", no_repeated_ngram=4)[0]
+    assert got.path_tokens == [0, A, PAD_ID, A, C, 2]
+    assert got.tokens == [A, A, C]
+    # a <pad> then {a 0.6, d 0.3}: a is not banned after the pad (the output's last token is a)
+    tlp, ln, lens = chain_graph([{0: 0.9}, {A: 0.9}, {PAD_ID: 0.9}, {A: 0.6, D: 0.3}, {2: 0.9}])
+    got = decode(tlp, ln, lens, "lookahead", no_consecutive_repeated_ngram=1)[0]
+    assert got.path_tokens == [0, A, PAD_ID, A, 2] and got.tokens == [A, A]
+
+
+def test_lookahead_fallback_to_a_banned_token_keeps_the_repeat():
+    # a then {a 0.6, d 0.3}: a is banned, but its skipped mass 0.6 exceeds top_p = 0.5, so the
+    # walk falls back to a; the reference outputs the repeat (no de-duplication): a a c.
+    tlp, ln, lens = chain_graph([{0: 0.9}, {A: 0.9}, {A: 0.6, D: 0.3}, {C: 0.9}, {2: 0.9}])
+    got = decode(tlp, ln, lens, "lookahead", no_repeated_ngram=4, top_p=0.5)[0]
+    assert got.path_tokens == [0, A, A, C, 2]
+    assert got.tokens == [A, A, C]
+    # and the repeat is history: a third a would repeat the previous chosen token and the bigram
+    tlp, ln, lens = chain_graph([{0: 0.9}, {A: 0.9}, {A: 0.6, D: 0.3}, {A: 0.5, C: 0.4}, {2: 0.9}])
+    got = decode(tlp, ln, lens, "lookahead", no_repeated_ngram=2, top_p=0.55)[0]
+    assert got.path_tokens == [0, A, A, C, 2] and got.tokens == [A, A, C]
+
+
+def reference_ban_walk(lp, ln, n, beta, top_cand_n, top_p, consecutive, repeated):
+    """The reference's lookahead with n-gram bans, restated plainly for one sentence.
+
+    Candidates of vertex i: every (j, y) with j > i and y among j's top ``top_cand_n`` tokens,
+    scored ln[i, j] + β·lp[j, y], best ``top_cand_n`` kept. History = the start vertex's token,
+    then every chosen token. Returns (path, path tokens, output, fallbacks taken).
+    """
+    lp, ln = np.asarray(lp)[:n], np.asarray(ln)[:n, :n]
+    k_tok = min(top_cand_n, lp.shape[1])
+    top = np.argsort(-lp, axis=1, kind="stable")[:, :k_tok]
+    start = int(lp[0].argmax())
+    hist, chosen, seen, path, fallbacks = [start], [], set(), [0], 0
+    i = 0
+    while i != n - 1:
+        cands = sorted(
+            ((ln[i, j] + beta * lp[j, y], j, int(y)) for j in range(i + 1, n) for y in top[j]),
+            reverse=True,
+        )[:top_cand_n]
+        banned = {hist[-1]} if chosen else set()  # the start token is never banned
+        for m in range(2, min(consecutive, (len(hist) + 1) // 2) + 1):
+            if all(hist[-q] == hist[-m - q] for q in range(1, m)):
+                banned.add(hist[-m])
+
+        def free(y, banned=banned):
+            if y in banned:
+                return False
+            if repeated == 0 or len(chosen) < repeated - 1:
+                return True
+            return (*chosen[len(chosen) - repeated + 1 :], y) not in seen
+
+        pick, skipped = None, 0.0
+        for c in cands:
+            if free(c[2]):
+                pick = c
+                break
+            skipped += math.exp(c[0])
+            if skipped > top_p:
+                break
+        if pick is None:
+            pick, fallbacks = cands[0], fallbacks + 1
+        _, i, y = pick
+        path.append(i)
+        hist.append(y)
+        chosen.append(y)
+        if repeated and len(chosen) >= repeated:
+            seen.add(tuple(chosen[-repeated:]))
+    output = [y for y in chosen[:-1] if y != PAD_ID]
+    return path, [start, *chosen], output, fallbacks
+
+
+@pytest.mark.parametrize(
+    ("beta", "top_cand_n", "top_p", "consecutive", "repeated"),
+    [
+        (1.0, 5, 0.9, 1, 0),
+        (1.0, 5, 0.9, 3, 2),
+        (0.5, 4, 0.4, 2, 3),
+        (2.0, 8, 0.95, 0, 2),
+        (1.0, 3, 0.2, 4, 0),
+    ],
+)
+def test_lookahead_with_bans_equals_the_reference_walk(
+    beta, top_cand_n, top_p, consecutive, repeated
+):
+    # Random float64 graphs over 4 tokens (pads, repeats and fallbacks are frequent).
+    tlp, ln, lens = random_graph(40, 14, 4, seed=40, sharp=1.0)
+    hyps = decode(
+        tlp,
+        ln,
+        lens,
+        "lookahead",
+        beta=beta,
+        top_cand_n=top_cand_n,
+        top_p=top_p,
+        no_consecutive_repeated_ngram=consecutive,
+        no_repeated_ngram=repeated,
+    )
+    fallbacks = pads = repeats = 0
+    for b, h in enumerate(hyps):
+        n = int(lens[b])
+        path, toks, output, fell = reference_ban_walk(
+            tlp[b], ln[b], n, beta, top_cand_n, top_p, max(1, consecutive), repeated
+        )
+        assert (h.path, h.path_tokens, h.tokens) == (path, toks, output)
+        check_hypothesis(h, tlp[b], ln[b], n, chosen_output)
+        fallbacks += fell
+        pads += PAD_ID in toks[1:-1]
+        repeats += any(x == y for x, y in zip(output, output[1:], strict=False))
+    # the reference's behaviours are exercised: chosen pads, repeats in the output, and (with a
+    # small top_p) fallbacks to a banned top candidate
+    assert pads > 0 and repeats > 0
+    assert (fallbacks > 0) == (top_p < 0.5)
+
+
 def test_sample_bans_previous_token_by_default():
     # Two vertices both read a (0.6) or b (0.4). Banning the previous token: P(a a) ≈ 0.
     tlp, ln, lens = chain_graph([{0: 1.0}, {A: 0.6, B_: 0.4}, {A: 0.6, B_: 0.4}, {2: 1.0}], V=6)
@@ -450,6 +573,23 @@ def test_sample_no_repeated_ngram():
     assert Counter(tuple(h.tokens) for h in free)[(A, B_, A, B_)] > 0
 
 
+def plain_beam(tlp, ln, lens, **options):
+    """The trie/dict search (:func:`_beam_one_reference`) of every sentence, without a language
+    model, with :func:`beam_search`'s defaults for the options not given."""
+    opts = {
+        p.name: p.default
+        for p in inspect.signature(beam_search).parameters.values()
+        if p.kind is p.KEYWORD_ONLY
+    }
+    opts.update(options)
+    order = ("beam_size", "max_beam_per_length", "top_cand_n", "top_p", "max_successors", "alpha")
+    args = [opts[k] for k in order]
+    return [
+        _beam_one_reference(tlp[b, :n].numpy(), ln[b, :n, :n].numpy(), *args, None, 0.0)
+        for b, n in enumerate(lens.tolist())
+    ]
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -459,45 +599,42 @@ def test_sample_no_repeated_ngram():
         {"beam_size": 50, "max_beam_per_length": 50, "top_cand_n": 2, "max_successors": 4},
     ],
 )
-def test_beam_array_search_equals_plain_search(monkeypatch, options):
+def test_beam_array_search_equals_plain_search(options):
     # The array implementation against the trie/dict one, with pruning active.
-    import fadat.decoding as decoding
-
     tlp, ln, lens = random_graph(8, 16, 6, seed=30, sharp=1.5)
     fast = decode(tlp, ln, lens, "beam", **options)
-    monkeypatch.setattr(decoding, "_BEAM_REFERENCE", True)
-    plain = decode(tlp, ln, lens, "beam", **options)
+    plain = plain_beam(tlp, ln, lens, **options)
     for f, p in zip(fast, plain, strict=True):
         assert (f.tokens, f.path, f.path_tokens) == (p.tokens, p.path, p.path_tokens)
         assert f.score == pytest.approx(p.score, abs=1e-9)
 
 
 @pytest.mark.parametrize("alpha", [0.0, 1.1])
-def test_plain_beam_without_pruning_is_exhaustive_search(monkeypatch, alpha):
-    import fadat.decoding as decoding
-
-    monkeypatch.setattr(decoding, "_BEAM_REFERENCE", True)
+def test_plain_beam_without_pruning_is_exhaustive_search(alpha):
     tlp, ln, lens = random_graph(4, 6, 4, seed=31, sharp=1.0)
-    for b, h in enumerate(decode(tlp, ln, lens, "beam", top_cand_n=4, alpha=alpha, **EXACT)):
+    for b, h in enumerate(plain_beam(tlp, ln, lens, top_cand_n=4, alpha=alpha, **EXACT)):
         J = objective(output_marginals(tlp[b], ln[b], int(lens[b])), alpha)
         assert J[tuple(h.tokens)] == pytest.approx(max(J.values()), abs=1e-9)
 
 
 @pytest.mark.parametrize("plain", [False, True])
-def test_beam_pad_breaks_a_duplicate_run(monkeypatch, plain):
+def test_beam_pad_breaks_a_duplicate_run(plain):
     # One path; vertex 2 reads a (0.6) or <pad> (0.4): "a a a" -> [a] (0.6), "a <pad> a" -> [a, a]
     # (0.4). With α = 1: J([a]) = log 0.6 = -0.51 < J([a, a]) = log 0.4 / 2 = -0.46.
-    import fadat.decoding as decoding
-
-    monkeypatch.setattr(decoding, "_BEAM_REFERENCE", plain)
     tlp, ln, lens = chain_graph([{0: 1.0}, {A: 1.0}, {A: 0.6, PAD_ID: 0.4}, {A: 1.0}, {2: 1.0}])
     tlp = tlp.clamp(min=-1e4)  # log 0 of the unlisted tokens
-    h = decode(tlp, ln, lens, "beam", alpha=1.0, **EXACT)[0]
+
+    def search(**options):
+        if plain:
+            return plain_beam(tlp, ln, lens, **options, **EXACT)[0]
+        return decode(tlp, ln, lens, "beam", **options, **EXACT)[0]
+
+    h = search(alpha=1.0)
     assert h.tokens == [A, A]
     assert h.path_tokens == [0, A, PAD_ID, A, 2]
-    h = decode(tlp, ln, lens, "beam", alpha=2.0, **EXACT)[0]  # J([a, a]) = log 0.4 / 4 wins too
+    h = search(alpha=2.0)  # J([a, a]) = log 0.4 / 4 wins too
     assert h.tokens == [A, A]
-    h = decode(tlp, ln, lens, "beam", alpha=0.0, **EXACT)[0]  # plain probability: [a] wins
+    h = search(alpha=0.0)  # plain probability: [a] wins
     assert h.tokens == [A]
 
 
