@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
+from fadat import outputs
 from fadat.data.contract import PAD_ID, pad_sequences
 from fadat.data.spm import decode as spm_decode
 from fadat.errors import InputError
@@ -634,6 +635,8 @@ def run(args: argparse.Namespace) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies:
         raise InputError("--strategies is empty")
+    out = Path(args.output_dir)
+    outputs.check_output_dir(out, "analysis", "--output-dir")  # before any work
     names = args.names or model_labels(args.model)
     if len(set(names)) != len(names):
         raise InputError(f"model labels must differ, got {names}")
@@ -667,20 +670,17 @@ def run(args: argparse.Namespace) -> int:
                 warn=stderr_warner(f"{args.data} {args.split}"),
             )
         )
-    out = Path(args.output_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"{out}: cannot create the output directory: {err}") from err
+    outputs.mark_dir(out, "analysis")
     figure = out / "vertex_density.png"
-    plot_vertex_density([(r.name, r.passing, r.max_token) for r in reports], figure)
+    with outputs.atomic_path(figure) as tmp:
+        plot_vertex_density([(r.name, r.passing, r.max_token) for r in reports], tmp)
     summary = {
         "data": str(args.data),
         "split": args.split,
         "target_lang": target_lang,
         "models": [r.summary() for r in reports],
     }
-    (out / "analysis.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    outputs.atomic_write(out / "analysis.json", json.dumps(summary, indent=2) + "\n")
     print(
         f"Table 3: confidence of decoded outputs (nats per sentence; {reports[0].analysed} "
         f"sentences of {args.data} {args.split})\n"

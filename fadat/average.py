@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fadat import outputs
 from fadat.errors import InputError
 from fadat.train import best_checkpoints, load_yaml_config, write_averaged_model
 
@@ -37,12 +38,14 @@ def run(args: argparse.Namespace) -> int:
     """Write the averaged model directory; returns 0.
 
     Raises:
-        InputError: neither or both of --run/--checkpoints, --best < 1, or bad checkpoints.
+        InputError: neither or both of --run/--checkpoints, --best < 1, bad checkpoints, or an
+            --output that is not new, empty or a fadat model directory.
     """
     if bool(args.run) == bool(args.checkpoints):
         raise InputError("give exactly one of --run RUN_DIR or --checkpoints PT ...")
     if args.best < 1:
         raise InputError("--best must be >= 1")
+    outputs.check_output_dir(args.output, "model", "--output")  # before any work
     data = args.data
     if args.run:
         paths = best_checkpoints(args.run, args.best)

@@ -57,6 +57,7 @@ from sacrebleu.significance import PairedTest
 from sacremoses import MosesTokenizer
 from torch import nn
 
+from fadat import outputs
 from fadat.analysis import (
     BUCKET_EDGES,
     DEFAULT_STRATEGIES,
@@ -659,11 +660,10 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                     results[n].setdefault("identical_to", []).append(group[0])
 
     if args.save_hypotheses:
-        out_dir = Path(args.save_hypotheses)
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = outputs.mark_dir(args.save_hypotheses, "hypotheses")
         for name, hyps in hypotheses.items():
             path = out_dir / (name.replace("/", "_").replace(":", ".") + ".txt")
-            path.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+            outputs.atomic_write(path, "".join(h + "\n" for h in hyps))
 
     settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     return {
@@ -842,11 +842,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``fadat evaluate``: evaluate, write report.json, print the table."""
+    # Before any work: the outputs can be written (fadat.outputs).
+    path = outputs.check_output_file(args.report, "--report")
+    if args.save_hypotheses:
+        outputs.check_output_dir(args.save_hypotheses, "hypotheses", "--save-hypotheses")
     report = evaluate(args)
-    path = Path(args.report)
-    if path.parent != Path():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    outputs.atomic_write(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print(format_report(report))
     _log(f"report written to {path}")
     return 0

@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fadat import outputs
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID, graph_size
 from fadat.errors import InputError
 
@@ -1077,7 +1078,8 @@ def save_model_directory(
 
     Raises:
         ValueError: ``extra`` uses a reserved key, or an unknown ``weights_dtype``.
-        InputError: ``spm_model`` does not exist.
+        InputError: ``spm_model`` does not exist, or ``directory`` is not new, empty or a
+            fadat model directory (:func:`fadat.outputs.check_output_dir`).
     """
     from safetensors.torch import save_file
 
@@ -1092,7 +1094,9 @@ def save_model_directory(
         raise ValueError(f"extra uses reserved config.json keys: {sorted(clash)}")
     if spm_model is not None and not Path(spm_model).is_file():
         raise InputError(f"sentencepiece model {spm_model} does not exist")
-    directory.mkdir(parents=True, exist_ok=True)
+    # Only a new, empty or fadat model directory is written (fadat.outputs); other files in it
+    # stay.
+    outputs.mark_dir(directory, "model")
     meta = {
         "model_type": model.config.model_type,
         "format_version": FORMAT_VERSION,

@@ -14,12 +14,12 @@ target, ``nan`` when an AT model cannot score it; a warning names the line).
 from __future__ import annotations
 
 import argparse
-import sys
 
 from fadat.errors import InputError
 from fadat.translate import (
     add_common_arguments,
     apply_threads,
+    check_output,
     load_model,
     open_output,
     read_lines,
@@ -81,17 +81,13 @@ def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
 def run(args: argparse.Namespace) -> int:
     """``fadat score``: returns the exit code."""
     apply_threads(args.threads)
+    check_output(args.output)
     model, sp = load_model(args.model, args.device)
     sources, targets, name = read_pairs(args)
     scores = score_pairs(
         model, sp, sources, targets, max_tokens=args.max_tokens, warn=stderr_warner(name)
     )
-    out = open_output(args.output)
-    try:
+    with open_output(args.output) as out:
         for s in scores:
             out.write(f"{s.log_prob:.6f}\t{s.nll_per_token:.6f}\n")
-        out.flush()
-    finally:
-        if out is not sys.stdout:
-            out.close()
     return 0

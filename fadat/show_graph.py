@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from fadat import outputs
 from fadat.errors import InputError
 from fadat.translate import add_decoding_arguments
 
@@ -291,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.sentence.strip():
         raise InputError("the source sentence is empty")
+    outputs.check_output_file(args.output, "--output")  # before any work
     if Path(args.output).suffix.lower() not in SUFFIXES:
         raise InputError(f"{args.output}: output must end in .png or .svg")
     if args.top_k < 1:
@@ -319,7 +321,8 @@ def run(args: argparse.Namespace) -> int:
         f"{args.sentence}\n→ {translation}   ({args.strategy}; {size} vertices, "
         f"{len(view.vertices)} drawn)"
     )
-    draw_graph(view, sp.id_to_piece, args.output, title=title)
+    with outputs.atomic_path(args.output) as tmp:
+        draw_graph(view, sp.id_to_piece, tmp, title=title)
     print(translation)
     print(f"graph: {args.output}")
     return 0

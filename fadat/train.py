@@ -56,6 +56,7 @@ import torch
 import torch.distributed as dist
 import yaml
 
+from fadat import outputs
 from fadat.data.contract import Batch
 from fadat.errors import InputError
 from fadat.objectives import (
@@ -824,7 +825,7 @@ class Trainer:
             np.random.seed((cfg.seed + self.info.rank) % 2**32)
         self.writer = None
         if self.info.is_main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+            outputs.mark_dir(self.run_dir, "run")
             _atomic_write_text(
                 self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
             )
@@ -1266,6 +1267,10 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
         KeyboardInterrupt: after Ctrl-C, once checkpoint_last is written.
     """
     run_dir = Path(cfg.run_dir)
+    # Before any work: a new, empty or fadat run directory in a writable place (fadat.outputs).
+    option = "--resume" if resume else "--run-dir"
+    if not outputs.check_output_dir(run_dir, "run", option) and resume:
+        raise InputError(f"--resume {run_dir}: not a run directory of fadat train")
     if not resume and (run_dir / LAST_NAME).exists():
         raise InputError(
             f"run directory {run_dir} already holds a run; "

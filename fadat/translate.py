@@ -24,7 +24,8 @@ import inspect
 import math
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,6 +33,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
+from fadat import outputs
 from fadat.data.contract import EOS_ID, PAD_ID, graph_size, pad_sequences
 from fadat.errors import InputError
 
@@ -663,8 +665,21 @@ def read_lines(path: str | None) -> list[str]:
     return lines
 
 
-def open_output(path: str | None) -> TextIO:
-    """``sys.stdout`` (UTF-8) for ``None``/``"-"``, else a new UTF-8 file.
+def check_output(path: str | None) -> None:
+    """Before any work: ``--output`` names a file that can be written (stdout: nothing to check).
+
+    Raises:
+        InputError: a directory, or a location that cannot be written
+            (:func:`fadat.outputs.check_output_file`).
+    """
+    if path not in (None, "-"):
+        outputs.check_output_file(path, "--output")
+
+
+@contextmanager
+def open_output(path: str | None) -> Iterator[TextIO]:
+    """``sys.stdout`` (UTF-8) for ``None``/``"-"``, else a UTF-8 file written all-or-nothing: a
+    temporary file next to ``path``, renamed onto it when the block ends without an error.
 
     Raises:
         InputError: the file cannot be created.
@@ -672,11 +687,16 @@ def open_output(path: str | None) -> TextIO:
     if path in (None, "-"):
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(encoding="utf-8")
-        return sys.stdout
-    try:
-        return open(path, "w", encoding="utf-8", newline="\n")  # the caller closes it
-    except OSError as err:
-        raise InputError(f"{path}: cannot write ({err.strerror or err})") from err
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    with outputs.atomic_path(path) as tmp:
+        try:
+            out = open(tmp, "w", encoding="utf-8", newline="\n")
+        except OSError as err:
+            raise InputError(f"{path}: cannot write ({err.strerror or err})") from err
+        with out:
+            yield out
 
 
 def stderr_warner(source_name: str) -> Warn:
@@ -798,6 +818,7 @@ def format_translations(
 def run(args: argparse.Namespace) -> int:
     """``fadat translate``: read, translate, write; returns the exit code."""
     apply_threads(args.threads)
+    check_output(args.output)
     model, sp = load_model(args.model, args.device)
     strategy = args.strategy or DEFAULT_STRATEGY[model.config.model_type]
     options = decoding_options(args, model, strategy)
@@ -814,13 +835,8 @@ def run(args: argparse.Namespace) -> int:
         warn=stderr_warner(args.input or "<stdin>"),
         check=False,
     )
-    out = open_output(args.output)
-    try:
+    with open_output(args.output) as out:
         for number, hyps in enumerate(results, start=1):
             for line in format_translations(hyps, number, args.nbest, args.print_scores):
                 out.write(line + "\n")
-        out.flush()
-    finally:
-        if out is not sys.stdout:
-            out.close()
     return 0

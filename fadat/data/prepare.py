@@ -16,7 +16,9 @@ binarized splits (:mod:`fadat.data.binarized`), the raw valid/test text and ``me
 Everything is written to a temporary directory that is renamed into place at the end, so an
 interrupted run leaves nothing half-written. Re-running with the same inputs and options finds
 the same fingerprint in ``meta.json`` and does nothing; different inputs are refused unless
-``--force``.
+``--force``. The output is checked before the corpus is read (:mod:`fadat.outputs`): a regular
+file, a directory that ``fadat prepare`` did not build, or a dataset directory holding files that
+``fadat prepare`` did not write is never replaced, ``--force`` or not.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import sys
 import time
@@ -33,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fadat import outputs
 from fadat.data import binarized, spm
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
@@ -113,7 +115,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--force",
         action="store_true",
-        help="replace an output directory built from different inputs",
+        help="replace a dataset directory (of fadat prepare) built from different inputs",
     )
     s.add_argument("--sword-dir", default="/usr/share/sword", help="bible-en-es: SWORD modules")
     s.add_argument(
@@ -514,6 +516,15 @@ def _write_lines(path: Path, lines: list[str]) -> None:
             f.write(" ".join(line.splitlines()) + "\n")
 
 
+def _read_meta(path: Path) -> dict:
+    """``meta.json`` of an existing dataset, or ``{}`` when it cannot be read."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``fadat prepare``; returns the exit code (0)."""
     start = time.time()
@@ -524,6 +535,9 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"give either the built-in corpus {args.corpus} or input files, not both")
     if args.corpus is None and args.direction:
         raise InputError("--direction is for built-in corpora; use --source-lang/--target-lang")
+    # Before any work: the output must be new, empty or a fadat dataset whose files are all
+    # fadat's own (fadat.outputs), and its location writable.
+    existing = outputs.check_output_dir(out, "dataset", "--output")
     # Built-in corpora: fingerprint their input files first, so an up-to-date output is
     # recognised without rebuilding the corpus.
     corpus = None
@@ -534,32 +548,24 @@ def run(args: argparse.Namespace) -> int:
     files = [{"path": str(p), "sha256": sha256_file(p)} for p in inputs]
     fp = fingerprint(args, args.corpus or "parallel-text", files)
 
-    if out.exists():
-        meta_path = out / "meta.json"
-        old = None
-        if meta_path.is_file():
-            try:
-                old = json.loads(meta_path.read_text(encoding="utf-8")).get("fingerprint")
-            except (OSError, ValueError):
-                old = None
+    if existing:
+        old = _read_meta(out / "meta.json").get("fingerprint")
         if old == fp:
             log(f"{out} is up to date (same inputs and options); nothing to do")
             return 0
-        if not out.is_dir() or (any(out.iterdir()) and not args.force):
+        if not args.force:
             raise InputError(
-                f"{out} exists and was built from different inputs or options "
+                f"--output {out}: exists, a fadat dataset built from different inputs or options "
                 "(use --force to replace it)"
             )
+        outputs.check_replaceable(out, "dataset", "--output")
 
     if args.corpus == "bible-en-es":
         corpus = bible_corpus(args)
     elif args.corpus in ("lohelp-en-de", "lohelp-en-es"):
         corpus = lohelp_corpus(args, args.corpus.rsplit("-", 1)[1])
     assert corpus is not None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = outputs.staging_dir(out)
     try:
         built = build(args, corpus, tmp)
         meta = {
@@ -591,13 +597,7 @@ def run(args: argparse.Namespace) -> int:
         (tmp / "meta.json").write_text(
             json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
         )
-        if out.exists():
-            old_dir = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old_dir)
-            tmp.rename(out)
-            shutil.rmtree(old_dir, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        outputs.replace_dir(tmp, out, "dataset", "--output")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

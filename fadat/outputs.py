@@ -1,0 +1,332 @@
+"""Where fadat writes, and what it may replace: never what it did not create.
+
+Every directory a verb creates carries a marker file, :data:`MARKER` (``.fadat-output.json``),
+naming the kind of output: ``dataset`` (``fadat prepare``), ``run`` (``fadat train``), ``model``
+(a model directory), ``analysis``, ``hypotheses``, or a new verb's own kind. A verb writes into
+or replaces an existing directory only when its marker (or, for directories written before the
+marker existed, the kind's own metadata file, see :func:`output_kind`) says it is a fadat output
+of the same kind; a non-empty directory of anything else, or a regular file where a directory is
+expected, is refused with :class:`~fadat.errors.InputError` whatever the flags (``--force``
+included). Replacing a whole directory (:func:`replace_dir`) also refuses while the old one
+holds files that fadat did not write there, so a file a user put into a dataset directory
+survives ``fadat prepare --force``.
+
+Usage, in every verb that writes:
+
+1. before any work: :func:`check_output_dir` (a directory) or :func:`check_output_file` (a
+   file); both also check that the location can be written (by creating and removing a probe
+   file: permission bits do not tell for root or read-only mounts);
+2. at the end: :func:`mark_dir` (a directory filled in place: run, model, analysis),
+   :func:`replace_dir` (a directory built in a staging directory: dataset), or
+   :func:`atomic_path` / :func:`atomic_write` (a file, all-or-nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from fadat.errors import InputError
+
+#: The marker file of every fadat output directory: ``{"kind": ..., "files": [...]}``.
+MARKER = ".fadat-output.json"
+
+#: Files of directories written before the marker existed, per kind: how such a directory is
+#: recognised (a file whose JSON has these keys) and which of its files fadat wrote.
+_LEGACY: dict[str, tuple[str, tuple[str, ...], re.Pattern[str]]] = {
+    "dataset": (
+        "meta.json",
+        ("fingerprint", "format"),
+        re.compile(
+            r"meta\.json|spm\.(model|vocab)|(train|valid|test)\.(src|tgt)\.(ids|off)\.npy"
+            r"|raw/(valid|test)\.(src|ref\d*)\.txt"
+        ),
+    ),
+    "model": (
+        "config.json",
+        ("model_type", "format_version"),
+        re.compile(r"config\.json|model\.safetensors|spm\.model"),
+    ),
+}
+
+
+def _umask_mode(mode: int) -> int:
+    """``mode`` less the process umask (what ``open``/``mkdir`` would give)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def output_kind(path: str | Path) -> str | None:
+    """The kind of fadat output directory ``path`` is, or ``None`` if it is not one.
+
+    Read from :data:`MARKER`; a directory without one is recognised by its kind's metadata
+    (``meta.json`` with a fingerprint: ``dataset``; ``config.json`` with ``model_type`` and
+    ``format_version``: ``model``; ``config.yaml`` next to ``train.log`` or
+    ``checkpoint_last.pt``: ``run``).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    marker = _read_json(path / MARKER)
+    if isinstance(marker, dict) and isinstance(marker.get("kind"), str):
+        return marker["kind"]
+    for kind, (name, keys, _) in _LEGACY.items():
+        meta = _read_json(path / name) if (path / name).is_file() else None
+        if isinstance(meta, dict) and all(k in meta for k in keys):
+            return kind
+    if (path / "config.yaml").is_file() and (
+        (path / "train.log").is_file() or (path / "checkpoint_last.pt").is_file()
+    ):
+        return "run"
+    return None
+
+
+def _files(path: Path) -> list[str]:
+    """Relative paths (``/``-separated) of every file and empty directory below ``path``."""
+    out = []
+    for root, dirs, files in os.walk(path):
+        rel = Path(root).relative_to(path)
+        out += [(rel / f).as_posix() for f in files]
+        out += [(rel / d).as_posix() + "/" for d in dirs if not os.listdir(Path(root) / d)]
+    return sorted(out)
+
+
+def _foreign_files(path: Path, kind: str, also: set[str] = frozenset()) -> list[str]:
+    """Files in the ``kind`` directory ``path`` that fadat did not write there: neither in
+    the marker's list, nor (without a list) matching the kind's legacy file names, nor in
+    ``also``."""
+    marker = _read_json(path / MARKER)
+    recorded = marker.get("files") if isinstance(marker, dict) else None
+    pattern = _LEGACY.get(kind, (None, None, None))[2]
+    foreign = []
+    for name in _files(path):
+        if name == MARKER or name in also:
+            continue
+        if isinstance(recorded, list):
+            if name in recorded:
+                continue
+        elif pattern is not None and pattern.fullmatch(name):
+            continue
+        foreign.append(name)
+    return foreign
+
+
+def _probe_writable(directory: Path, what: str) -> None:
+    """Create and remove a file in ``directory``; InputError naming ``what`` if that fails."""
+    try:
+        fd, name = tempfile.mkstemp(dir=directory, prefix=".fadat-probe-")
+        os.close(fd)
+        os.unlink(name)
+    except OSError as err:
+        raise InputError(f"{what}: cannot write in {directory} ({err.strerror or err})") from None
+
+
+def _check_location(path: Path, what: str) -> None:
+    """The nearest existing ancestor of ``path`` is a directory that can be written."""
+    ancestor = path.absolute().parent
+    while not os.path.lexists(ancestor):
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise InputError(f"{what}: {ancestor} is a file, not a directory")
+    _probe_writable(ancestor, what)
+
+
+def check_output_dir(path: str | Path, kind: str, option: str = "--output") -> bool:
+    """Check, before any work, that ``path`` can become (or be updated as) a ``kind`` output.
+
+    Args:
+        path: the output directory; absent, empty, or a fadat ``kind`` directory.
+        kind: the kind of output (``dataset``, ``run``, ``model``, ``analysis``, ...).
+        option: the flag that named ``path``, for messages.
+
+    Returns:
+        ``True`` when ``path`` already is a fadat ``kind`` directory (the verb decides whether it
+        may update or replace it), ``False`` when it is absent or empty.
+
+    Raises:
+        InputError: ``path`` is a file (or other non-directory); a non-empty directory that is
+            not a fadat output; a fadat output of another kind; a location that cannot be
+            written. Nothing is created or deleted.
+    """
+    path = Path(path)
+    what = f"{option} {path}"
+    if os.path.lexists(path) and not path.is_dir():
+        raise InputError(
+            f"{what}: exists and is not a directory; fadat does not replace it "
+            f"(give another {option})"
+        )
+    if not path.exists():
+        _check_location(path, what)
+        return False
+    found = output_kind(path)
+    if found is None:
+        try:
+            empty = not any(path.iterdir())
+        except OSError as err:
+            raise InputError(f"{what}: cannot read ({err.strerror or err})") from None
+        if not empty:
+            raise InputError(
+                f"{what}: a directory that fadat did not create (no {MARKER}); fadat never "
+                f"writes into or deletes it, with or without --force (give a new or empty "
+                f"{option})"
+            )
+    elif found != kind:
+        raise InputError(
+            f"{what}: a fadat {found} directory, not a {kind} directory (give another {option})"
+        )
+    _probe_writable(path, what)
+    return found is not None
+
+
+def check_replaceable(path: str | Path, kind: str, option: str = "--output") -> None:
+    """Before any work: a ``kind`` directory at ``path`` may be replaced as a whole.
+
+    Raises:
+        InputError: as :func:`check_output_dir`, or the directory holds files that fadat did not
+            write there (the message names the first).
+    """
+    path = Path(path)
+    if check_output_dir(path, kind, option):
+        _refuse_foreign(path, kind, option, set())
+
+
+def _refuse_foreign(path: Path, kind: str, option: str, also: set[str]) -> None:
+    foreign = _foreign_files(path, kind, also)
+    if foreign:
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        raise InputError(
+            f"{option} {path}: holds {foreign[0]}{more}, which fadat did not write there; "
+            f"fadat does not delete it (move it away or give another {option})"
+        )
+
+
+def _write_marker(path: Path, kind: str, files: list[str] | None) -> None:
+    data: dict[str, object] = {"kind": kind}
+    if files is not None:
+        data["files"] = files
+    atomic_write(path / MARKER, json.dumps(data, indent=1) + "\n")
+
+
+def mark_dir(path: str | Path, kind: str) -> Path:
+    """Create ``path`` (and parents) if needed and give it the ``kind`` marker; returns it.
+
+    For directories that a verb fills in place (a run, a model, an analysis): it writes only its
+    own files there, so anything else in the directory stays.
+
+    Raises:
+        InputError: as :func:`check_output_dir` (checked again here, as a last line of defence).
+    """
+    path = Path(path)
+    check_output_dir(path, kind, "output directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"{path}: cannot create the directory ({err.strerror or err})") from None
+    marker = _read_json(path / MARKER)
+    if not (isinstance(marker, dict) and marker.get("kind") == kind):
+        _write_marker(path, kind, None)
+    return path
+
+
+def staging_dir(path: str | Path) -> Path:
+    """A new empty directory next to ``path`` to build a replacement in (see :func:`replace_dir`;
+    the caller removes it on failure)."""
+    path = Path(path)
+    path.absolute().parent.mkdir(parents=True, exist_ok=True)
+    staged = Path(tempfile.mkdtemp(dir=path.absolute().parent, prefix=f".{path.name}.tmp-"))
+    staged.chmod(_umask_mode(0o777))  # mkdtemp's 0700 would make the output private
+    return staged
+
+
+def replace_dir(staged: str | Path, path: str | Path, kind: str, option: str = "--output") -> None:
+    """Move the finished directory ``staged`` to ``path``, replacing a ``kind`` directory there.
+
+    ``staged`` gets the marker (with the list of its files) first. The old directory is renamed
+    aside, the new one renamed into place, then the old one removed: a reader sees the old or
+    the new directory, never a mixture.
+
+    Raises:
+        InputError: ``path`` is no longer replaceable (:func:`check_output_dir`), or it holds
+            files that fadat did not write there and the new build does not write either.
+            ``staged`` is left for the caller to remove.
+    """
+    staged, path = Path(staged), Path(path)
+    files = [f for f in _files(staged) if f != MARKER]
+    _write_marker(staged, kind, files)
+    if check_output_dir(path, kind, option):
+        _refuse_foreign(path, kind, option, set(files))
+        old = Path(tempfile.mkdtemp(dir=path.absolute().parent, prefix=f".{path.name}.old-"))
+        os.replace(path, old / "d")
+        os.replace(staged, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        if path.exists():  # an empty directory
+            path.rmdir()
+        os.replace(staged, path)
+
+
+def check_output_file(path: str | Path, option: str = "--output") -> Path:
+    """Check, before any work, that ``path`` can be written as a file; returns it.
+
+    An existing regular file is overwritten at the end, as by shell redirection.
+
+    Raises:
+        InputError: ``path`` is a directory, or its location cannot be written.
+    """
+    path = Path(path)
+    what = f"{option} {path}"
+    if path.is_dir():
+        raise InputError(f"{what}: is a directory, expected a file name")
+    if os.path.lexists(path) and not path.is_file():
+        raise InputError(f"{what}: exists and is not a regular file")
+    _check_location(path, what)
+    return path
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path next to ``path`` (same suffix) that is renamed onto ``path`` when the
+    block ends without an error, and removed otherwise: ``path`` is never half-written.
+
+    Example::
+
+        with atomic_path("graph.png") as tmp:
+            fig.savefig(tmp)
+    """
+    path = Path(path)
+    path.absolute().parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(
+        dir=path.absolute().parent, prefix=f".{path.name}.tmp-", suffix=path.suffix
+    )
+    os.close(fd)
+    tmp = Path(name)
+    tmp.chmod(_umask_mode(0o666))  # mkstemp's 0600 would make the output private
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def atomic_write(path: str | Path, data: str | bytes) -> None:
+    """Write ``data`` (text as UTF-8) to ``path`` all-or-nothing (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        if isinstance(data, str):
+            tmp.write_text(data, encoding="utf-8", newline="\n")
+        else:
+            tmp.write_bytes(data)

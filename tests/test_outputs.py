@@ -1,0 +1,363 @@
+"""Never delete what fadat did not create (fadat.outputs), for the module and every verb that
+writes: a foreign folder and a regular file at an output path survive, with and without
+--force; an output location that cannot be written is refused before any work; outputs are
+written all-or-nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_translate import random_models, random_sentences
+
+from fadat import cli, outputs
+from fadat.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    return random_models(str(tmp_path_factory.getbasetemp() / "random-models"))
+
+
+def foreign_dir(path: Path) -> Path:
+    """A user's folder: one file in it."""
+    path.mkdir(parents=True)
+    (path / "thesis.txt").write_text("years of work\n")
+    return path
+
+
+def user_file(path: Path) -> Path:
+    path.write_text("a user's file\n")
+    return path
+
+
+def fails_with_one_line(argv: list[str], capsys, *needles: str) -> str:
+    """Run the CLI: exit 2, one line on stderr containing every needle; returns the line."""
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    for needle in needles:
+        assert needle in err, err
+    return err
+
+
+def no_work(monkeypatch, module, *names: str) -> None:
+    """Make the named functions of ``module`` fail the test if called (the work must not
+    start before the output check refused)."""
+    for name in names:
+
+        def called(*args, _name=name, **kwargs):
+            raise AssertionError(f"{_name} ran before the output was checked")
+
+        monkeypatch.setattr(module, name, called)
+
+
+# ----------------------------------------------------------------------------------------------
+# The module
+
+
+def test_check_output_dir_states(tmp_path):
+    assert outputs.check_output_dir(tmp_path / "new", "dataset") is False
+    assert not (tmp_path / "new").exists()  # nothing created by a check
+    (tmp_path / "empty").mkdir()
+    assert outputs.check_output_dir(tmp_path / "empty", "dataset") is False
+    ours = outputs.mark_dir(tmp_path / "ours", "dataset")
+    assert json.loads((ours / outputs.MARKER).read_text())["kind"] == "dataset"
+    assert outputs.check_output_dir(ours, "dataset") is True
+    with pytest.raises(InputError, match="a fadat dataset directory, not a model directory"):
+        outputs.check_output_dir(ours, "model")
+    foreign = foreign_dir(tmp_path / "foreign")
+    with pytest.raises(InputError, match="did not create"):
+        outputs.check_output_dir(foreign, "dataset")
+    with pytest.raises(InputError, match="did not create"):
+        outputs.mark_dir(foreign, "dataset")
+    assert not (foreign / outputs.MARKER).exists()
+    f = user_file(tmp_path / "file")
+    with pytest.raises(InputError, match="not a directory"):
+        outputs.check_output_dir(f, "dataset")
+    with pytest.raises(InputError, match="is a file, not a directory"):
+        outputs.check_output_dir(f / "below", "dataset")
+    assert f.read_text() == "a user's file\n"
+
+
+def test_legacy_directories_are_recognised(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.json").write_text(json.dumps({"format": 1, "fingerprint": "x"}))
+    assert outputs.output_kind(data) == "dataset"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "dat", "format_version": 1}))
+    assert outputs.output_kind(model) == "model"
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("seed: 1\n")
+    (run / "train.log").write_text("")
+    assert outputs.output_kind(run) == "run"
+    # A user's config.json is not a model directory.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    assert outputs.output_kind(other) is None
+
+
+def staged(tmp_path: Path, files: dict[str, str]) -> Path:
+    tmp = outputs.staging_dir(tmp_path / "out")
+    for name, text in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text)
+    return tmp
+
+
+def test_replace_dir_keeps_files_fadat_did_not_write(tmp_path):
+    out = tmp_path / "out"
+    outputs.replace_dir(staged(tmp_path, {"meta.json": "1", "raw/a.txt": "a"}), out, "dataset")
+    assert (out / "meta.json").read_text() == "1" and (out / "raw/a.txt").read_text() == "a"
+    assert json.loads((out / outputs.MARKER).read_text())["files"] == ["meta.json", "raw/a.txt"]
+    # Replaced: the old build's own files may go.
+    outputs.replace_dir(staged(tmp_path, {"meta.json": "2"}), out, "dataset")
+    assert (out / "meta.json").read_text() == "2" and not (out / "raw").exists()
+    # A user's file in it: refused before (check_replaceable) and at the end (replace_dir).
+    user_file(out / "notes.txt")
+    with pytest.raises(InputError, match="holds notes.txt, which fadat did not write"):
+        outputs.check_replaceable(out, "dataset")
+    new = staged(tmp_path, {"meta.json": "3"})
+    with pytest.raises(InputError, match="notes.txt"):
+        outputs.replace_dir(new, out, "dataset")
+    assert (out / "notes.txt").exists() and (out / "meta.json").read_text() == "2"
+    # Unless the new build writes a file of that name itself.
+    outputs.replace_dir(staged(tmp_path, {"meta.json": "4", "notes.txt": "n"}), out, "dataset")
+    assert (out / "notes.txt").read_text() == "n"
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+    assert leftovers == [new.name]  # the refused staging directory is the caller's to remove
+
+
+def test_replace_legacy_dataset_by_file_names(tmp_path):
+    out = tmp_path / "out"
+    (out / "raw").mkdir(parents=True)
+    for name in ("meta.json", "spm.model", "train.src.ids.npy", "raw/test.ref2.txt"):
+        (out / name).write_text("{}" if name == "meta.json" else "x")
+    (out / "meta.json").write_text(json.dumps({"format": 1, "fingerprint": "x"}))
+    outputs.check_replaceable(out, "dataset")
+    user_file(out / "raw" / "mine.txt")
+    with pytest.raises(InputError, match="raw/mine.txt"):
+        outputs.check_replaceable(out, "dataset")
+
+
+def test_unwritable_location_is_refused(tmp_path):
+    blocker = user_file(tmp_path / "blocker")
+    with pytest.raises(InputError, match="--output .*blocker/x/y.txt: .*is a file"):
+        outputs.check_output_file(blocker / "x" / "y.txt")
+    with pytest.raises(InputError, match="is a directory"):
+        outputs.check_output_file(tmp_path)
+    if os.geteuid() == 0:
+        pytest.skip("root writes into read-only directories")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        with pytest.raises(InputError, match="cannot write in"):
+            outputs.check_output_file(locked / "out.txt")
+        with pytest.raises(InputError, match="cannot write in"):
+            outputs.check_output_dir(locked / "new", "dataset")
+    finally:
+        locked.chmod(0o755)
+
+
+def test_atomic_path_all_or_nothing(tmp_path):
+    target = user_file(tmp_path / "out.txt")
+    with pytest.raises(RuntimeError), outputs.atomic_path(target) as tmp:
+        assert tmp.suffix == ".txt" and tmp.parent == tmp_path
+        tmp.write_text("half")
+        raise RuntimeError
+    assert target.read_text() == "a user's file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    outputs.atomic_write(target, "done\n")
+    assert target.read_text() == "done\n"
+    assert (target.stat().st_mode & 0o777) == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# ----------------------------------------------------------------------------------------------
+# fadat prepare
+
+
+def corpus_files(tmp_path: Path) -> list[str]:
+    src = tmp_path / "train.src"
+    src.write_text("\n".join(random_sentences(60, 1)) + "\n")
+    return [
+        "prepare",
+        "--source-file",
+        str(src),
+        "--target-file",
+        str(src),
+        "--source-lang",
+        "en",
+        "--target-lang",
+        "en",
+        "--vocab-size",
+        "16",
+        "--model-type",
+        "word",
+    ]
+
+
+@pytest.mark.parametrize("force", [[], ["--force"]])
+def test_prepare_never_replaces_a_foreign_folder_or_file(tmp_path, capsys, monkeypatch, force):
+    import fadat.data.prepare as prepare
+
+    argv = corpus_files(tmp_path)
+    folder = foreign_dir(tmp_path / "folder")
+    no_work(monkeypatch, prepare, "build", "bible_corpus")
+    fails_with_one_line([*argv, "--output", str(folder), *force], capsys, "did not create")
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.txt"]
+    assert (folder / "thesis.txt").read_text() == "years of work\n"
+    f = user_file(tmp_path / "file")
+    fails_with_one_line([*argv, "--output", str(f), *force], capsys, "not a directory")
+    assert f.read_text() == "a user's file\n"
+    # A built-in corpus: the output is checked before its input files are looked at.
+    no_work(monkeypatch, prepare, "bible_files")
+    fails_with_one_line(
+        ["prepare", "bible-en-es", "--output", str(folder), *force], capsys, "did not create"
+    )
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith((".folder.", ".file."))]
+
+
+def test_prepare_unwritable_output_refused_before_work(tmp_path, capsys, monkeypatch):
+    import fadat.data.prepare as prepare
+
+    no_work(monkeypatch, prepare, "build", "generic_corpus")
+    blocker = user_file(tmp_path / "blocker")
+    argv = corpus_files(tmp_path)
+    fails_with_one_line([*argv, "--output", str(blocker / "data")], capsys, "is a file")
+
+
+def test_prepare_force_keeps_a_users_file_in_a_dataset(tmp_path, capsys):
+    argv = corpus_files(tmp_path)
+    out = tmp_path / "data"
+    assert cli.main([*argv, "--output", str(out)]) == 0
+    capsys.readouterr()
+    assert outputs.output_kind(out) == "dataset"
+    meta = (out / "meta.json").read_bytes()
+    user_file(out / "notes.txt")
+    fails_with_one_line(
+        [*argv, "--vocab-size", "15", "--output", str(out), "--force"], capsys, "notes.txt"
+    )
+    assert (out / "notes.txt").exists() and (out / "meta.json").read_bytes() == meta
+    (out / "notes.txt").unlink()
+    assert cli.main([*argv, "--vocab-size", "15", "--output", str(out), "--force"]) == 0
+    assert json.loads((out / "meta.json").read_text())["vocab_size"] == 15
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# ----------------------------------------------------------------------------------------------
+# fadat train, average
+
+
+def test_train_run_dir_must_be_new_or_a_run(tmp_path, capsys, monkeypatch):
+    import fadat.train as train
+
+    no_work(monkeypatch, train, "_load_data")
+    base = ["train", "--data", str(tmp_path / "data"), "--max-updates", "1"]
+    folder = foreign_dir(tmp_path / "folder")
+    fails_with_one_line([*base, "--run-dir", str(folder)], capsys, "--run-dir", "did not create")
+    f = user_file(tmp_path / "file")
+    fails_with_one_line([*base, "--run-dir", str(f)], capsys, "not a directory")
+    fails_with_one_line([*base, "--run-dir", str(f / "run")], capsys, "is a file")
+    data = outputs.mark_dir(tmp_path / "data", "dataset")
+    fails_with_one_line([*base, "--run-dir", str(data)], capsys, "a fadat dataset directory")
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.txt"]
+    assert f.read_text() == "a user's file\n"
+
+
+def test_average_output_checked_before_averaging(tmp_path, capsys, monkeypatch, models):
+    import fadat.average as average
+
+    no_work(monkeypatch, average, "write_averaged_model", "best_checkpoints")
+    folder = foreign_dir(tmp_path / "folder")
+    argv = ["average", "--checkpoints", str(tmp_path / "x.pt"), "--output"]
+    fails_with_one_line([*argv, str(folder)], capsys, "did not create")
+    f = user_file(tmp_path / "file")
+    fails_with_one_line([*argv, str(f)], capsys, "not a directory")
+    # An existing model directory may be replaced: the check lets the work start.
+    with pytest.raises(AssertionError, match="write_averaged_model ran"):
+        cli.main([*argv, str(models["dat"])])
+
+
+def test_save_pretrained_keeps_other_files_of_a_model_directory(tmp_path, models):
+    from fadat.model import load_pretrained
+
+    model = load_pretrained(models["dat"])
+    target = tmp_path / "model"
+    model.save_pretrained(target, spm_model=models["spm"])
+    user_file(target / "README.md")
+    model.save_pretrained(target, spm_model=models["spm"])
+    assert (target / "README.md").read_text() == "a user's file\n"
+    assert outputs.output_kind(target) == "model"
+    with pytest.raises(InputError, match="did not create"):
+        model.save_pretrained(foreign_dir(tmp_path / "folder"))
+    assert sorted(p.name for p in (tmp_path / "folder").iterdir()) == ["thesis.txt"]
+
+
+# ----------------------------------------------------------------------------------------------
+# fadat translate, score, evaluate, analyze, show-graph
+
+
+def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch):
+    import fadat.analysis
+    import fadat.evaluate
+    import fadat.score
+    import fadat.translate
+
+    folder = foreign_dir(tmp_path / "folder")
+    blocker = user_file(tmp_path / "blocker")
+    no_work(monkeypatch, fadat.translate, "load_model", "read_lines")
+    no_work(monkeypatch, fadat.score, "load_model", "read_pairs")
+    no_work(monkeypatch, fadat.analysis, "load_dat_model")
+    no_work(monkeypatch, fadat.evaluate, "load_split", "read_languages", "load_model")
+    m = str(models["dat"])
+    for argv in (
+        ["translate", "--model", m, "--output"],
+        ["score", "--model", m, "--output"],
+        ["show-graph", "--model", m, "a b", "-o"],
+    ):
+        for bad, needle in ((folder, "is a directory"), (blocker / "x.png", "is a file")):
+            fails_with_one_line([*argv, str(bad)], capsys, needle)
+    base = ["--model", m, "--data", str(tmp_path / "data")]
+    fails_with_one_line(["analyze", *base, "-o", str(folder)], capsys, "did not create")
+    fails_with_one_line(["analyze", *base, "-o", str(blocker)], capsys, "not a directory")
+    fails_with_one_line(["evaluate", *base, "--report", str(folder)], capsys, "is a directory")
+    fails_with_one_line(
+        ["evaluate", *base, "--save-hypotheses", str(folder)], capsys, "did not create"
+    )
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.txt"]
+    assert blocker.read_text() == "a user's file\n"
+
+
+def test_translate_file_output_is_all_or_nothing(tmp_path, capsys, models, monkeypatch):
+    import fadat.translate as translate
+
+    src = tmp_path / "in.txt"
+    src.write_text("ab cd\nef gh\n")
+    out = user_file(tmp_path / "out.txt")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("internal error in the middle")
+
+    monkeypatch.setattr(translate, "format_translations", broken)
+    argv = ["translate", "--model", str(models["dat"]), "--input", str(src), "--output", str(out)]
+    with pytest.raises(RuntimeError):
+        cli.main(argv)
+    assert out.read_text() == "a user's file\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]
+    monkeypatch.undo()
+    assert cli.main(argv) == 0
+    assert len(out.read_text().splitlines()) == 2
