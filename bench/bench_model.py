@@ -9,10 +9,10 @@ encoder, decoder, token head + log-softmax, links head, objective
 - ``bf16-eager``: ``torch.autocast("cpu", bfloat16)`` (links, log-softmax and DAG stay fp32);
 - ``bf16-fused``: ``bf16-eager`` with the training path of ``fadat.objectives``: the token head
   stops at the logits and the objective takes the reference tokens' log-probabilities through
-  ``fadat.model.target_logprobs`` (row-blocked fp32 log-softmax, hand-written backward; no
+  ``fadat.losses.target_logprobs`` (row-blocked fp32 log-softmax, hand-written backward; no
   ``(B, L, V)`` fp32 log-softmax; its backward writes the logits' gradient into their own
   storage), so the log-softmax is timed under "objective"; and the cheaper dropout masks of
-  ``fadat.model.dropout`` (``FAST_DROPOUT``), as ``fadat train`` uses;
+  ``fadat.transformer.dropout`` (``FAST_DROPOUT``), as ``fadat train`` uses;
 - ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
   head compiled in place (``nn.Module.compile``, dynamic shapes); the compile time is measured and
   reported; a variant whose compilation fails falls back to eager and says so.
@@ -51,9 +51,10 @@ os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-import fadat.model  # noqa: E402
+import fadat.transformer  # noqa: E402
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size  # noqa: E402
-from fadat.model import DATModel, make_config  # noqa: E402
+from fadat.model import DATModel  # noqa: E402
+from fadat.transformer import make_config  # noqa: E402
 
 STAGES = ("encoder", "decoder", "token_head", "links_head", "objective", "backward", "optimizer")
 VARIANTS = ("fp32-eager", "bf16-eager", "bf16-fused", "fp32-compile", "bf16-compile")
@@ -140,7 +141,7 @@ class Step:
 
     def forward(self, source, s_len):
         m = self.model
-        fadat.model.FAST_DROPOUT = self.fast_dropout
+        fadat.transformer.FAST_DROPOUT = self.fast_dropout
         gl = m.graph_lengths(s_len)
         toks = m.decoder_input_tokens(gl)
         with self.autocast():
@@ -150,7 +151,7 @@ class Step:
 
     def __call__(self, source, s_len, target, t_len) -> dict[str, float]:
         m = self.model
-        fadat.model.FAST_DROPOUT = self.fast_dropout
+        fadat.transformer.FAST_DROPOUT = self.fast_dropout
         times = {}
         t = time.perf_counter()
 
@@ -173,7 +174,7 @@ class Step:
             lap("links_head")
         if self.fused:
             from fadat.dag import dag_log_likelihood_from_match
-            from fadat.model import target_logprobs
+            from fadat.losses import target_logprobs
 
             match = target_logprobs(lp, target, inplace_backward=True)  # (B, T, L) fp32
             ll = dag_log_likelihood_from_match(match, links, gl, t_len)

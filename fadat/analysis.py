@@ -10,10 +10,10 @@
   largest token probability, with marginal histograms. FA-DAT's vertices sit near (0 or 1, 1).
 - **Table 5** (paper appendix, "Sequence Length"): tokenized BLEU per reference-length bucket
   (< 20, 20–40, 40–60, ≥ 60 13a tokens of the first reference), scored by
-  :func:`fadat.evaluate.bucket_scores` (the same numbers ``fadat evaluate`` reports).
+  :func:`fadat.scoring.bucket_scores` (the same numbers ``fadat evaluate`` reports).
 
 The numbers live in small pure functions (:func:`path_statistics`, :func:`vertex_confidence`,
-:func:`vertex_density`, :func:`reference_lengths`, :func:`length_buckets`);
+:func:`vertex_density`; the length buckets are :mod:`fadat.scoring`'s);
 :func:`analyze_model` runs one model over a split (batches as ``fadat translate`` makes them,
 :func:`model_outputs`) and :func:`plot_vertex_density` / :func:`format_table3` /
 :func:`format_table5` present them. Several model directories are analysed side by side.
@@ -34,17 +34,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from fadat import outputs
 from fadat.data.contract import PAD_ID, pad_sequences
 from fadat.data.spm import decode as spm_decode
 from fadat.errors import InputError
-
-# Reference-length bucket edges of the paper's Table 5: [0, 20), [20, 40), [40, 60), [60, inf).
-BUCKET_EDGES: tuple[int, ...] = (20, 40, 60)
-DEFAULT_STRATEGIES: tuple[str, ...] = ("greedy", "lookahead", "joint-viterbi")
-
+from fadat.scoring import DEFAULT_STRATEGIES, bucket_labels
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions on model outputs
@@ -204,31 +199,6 @@ def vertex_density(
     return counts, x_edges, y_edges
 
 
-def reference_lengths(references: Sequence[str]) -> list[int]:
-    """Length of each reference in tokens of sacreBLEU's ``13a`` tokenizer (words, punctuation
-    split off), the tokens BLEU counts. The paper buckets by "reference length" without defining
-    the unit; its references were Moses-tokenised words, which 13a approximates."""
-    tokenize = Tokenizer13a()
-    return [len(tokenize(ref).split()) for ref in references]
-
-
-def length_buckets(lengths: Sequence[int], edges: Sequence[int] = BUCKET_EDGES) -> list[int]:
-    """Bucket index of each length: bucket ``k`` holds ``edges[k-1] ≤ n < edges[k]`` (paper
-    Table 5: ``< 20``, ``20 ≤ n < 40``, ``40 ≤ n < 60``, ``≥ 60``). Returns one index in
-    ``0 … len(edges)`` per length. Raises ValueError if the edges do not increase."""
-    if any(b <= a for a, b in pairwise(edges)):
-        raise ValueError(f"bucket edges must increase: {list(edges)}")
-    return [int(np.searchsorted(np.asarray(edges), n, side="right")) for n in lengths]
-
-
-def bucket_labels(edges: Sequence[int] = BUCKET_EDGES) -> list[str]:
-    """Human labels of the buckets of :func:`length_buckets`, e.g. ``["< 20", "20-40", …]``."""
-    labels = [f"< {edges[0]}"]
-    labels += [f"{a}-{b}" for a, b in pairwise(edges)]
-    labels.append(f">= {edges[-1]}")
-    return labels
-
-
 # ---------------------------------------------------------------------------------------------
 # Running a model over a split
 # ---------------------------------------------------------------------------------------------
@@ -243,10 +213,11 @@ def load_dat_model(
         InputError: as :func:`fadat.translate.load_model`, or the directory holds an AT model
             (it has no graph to analyse).
     """
-    from fadat.translate import load_model
+    from fadat.model import DATModel
+    from fadat.model_dir import load_model
 
     model, sp = load_model(directory, device)
-    if model.config.model_type != "dat":
+    if not isinstance(model, DATModel):
         raise InputError(
             f"{directory}: holds a {model.config.model_type.upper()} model; "
             "only DAT models have a graph to analyse"
@@ -280,26 +251,20 @@ def model_outputs(
         with ``rows`` the indices into ``lines`` of the batch's sentences. Tensors are on the
         model's device, computed under ``torch.inference_mode``.
     """
-    from fadat.translate import (
-        DEFAULT_MAX_TOKENS,
-        batch_cost,
-        encode_sources,
-        make_batches,
-        model_device,
-    )
+    from fadat.model_dir import model_device
+    from fadat.translate import DEFAULT_MAX_TOKENS, encode_sources, make_batches
 
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
     budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     encoded = encode_sources(sp, lines, model.config.max_source_positions, warn)
     todo = [i for i, ids in enumerate(encoded) if ids is not None]
-    costs = [batch_cost(model, len(encoded[i])) for i in todo]
+    costs = [model.batch_cost(len(encoded[i])) for i in todo]
     device = model_device(model)
     for batch in make_batches(costs, budget):
         rows = [todo[k] for k in batch]
         with torch.inference_mode():
             source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
-            graph_lengths = model.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)
-            token_logprobs, links = model(source, graph_lengths)  # (B, L, V), (B, L, L)
+            token_logprobs, links, graph_lengths = model.graph_outputs(source)
         yield rows, token_logprobs, links, graph_lengths
 
 
@@ -312,7 +277,7 @@ class StrategyReport:
             per-sentence sums of :class:`PathStatistics` (nats per sentence, as the paper's
             Table 3).
         path_length: mean number of path vertices (endpoints included).
-        bleu: sacreBLEU corpus BLEU of the outputs (:func:`fadat.evaluate.corpus_scores`).
+        bleu: sacreBLEU corpus BLEU of the outputs (:func:`fadat.scoring.corpus_scores`).
         tok_bleu: tokenized BLEU (sacremoses + sacreBLEU ``tokenize="none"``), the papers' number.
     """
 
@@ -339,7 +304,7 @@ class ModelReport:
         max_token: ``(N,)`` float32 max token probability of the same vertices.
         bucket_strategy: the strategy whose outputs Table 5 scores.
         buckets: Table 5 column, ``[{"bucket", "count", "tok_bleu"}, …]``
-            (:func:`fadat.evaluate.bucket_scores`); counts add up to ``sentences``.
+            (:func:`fadat.scoring.bucket_scores`); counts add up to ``sentences``.
         translations: detokenised outputs per strategy, in split order.
     """
 
@@ -406,7 +371,7 @@ def analyze_model(
             unknown strategy or invalid options.
     """
     from fadat.decoding import decode
-    from fadat.evaluate import bucket_scores, corpus_scores, moses_tokenize
+    from fadat.scoring import bucket_scores, corpus_scores, moses_tokenize
     from fadat.translate import check_strategy
 
     if not sources:
@@ -415,7 +380,7 @@ def analyze_model(
         raise InputError(f"need reference streams of {len(sources)} lines each")
     strategies = list(dict.fromkeys([*strategies, bucket_strategy]))
     options = options or {}
-    if model.config.model_type != "dat":
+    if not callable(getattr(model, "graph_outputs", None)):
         raise InputError(f"{name}: only DAT models have a graph to analyse")
     for strategy in strategies:
         check_strategy(model, strategy, options.get(strategy, {}))
@@ -622,7 +587,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``fadat analyze``: print Tables 3 and 5, write Figure 1 and the numbers as JSON."""
-    from fadat.evaluate import load_split, model_labels, read_languages
+    from fadat.model_dir import model_labels
+    from fadat.scoring import load_split, read_languages
     from fadat.translate import apply_threads, decoding_options, stderr_warner, strategy_options
 
     apply_threads(args.threads)

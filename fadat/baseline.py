@@ -1,6 +1,6 @@
 """The autoregressive Transformer baseline (the paper's AT comparison, Transformer-base; §4).
 
-Same encoder code, embeddings, initialisation and presets as the DAT model (fadat.model); the
+Same encoder code, embeddings, initialisation and presets as the DAT model (fadat.transformer); the
 decoder is causal, fed ``<s> y`` (teacher forcing) and trained to predict ``y </s>`` (label
 smoothing is the trainer's business). Decoding: greedy and beam search with a key/value cache, so
 each step runs the decoder on one new token per hypothesis (cross-attention keys/values are
@@ -9,28 +9,35 @@ projected once per sentence). Only CPU was run; CUDA was not tested.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fadat.architectures import BatchScores, Scored
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
 from fadat.errors import InputError
-from fadat.model import (
+from fadat.model_dir import PretrainedMixin
+from fadat.transformer import (
     Encoder,
     EncoderOut,
     ModelConfig,
     TransformerLayer,
     _init_bert,
     _key_mask,
-    _load,
     dropout,
     embedding_scale,
-    save_model_directory,
 )
+
+#: Strategies of the AT and their keyword options.
+STRATEGIES: dict[str, tuple[str, ...]] = {
+    "greedy": ("length_penalty", "max_len_a", "max_len_b"),
+    "beam": ("beam_size", "length_penalty", "max_len_a", "max_len_b"),
+}
 
 # One cache per decoder layer: {"self": {"k", "v"}, "cross": {"mk", "mv"}}, tensors (N, h, t, d_h).
 Cache = list[dict[str, dict[str, Tensor]]]
@@ -52,7 +59,7 @@ class ATHypothesis:
     score: float
 
 
-class ATModel(nn.Module):
+class ATModel(PretrainedMixin, nn.Module):
     """Encoder–decoder Transformer with a causal decoder and a tied output projection.
 
     Attributes:
@@ -288,27 +295,78 @@ class ATModel(nn.Module):
             step += 1
         return [max(hyps, key=lambda h: h.score) for hyps in finished]
 
-    def save_pretrained(
-        self,
-        directory: str | Path,
-        *,
-        spm_model: str | Path | None = None,
-        extra: dict[str, Any] | None = None,
-        weights_dtype: str = "float32",
-    ) -> None:
-        """Write a complete model directory (see :func:`fadat.model.save_model_directory`)."""
-        save_model_directory(
-            self, directory, spm_model=spm_model, extra=extra, weights_dtype=weights_dtype
+    # ---- the translation-model interface (fadat.architectures.TranslationModel)
+
+    model_type: ClassVar[str] = "at"
+    default_strategy: ClassVar[str] = "beam"
+    validation_strategy: ClassVar[str] = "greedy"
+    autoregressive: ClassVar[bool] = True
+    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
+
+    def strategies(self) -> dict[str, tuple[str, ...]]:
+        """:data:`STRATEGIES`: greedy and beam search with their options."""
+        return dict(STRATEGIES)
+
+    def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
+        """Raises ValueError: ``nbest > 1`` (one hypothesis per sentence) or a beam size < 1."""
+        if nbest > 1:
+            raise ValueError(
+                f"--nbest {nbest} needs strategy 'sample' of a DAT model (the beam searches "
+                "return one hypothesis per sentence)"
+            )
+        if options.get("beam_size", 1) < 1:
+            raise ValueError(f"beam size must be >= 1, got {options['beam_size']}")
+
+    def translate_batch(
+        self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
+    ) -> list[list[Scored]]:
+        """:meth:`greedy` or :meth:`beam_search` (default beam size 5); one hypothesis each."""
+        if strategy == "greedy":
+            hyps = self.greedy(source, **options)
+        else:
+            hyps = self.beam_search(source, **{"beam_size": 5, **options})
+        return [[(list(h.tokens), float(h.score))] for h in hyps]
+
+    def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
+        """Teacher-forced ``Σ_t log P(y_t | y_<t, x)`` over ``y </s>`` (``|y </s>|`` tokens); NaN
+        for a target longer than ``max_target_positions`` (the decoder reads ``<s> y``)."""
+        limit = self.config.max_target_positions
+        lengths = [int(t) for t in target_lengths]
+        log_probs = [math.nan] * len(lengths)
+        problems: list[str | None] = [
+            f"the target has {t - 1} tokens, more than the model's maximum of {limit}: "
+            "not scored (nan)"
+            if t - 1 > limit
+            else None
+            for t in lengths
+        ]
+        fits = [k for k, problem in enumerate(problems) if problem is None]
+        if fits:
+            index = torch.tensor(fits, device=source.device)
+            prev = target[index, :-1]  # (B', T-1)
+            gold = target[index, 1:]  # (B', T-1)
+            lprobs = self(source[index], prev[:, : min(prev.shape[1], limit)])  # (B', T-1, V)
+            token_lp = lprobs.gather(2, gold[:, : lprobs.shape[1], None]).squeeze(2)  # (B', T-1)
+            mask = gold[:, : lprobs.shape[1]].ne(PAD_ID)  # (B', T-1)
+            sums = token_lp.double().masked_fill(~mask, 0.0).sum(dim=1)  # (B',)
+            for k, row in enumerate(fits):
+                log_probs[row] = float(sums[k])
+        return BatchScores(log_probs, [t - 1 for t in lengths], problems)
+
+    def batch_cost(self, source_length: int) -> int:
+        """The source length."""
+        return source_length
+
+    def length_budget(self) -> tuple[float, int | None]:
+        """``(1, None)``: training batches count target tokens."""
+        return 1.0, None
+
+    def usable(self, source_lengths: np.ndarray, target_lengths: np.ndarray) -> np.ndarray:
+        """Source (with ``</s>``) within ``max_source_positions`` and decoder input ``<s> y``
+        within ``max_target_positions``."""
+        return (np.asarray(source_lengths) <= self.config.max_source_positions) & (
+            np.asarray(target_lengths) - 1 <= self.config.max_target_positions
         )
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, map_location: str = "cpu") -> ATModel:
-        """Load a model directory written by :meth:`save_pretrained`.
-
-        Raises:
-            InputError: as :func:`fadat.model.load_pretrained`, or the directory holds a DAT model.
-        """
-        return _load(directory, map_location, expected="at")
 
 
 def _ban_specials(lp: Tensor, force_eos: Tensor) -> Tensor:

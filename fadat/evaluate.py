@@ -45,38 +45,35 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import sacrebleu
 import torch
-from sacrebleu.metrics import BLEU, CHRF
-from sacrebleu.significance import PairedTest
-from sacremoses import MosesTokenizer
 from torch import nn
 
 from fadat import outputs
-from fadat.analysis import (
-    BUCKET_EDGES,
-    DEFAULT_STRATEGIES,
-    bucket_labels,
-    length_buckets,
-    reference_lengths,
-)
 from fadat.errors import InputError
+from fadat.model_dir import load_model, model_device, model_labels, resolve_device
+from fadat.scoring import (
+    DEFAULT_STRATEGIES,
+    bleu_metric,
+    bucket_scores,
+    corpus_scores,
+    load_split,
+    moses_tokenize,
+    paired_bootstrap,
+    read_languages,
+    tokenized_bleu_metric,
+)
 from fadat.translate import (
-    AT_STRATEGIES,
     add_decoding_arguments,
     apply_threads,
     check_strategy,
     decoding_options,
     encode_sources,
-    load_model,
-    model_device,
-    resolve_device,
-    strategy_options,
     translate_lines,
 )
 
@@ -130,133 +127,6 @@ def _quiet(message: str) -> None:
 
 # ----------------------------------------------------------------------------------------------
 # Metrics
-
-
-def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
-    """Moses-tokenise each line (sacremoses, ``escape=False``: no ``&amp;`` entities), the
-    tokenisation of the NAT papers' tokenized BLEU (anchor-spec §6)."""
-    tokenizer = MosesTokenizer(lang=lang)
-    return [tokenizer.tokenize(line, return_str=True, escape=False) for line in lines]
-
-
-def bleu_metric(target_lang: str) -> BLEU:
-    """sacreBLEU with the default tokenizer for ``target_lang`` (13a, or zh/ja-mecab/ko-mecab)."""
-    return BLEU(trg_lang=target_lang)
-
-
-def tokenized_bleu_metric() -> BLEU:
-    """BLEU on already (Moses-)tokenised text: ``tokenize="none"``."""
-    return BLEU(tokenize="none", force=True)
-
-
-def corpus_scores(
-    hypotheses: Sequence[str],
-    references: Sequence[Sequence[str]],
-    target_lang: str,
-    tokenized_hypotheses: Sequence[str] | None = None,
-    tokenized_references: Sequence[Sequence[str]] | None = None,
-) -> dict[str, Any]:
-    """sacreBLEU, chrF and tokenized BLEU of one system, with signatures.
-
-    Args:
-        hypotheses: detokenised outputs, one per sentence.
-        references: reference streams, each with one reference per sentence.
-        target_lang: ISO code of the target language (tokenizers).
-        tokenized_hypotheses, tokenized_references: Moses-tokenised versions (computed when
-            ``None``).
-
-    Returns:
-        ``{"bleu", "bleu_signature", "bleu_verbose", "chrf", "chrf_signature", "tok_bleu",
-        "tok_bleu_signature"}`` (scores in BLEU/chrF points, 0–100).
-    """
-    refs = [list(stream) for stream in references]
-    if tokenized_hypotheses is None:
-        tokenized_hypotheses = moses_tokenize(hypotheses, target_lang)
-    if tokenized_references is None:
-        tokenized_references = [moses_tokenize(stream, target_lang) for stream in refs]
-    bleu, chrf, tok = bleu_metric(target_lang), CHRF(), tokenized_bleu_metric()
-    bleu_score = bleu.corpus_score(list(hypotheses), refs)
-    chrf_score = chrf.corpus_score(list(hypotheses), refs)
-    tok_score = tok.corpus_score(
-        list(tokenized_hypotheses), [list(s) for s in tokenized_references]
-    )
-    return {
-        "bleu": bleu_score.score,
-        "bleu_signature": str(bleu.get_signature()),
-        "bleu_verbose": str(bleu_score),
-        "chrf": chrf_score.score,
-        "chrf_signature": str(chrf.get_signature()),
-        "tok_bleu": tok_score.score,
-        "tok_bleu_signature": str(tok.get_signature()) + " (sacremoses tokenizer)",
-    }
-
-
-def bucket_scores(
-    tokenized_hypotheses: Sequence[str],
-    tokenized_references: Sequence[Sequence[str]],
-    first_references: Sequence[str],
-    edges: Sequence[int] = BUCKET_EDGES,
-) -> list[dict[str, Any]]:
-    """Tokenized BLEU per reference-length bucket (paper Table 5).
-
-    Args:
-        tokenized_hypotheses: Moses-tokenised outputs.
-        tokenized_references: Moses-tokenised reference streams (all are used for BLEU).
-        first_references: the raw first reference stream (its 13a length picks the bucket).
-        edges: bucket edges (default ``(20, 40, 60)``).
-
-    Returns:
-        ``[{"bucket": "< 20", "count": n, "tok_bleu": x or None}, …]``, one per bucket; the
-        counts add up to the number of sentences.
-    """
-    buckets = length_buckets(reference_lengths(first_references), edges)
-    out = []
-    for k, label in enumerate(bucket_labels(edges)):
-        members = [i for i, b in enumerate(buckets) if b == k]
-        score = None
-        if members:
-            hyps = [tokenized_hypotheses[i] for i in members]
-            refs = [[stream[i] for i in members] for stream in tokenized_references]
-            score = tokenized_bleu_metric().corpus_score(hyps, refs).score
-        out.append({"bucket": label, "count": len(members), "tok_bleu": score})
-    return out
-
-
-def paired_bootstrap(
-    named_hypotheses: Sequence[tuple[str, Sequence[str]]],
-    references: Sequence[Sequence[str]],
-    metric: BLEU,
-    samples: int = 1000,
-) -> dict[str, dict[str, float | None]]:
-    """sacreBLEU's paired bootstrap resampling of systems against the first one.
-
-    Args:
-        named_hypotheses: ``[(baseline name, hyps), (name, hyps), …]``.
-        references: reference streams (tokenised the same way as the hypotheses).
-        metric: a BLEU metric object (e.g. :func:`bleu_metric` or :func:`tokenized_bleu_metric`).
-        samples: bootstrap resamples (sacreBLEU's default 1000).
-
-    Returns:
-        ``{name: {"score", "mean", "ci", "p_value"}}``; the baseline's ``p_value`` is None.
-        sacreBLEU seeds its RNG with ``$SACREBLEU_SEED`` (default 12345).
-    """
-    test = PairedTest(
-        [(name, list(h)) for name, h in named_hypotheses],
-        {"BLEU": metric},
-        [list(s) for s in references],
-        test_type="bs",
-        n_samples=samples,
-    )
-    _, scores = test()
-    out = {}
-    for name, result in zip(scores["System"], scores["BLEU"], strict=True):
-        out[name] = {
-            "score": result.score,
-            "mean": result.mean,
-            "ci": result.ci,
-            "p_value": result.p_value,
-        }
-    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -399,121 +269,78 @@ def environment(device: torch.device) -> dict[str, Any]:
     }
 
 
-def load_split(data_dir: str | Path, split: str, subset: int) -> tuple[list[str], list[list[str]]]:
-    """Raw sources and reference streams of a split (first ``subset`` sentences if > 0).
-
-    Raises:
-        InputError: missing split, or reference streams of the wrong length.
-    """
-    from fadat.data.binarized import raw_references, raw_sources
-
-    sources = list(raw_sources(data_dir, split))
-    references = [list(stream) for stream in raw_references(data_dir, split)]
-    if not references:
-        raise InputError(f"{data_dir}: split {split!r} has no references")
-    for k, stream in enumerate(references):
-        if len(stream) != len(sources):
-            raise InputError(
-                f"{data_dir}: split {split!r}: reference stream {k} has {len(stream)} lines for "
-                f"{len(sources)} sources"
-            )
-    if subset > 0:
-        sources = sources[:subset]
-        references = [stream[:subset] for stream in references]
-    if not sources:
-        raise InputError(f"{data_dir}: split {split!r} is empty")
-    return sources, references
-
-
-def read_languages(data_dir: str | Path) -> tuple[str, str]:
-    """``(source_lang, target_lang)`` from the data directory's meta.json.
-
-    Raises:
-        InputError: meta.json missing or unreadable, or without the two keys.
-    """
-    from fadat.data.binarized import read_meta
-
-    meta = read_meta(data_dir)
-    try:
-        return str(meta["source_lang"]), str(meta["target_lang"])
-    except (KeyError, TypeError) as err:
-        raise InputError(f"{Path(data_dir) / 'meta.json'}: no source_lang/target_lang") from err
-
-
 def build_systems(
     models: Sequence[tuple[str, nn.Module, Any]],
     strategies: Sequence[str],
-    dat_options: dict[str, dict[str, Any]],
+    options_for: Callable[[nn.Module, str], dict[str, Any]],
     at_beam_size: int,
     at_length_penalty: float,
     at_options: dict[str, Any] | None = None,
 ) -> list[System]:
-    """Systems in report order: per model (in the given order), AT greedy and beam, or each DAT
-    strategy with the options it takes (from ``dat_options[strategy]``). AT systems get
-    ``length_penalty``, ``beam_size`` (beam only) and ``at_options`` (``max_len_a/b``).
+    """Systems in report order, per model in the given order.
+
+    An autoregressive model (the paper's AT baseline) runs each of its strategies (greedy and
+    beam search) with ``length_penalty``, ``beam_size`` (beam only) and ``at_options``
+    (``max_len_a/b``). A non-autoregressive model runs each of ``strategies`` that it supports,
+    with the options ``options_for(model, strategy)`` that the strategy takes.
 
     Raises:
-        InputError: a strategy unknown to DAT models, invalid options.
+        InputError: a strategy that no non-autoregressive model supports, a model that supports
+            none of them, invalid options.
     """
     systems = []
     for label, model, sp in models:
-        if model.config.model_type == "at":
-            for strategy in AT_STRATEGIES:
-                options: dict[str, Any] = {
-                    "length_penalty": at_length_penalty,
-                    **(at_options or {}),
+        accepted = model.strategies()
+        if model.autoregressive:
+            for strategy, names in accepted.items():
+                settings = {"length_penalty": at_length_penalty, "beam_size": at_beam_size}
+                options = {
+                    k: v for k, v in {**settings, **(at_options or {})}.items() if k in names
                 }
-                name = f"{label}:greedy"
-                if strategy == "beam":
-                    options["beam_size"] = at_beam_size
-                    name = f"{label}:beam{at_beam_size}"
+                name = f"{label}:{strategy}"
+                if "beam_size" in options:
+                    name += str(at_beam_size)
                 check_strategy(model, strategy, options)
                 systems.append(System(name, label, model, sp, strategy, options))
             continue
-        accepted = strategy_options(model)
-        for strategy in strategies:
-            if strategy not in accepted:
-                raise InputError(
-                    f"unknown DAT strategy {strategy!r}; choose from {', '.join(accepted)}"
-                )
+        chosen = [s for s in strategies if s in accepted]
+        if not chosen:
+            raise InputError(
+                f"unknown {model.model_type.upper()} strategy {strategies[0]!r}; choose from "
+                f"{', '.join(accepted)}"
+            )
+        for strategy in chosen:
             options = {
-                k: v for k, v in dat_options.get(strategy, {}).items() if k in accepted[strategy]
+                k: v for k, v in options_for(model, strategy).items() if k in accepted[strategy]
             }
             check_strategy(model, strategy, options)
             systems.append(System(f"{label}:{strategy}", label, model, sp, strategy, options))
+    run = {s.strategy for s in systems if not s.model.autoregressive}
+    missing = [s for s in strategies if s not in run]
+    if missing and any(not model.autoregressive for _, model, _ in models):
+        known = dict.fromkeys(
+            name for _, m, _ in models if not m.autoregressive for name in m.strategies()
+        )
+        raise InputError(f"unknown strategy {missing[0]!r}; choose from {', '.join(known)}")
     return systems
 
 
-def model_labels(directories: Sequence[str]) -> list[str]:
-    """Short unique labels: each directory's name (``parent/name`` if the name is generic,
-    ``#k`` appended to repeats)."""
-    labels = []
-    for d in directories:
-        p = Path(d).resolve()
-        label = (
-            p.name
-            if p.name not in ("model", "final", "averaged", "")
-            else f"{p.parent.name}/{p.name}"
-        )
-        base, k = label, 2
-        while label in labels:
-            label, k = f"{base}#{k}", k + 1
-        labels.append(label)
-    return labels
-
-
 def comparison_groups(systems: Sequence[System], baseline: str) -> list[list[str]]:
-    """Groups for paired bootstrap: ``[baseline, everyone else]`` and, with several DAT models,
-    ``[first DAT model's strategy s, other DAT models' strategy s]`` for each strategy."""
+    """Groups for paired bootstrap: ``[baseline, everyone else]`` and, with several models of
+    one architecture, ``[its first model's strategy s, its other models' strategy s]`` for each
+    strategy (the paper's FA-DAT vs DA-Transformer comparison)."""
     groups = [[baseline] + [s.name for s in systems if s.name != baseline]]
-    dat_labels = list(dict.fromkeys(s.label for s in systems if s.model_type == "dat"))
-    if len(dat_labels) > 1:
-        for strategy in dict.fromkeys(s.strategy for s in systems if s.model_type == "dat"):
+    for kind in dict.fromkeys(s.model_type for s in systems):
+        same = [s for s in systems if s.model_type == kind]
+        labels = list(dict.fromkeys(s.label for s in same))
+        if len(labels) < 2:
+            continue
+        for strategy in dict.fromkeys(s.strategy for s in same):
             names = [
                 s.name
-                for label in dat_labels
-                for s in systems
-                if s.label == label and s.strategy == strategy and s.model_type == "dat"
+                for label in labels
+                for s in same
+                if s.label == label and s.strategy == strategy
             ]
             if len(names) > 1 and names[0] != baseline:
                 groups.append(names)
@@ -540,17 +367,12 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         model, sp = load_model(directory, device)
         models.append((label, model, sp))
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    if not strategies and any(m.config.model_type == "dat" for _, m, _ in models):
+    if not strategies and any(not m.autoregressive for _, m, _ in models):
         raise InputError("--strategies is empty")
-    dat_options = {
-        strategy: decoding_options(args, _first_dat(models), strategy)
-        for strategy in strategies
-        if _first_dat(models) is not None
-    }
     systems = build_systems(
         models,
         strategies,
-        dat_options,
+        lambda model, strategy: decoding_options(args, model, strategy),
         args.at_beam_size,
         args.at_length_penalty,
         # --max-len-a/--max-len-b apply to the AT decoders too.
@@ -558,7 +380,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     )
     names = [s.name for s in systems]
     baseline = args.baseline or next(
-        (s.name for s in systems if s.model_type == "at" and s.strategy == "beam"), names[0]
+        (s.name for s in systems if s.model.autoregressive and s.strategy == "beam"), names[0]
     )
     if baseline not in names:
         raise InputError(f"--baseline {baseline!r} is not one of {', '.join(names)}")
@@ -584,7 +406,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
             args.data, args.tune_split, args.tune_subset or args.subset
         )
         for system in systems:
-            if system.model_type == "dat" and system.strategy in ("joint-viterbi", "viterbi"):
+            if system.strategy in ("joint-viterbi", "viterbi"):
                 _log(f"tuning length penalty of {system.name} on {args.tune_split}")
                 best, table = tune_length_penalty(
                     system,
@@ -701,10 +523,6 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         ],
         "significance": significance,
     }
-
-
-def _first_dat(models: Sequence[tuple[str, nn.Module, Any]]) -> nn.Module | None:
-    return next((m for _, m, _ in models if m.config.model_type == "dat"), None)
 
 
 def _log(message: str) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from fadat import dag
 from fadat.data.contract import PAD_ID, Batch
-from fadat.model import target_logprobs
+from fadat.losses import target_logprobs
 
 # --------------------------------------------------------------------------------------------
 # Glancing-ratio schedule (anchor-spec §3, ``--glat-p "v0:v1@N"``)
@@ -383,7 +383,7 @@ def nll_loss_from_logits(
     inplace_backward: bool = False,
 ) -> LossOutput:
     """:func:`nll_loss` with ``token_logprobs = log_softmax(logits)``, computed through
-    :func:`fadat.model.target_logprobs` (``logits`` ``(B, L, V)`` in any float dtype; the other
+    :func:`fadat.losses.target_logprobs` (``logits`` ``(B, L, V)`` in any float dtype; the other
     arguments and the result as :func:`nll_loss`). With ``inplace_backward`` the backward
     overwrites ``logits`` with their gradient (see ``target_logprobs``): for a caller that
     owns them, as the training step does."""

@@ -57,6 +57,7 @@ import torch.distributed as dist
 import yaml
 
 from fadat import outputs
+from fadat.architectures import ARCHITECTURES, model_class
 from fadat.data.contract import Batch
 from fadat.errors import InputError
 from fadat.objectives import (
@@ -263,8 +264,8 @@ def validate_config(cfg: TrainConfig) -> None:
     Raises:
         InputError: the problem.
     """
-    if cfg.arch not in ("dat", "at"):
-        raise InputError(f"--arch must be dat or at, got {cfg.arch!r}")
+    if cfg.arch not in ARCHITECTURES:
+        raise InputError(f"--arch must be one of {', '.join(ARCHITECTURES)}, got {cfg.arch!r}")
     objective = cfg.resolved_objective()
     if objective not in OBJECTIVES:
         raise InputError(f"unknown objective {objective!r}; choose from {sorted(OBJECTIVES)}")
@@ -512,7 +513,8 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
         InputError: bad preset/overrides, or an ``--init-from`` model of the other architecture
             or another vocabulary.
     """
-    from fadat.model import DATModel, load_pretrained, make_config
+    from fadat.model_dir import load_pretrained
+    from fadat.transformer import make_config
 
     if cfg.init_from:
         model = load_pretrained(cfg.init_from)
@@ -529,14 +531,14 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
         if model.config.dropout != cfg.dropout:
             # Dropout is a training setting: the fine-tune's --dropout wins.
             config = dataclasses.replace(model.config, dropout=cfg.dropout)
-            fresh = _model_class(cfg.arch)(config)
+            fresh = model_class(cfg.arch)(config)
             fresh.load_state_dict(model.state_dict())
             model = fresh
         model.train()
         return model
     overrides = {"model_type": cfg.arch, "dropout": cfg.dropout, **cfg.model}
     config = make_config(cfg.preset, vocab_size, **overrides)
-    model = DATModel(config) if cfg.arch == "dat" else _model_class("at")(config)
+    model = model_class(cfg.arch)(config)
     if cfg.init_encoder_from:
         _load_encoder(model, cfg.init_encoder_from, cfg.init_decoder_layers)
     return model
@@ -553,7 +555,7 @@ def _load_encoder(model: torch.nn.Module, directory: str, decoder_layers: bool =
         InputError: the directory's encoder (or decoder layers) differ in shape (vocabulary,
             width, layers, pre/post-norm).
     """
-    from fadat.model import load_pretrained
+    from fadat.model_dir import load_pretrained
 
     source = load_pretrained(directory).state_dict()
     own = model.state_dict()
@@ -568,46 +570,26 @@ def _load_encoder(model: torch.nn.Module, directory: str, decoder_layers: bool =
     model.load_state_dict({**own, **{n: source[n] for n in names}})
 
 
-def _model_class(arch: str):
-    if arch == "dat":
-        from fadat.model import DATModel
-
-        return DATModel
-    from fadat.baseline import ATModel
-
-    return ATModel
-
-
-def _graph_budget(model) -> tuple[float, int | None]:
-    """(upsample ratio, max graph positions) the batcher counts tokens with: the DAG's graph size
-    for DAT; plain target/source lengths (ratio 1) for the AT baseline."""
-    if model.config.model_type == "dat":
-        return model.config.upsample_ratio, model.config.max_target_positions
-    return 1.0, None
-
-
 # --------------------------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------------------------
 
 
-def usable_indices(dataset, config) -> np.ndarray:
-    """Indices of the sentences the model can take: source (with ``</s>``) within
-    ``max_source_positions``; for the AT baseline also the decoder input ``<s> y`` within
-    ``max_target_positions``. (A DAT target longer than its graph is not dropped here: the NLL
-    counts it as invalid, anchor-spec §2.)
+def usable_indices(dataset, model) -> np.ndarray:
+    """Indices of the sentences ``model`` can take (its ``usable``: source within
+    ``max_source_positions``; for the AT also the decoder input ``<s> y`` within
+    ``max_target_positions``; a DAT target longer than its graph is kept and counted as invalid
+    by the NLL).
 
     Returns:
         ``(N',)`` int64 sorted indices.
     """
-    keep = np.asarray(dataset.source_lengths) <= config.max_source_positions
-    if config.model_type == "at":
-        keep &= np.asarray(dataset.target_lengths) - 1 <= config.max_target_positions
+    keep = model.usable(np.asarray(dataset.source_lengths), np.asarray(dataset.target_lengths))
     return np.flatnonzero(keep).astype(np.int64)
 
 
-def _valid_indices(valid, config, subset: int) -> list[int]:
-    usable = usable_indices(valid, config).tolist()
+def _valid_indices(valid, model, subset: int) -> list[int]:
+    usable = usable_indices(valid, model).tolist()
     return usable[:subset] if subset else usable
 
 
@@ -637,9 +619,9 @@ def validate(
 
     sp = load_sentencepiece(Path(cfg.data) / "spm.model")
     refs_all = raw_references(cfg.data, "valid")
-    indices = _valid_indices(valid, model.config, cfg.valid_subset)
+    indices = _valid_indices(valid, model, cfg.valid_subset)
     budget = cfg.max_tokens_valid or cfg.max_tokens
-    ratio, max_graph = _graph_budget(model)
+    ratio, max_graph = model.length_budget()
     batches = _valid_batches(valid, indices, budget, ratio, max_graph)
     eval_objective = dataclasses.replace(objective, glancing_ratio=0.0)
     hyps: dict[int, str] = {}
@@ -678,18 +660,14 @@ def _valid_batches(valid, indices, budget, ratio, max_graph) -> list[list[int]]:
 
 
 def _translate(model, batch: Batch, cfg: TrainConfig) -> list[list[int]]:
-    """Token ids (without ``<s>``/``</s>``/``<pad>``) of the model's outputs for ``batch``:
-    lookahead decoding for DAT, greedy decoding for AT."""
-    if model.config.model_type == "dat":
-        from fadat.decoding import decode
-
-        graph_lengths = model.graph_lengths(batch.source_lengths, decoding=True)
-        token_logprobs, links = model(batch.source, graph_lengths)
-        hyps = decode(
-            token_logprobs.float(), links.float(), graph_lengths, "lookahead", beta=cfg.decode_beta
-        )
-        return [list(h.tokens) for h in hyps]
-    return [list(h.tokens) for h in model.greedy(batch.source)]
+    """Token ids (without ``<s>``/``</s>``/``<pad>``) of the model's outputs for ``batch``, with
+    its ``validation_strategy`` (lookahead with β = ``decode_beta`` for DAT, greedy for AT)."""
+    strategy = model.validation_strategy
+    options = {"beta": cfg.decode_beta}
+    accepted = model.strategies()[strategy]
+    options = {k: v for k, v in options.items() if k in accepted}
+    hyps = model.translate_batch(batch.source, strategy, options)
+    return [tokens for ((tokens, _score),) in hyps]
 
 
 # --------------------------------------------------------------------------------------------
@@ -774,13 +752,13 @@ class Trainer:
         if self._resume_state is not None:
             # A resumed run rebuilds the architecture it saved (an --init-from model need not
             # match --preset) and then loads checkpoint_last's weights.
-            from fadat.model import ModelConfig
+            from fadat.transformer import ModelConfig
 
             try:
                 model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))
             except (KeyError, TypeError) as err:
                 raise InputError(f"{self.run_dir / LAST_NAME}: no model config ({err})") from None
-            self.model = _model_class(cfg.arch)(model_config).to(self.info.device)
+            self.model = model_class(cfg.arch)(model_config).to(self.info.device)
         else:
             self.model = build_model(cfg, vocab).to(self.info.device)
         self.model.train()
@@ -798,10 +776,10 @@ class Trainer:
             device_type=self.info.device.type, dtype=dtype, enabled=cfg.bf16 or cfg.fp16
         )
         self.progress = Progress()
-        ratio, max_graph = _graph_budget(self.model)
+        ratio, max_graph = self.model.length_budget()
         from fadat.data.batching import TokenBatchSampler
 
-        self.train_index = usable_indices(self.train_data, self.model.config)  # (N',)
+        self.train_index = usable_indices(self.train_data, self.model)  # (N',)
         dropped = len(self.train_data) - len(self.train_index)
         if not len(self.train_index):
             raise InputError(f"{cfg.data}: no training sentence fits the model's positions")
@@ -1370,7 +1348,7 @@ def write_averaged_model(
 ) -> Path:
     """Average ``paths`` and write a model directory with ``save_pretrained``, the data's
     sentencepiece model and its licence/attribution (from ``DATA/meta.json``); the weights are
-    stored as ``weights_dtype`` (see :func:`fadat.model.save_model_directory`).
+    stored as ``weights_dtype`` (see :func:`fadat.model_dir.save_model_directory`).
 
     Returns:
         The output directory.
@@ -1378,11 +1356,11 @@ def write_averaged_model(
     Raises:
         InputError: as :func:`average_checkpoints`, or a missing data directory / spm model.
     """
-    from fadat.model import ModelConfig
+    from fadat.transformer import ModelConfig
 
     state, meta = average_checkpoints(paths)
     config = ModelConfig.from_dict(dict(meta["model_config"]))
-    model = _model_class(config.model_type)(config)
+    model = model_class(config.model_type)(config)
     model.load_state_dict(state)
     data = Path(data_dir or meta.get("data") or meta.get("train_config", {}).get("data", ""))
     spm = data / "spm.model"

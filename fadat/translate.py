@@ -20,7 +20,6 @@ Only CPU was run; the code is device-agnostic (``--device``) but CUDA was not ru
 from __future__ import annotations
 
 import argparse
-import inspect
 import math
 import sys
 import warnings
@@ -34,20 +33,12 @@ import torch
 from torch import nn
 
 from fadat import outputs
-from fadat.data.contract import EOS_ID, PAD_ID, graph_size, pad_sequences
+from fadat.data.contract import EOS_ID, pad_sequences
 from fadat.errors import InputError
+from fadat.model_dir import check_vocabulary, load_model, model_device
 
 #: Default per-batch budget (see :func:`batch_cost`).
 DEFAULT_MAX_TOKENS = 4096
-
-#: Options of the autoregressive baseline's decoders (``fadat.baseline.ATModel``).
-AT_STRATEGIES: dict[str, tuple[str, ...]] = {
-    "greedy": ("length_penalty", "max_len_a", "max_len_b"),
-    "beam": ("beam_size", "length_penalty", "max_len_a", "max_len_b"),
-}
-
-#: Default strategy when none is given: lookahead for DAT (the paper's default), beam for AT.
-DEFAULT_STRATEGY = {"dat": "lookahead", "at": "beam"}
 
 Warn = Callable[[str], None]
 
@@ -92,101 +83,12 @@ class PairScore:
 
 
 # ----------------------------------------------------------------------------------------------
-# Loading and checking a model directory
-
-
-def resolve_device(name: str | torch.device | None) -> torch.device:
-    """Parse ``--device`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``…).
-
-    Raises:
-        InputError: not a device name, or a CUDA/MPS device that is not available.
-    """
-    if name is None:
-        return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError) as err:
-        raise InputError(f"invalid device {name!r} ({err})") from err
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise InputError(f"device {name!r} requested but CUDA is not available")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise InputError(f"device {name!r} requested but MPS is not available")
-    return device
-
-
-def load_model(
-    directory: str | Path, device: str | torch.device | None = "cpu"
-) -> tuple[nn.Module, Any]:
-    """Load a model directory (DAT or AT, by config.json's ``model_type``) and its tokenizer.
-
-    Args:
-        directory: written by ``save_pretrained`` (config.json + model.safetensors + spm.model).
-        device: device for the weights.
-
-    Returns:
-        ``(model in eval mode, sentencepiece processor)``.
-
-    Raises:
-        InputError: missing or corrupt directory or files (from
-            :func:`fadat.model.load_pretrained`), no sentencepiece model, or a sentencepiece
-            model whose size or special ids disagree with the model (vocabulary mismatch).
-    """
-    from fadat.data.spm import load_sentencepiece
-    from fadat.model import load_pretrained, spm_model_path
-
-    device = resolve_device(device)
-    model = load_pretrained(directory, map_location=device)
-    path = spm_model_path(directory)
-    if path is None:
-        raise InputError(f"{directory}: the model directory has no sentencepiece model")
-    sp = load_sentencepiece(path)
-    check_vocabulary(sp, model, where=str(path))
-    return model, sp
-
-
-def check_vocabulary(sp: Any, model: nn.Module, where: str = "sentencepiece model") -> None:
-    """Check that a sentencepiece model fits a model (size and the contract's special ids).
-
-    Raises:
-        InputError: vocabulary size or special ids differ (``<s>``=0, ``<pad>``=1, ``</s>``=2,
-            ``<unk>``=3, :mod:`fadat.data.contract`).
-    """
-    from fadat.data.spm import check_special_ids
-
-    size, expected = sp.get_piece_size(), model.config.vocab_size
-    if size != expected:
-        raise InputError(
-            f"{where}: vocabulary mismatch: the sentencepiece model has {size} pieces, "
-            f"the model expects {expected}"
-        )
-    check_special_ids(sp, where)
-
-
-def model_device(model: nn.Module) -> torch.device:
-    """The device of the model's parameters."""
-    return next(model.parameters()).device
-
-
-# ----------------------------------------------------------------------------------------------
 # Strategies and their options
 
 
 def strategy_options(model: nn.Module) -> dict[str, tuple[str, ...]]:
-    """Strategy name → accepted keyword options, for this model's type.
-
-    DAT: the decoders of :data:`fadat.decoding.STRATEGIES` (their keyword-only parameters);
-    AT: :data:`AT_STRATEGIES`.
-    """
-    if model.config.model_type == "at":
-        return dict(AT_STRATEGIES)
-    from fadat.decoding import STRATEGIES
-
-    return {
-        name: tuple(
-            p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY
-        )
-        for name, fn in STRATEGIES.items()
-    }
+    """Strategy name → accepted keyword options, for this model (its ``strategies()``)."""
+    return model.strategies()
 
 
 def check_strategy(
@@ -194,19 +96,18 @@ def check_strategy(
 ) -> None:
     """Validate a strategy, its options and ``nbest`` before any input is read.
 
-    DAT options are tried once on a small synthetic graph, so an invalid value (``top_p = 2``)
-    fails here with the decoder's own message.
+    The model checks the values (:meth:`~fadat.architectures.TranslationModel.check_options`;
+    a DAT tries them once on a small synthetic graph, so ``top_p = 2`` fails here with the
+    decoder's own message).
 
     Raises:
-        InputError: unknown strategy for this model type, an option the strategy does not take,
-            an invalid value, or ``nbest > 1`` with a strategy that cannot produce several
-            hypotheses (only DAT ``sample`` can: repeated draws).
+        InputError: unknown strategy for this model, an option the strategy does not take,
+            an invalid value, or an ``nbest`` the strategy cannot give.
     """
-    known = strategy_options(model)
-    kind = model.config.model_type
+    known = model.strategies()
     if strategy not in known:
         raise InputError(
-            f"strategy {strategy!r} is not available for {kind.upper()} models; "
+            f"strategy {strategy!r} is not available for {model.model_type.upper()} models; "
             f"choose one of {', '.join(known)}"
         )
     unknown = sorted(set(options) - set(known[strategy]))
@@ -215,29 +116,9 @@ def check_strategy(
         raise InputError(f"strategy {strategy!r} does not take {flags}")
     if nbest < 1:
         raise InputError(f"--nbest must be >= 1, got {nbest}")
-    if nbest > 1 and not (kind == "dat" and strategy == "sample"):
-        raise InputError(
-            f"--nbest {nbest} needs strategy 'sample' of a DAT model (the beam searches return "
-            "one hypothesis per sentence)"
-        )
-    if kind == "at":
-        if options.get("beam_size", 1) < 1:
-            raise InputError(f"beam size must be >= 1, got {options['beam_size']}")
-        return
-    from fadat.decoding import decode
-
-    # A 4-vertex graph with uniform transitions; V = the model's vocabulary.
-    size, vocab = 4, model.config.vocab_size
-    token_logprobs = torch.full((1, size, vocab), -math.log(vocab))  # (1, L, V)
-    upper = torch.ones(size, size).triu(1).bool()  # (L, L)
-    counts = upper.sum(1).clamp(min=1).float()  # (L,)
-    links = torch.where(upper, -counts.log()[:, None], float("-inf"))[None]  # (1, L, L)
-    links[:, -1] = float("-inf")
     try:
-        decode(token_logprobs, links, torch.tensor([size]), strategy, **options)
-    except (ValueError, TypeError) as err:
-        raise InputError(f"strategy {strategy!r}: {err}") from err
-    except ImportError as err:
+        model.check_options(strategy, options, nbest)
+    except ValueError as err:
         raise InputError(f"strategy {strategy!r}: {err}") from err
 
 
@@ -274,17 +155,9 @@ def encode_sources(
 
 
 def batch_cost(model: nn.Module, source_length: int) -> int:
-    """Positions one sentence occupies in a batch: its graph size ``L`` for DAT (the
-    ``(B, L, V)`` token log-probs dominate memory), its source length for AT."""
-    if model.config.model_type == "dat":
-        return int(
-            graph_size(
-                source_length,
-                model.config.decoding_upsample_ratio,
-                model.config.max_target_positions,
-            )
-        )
-    return source_length
+    """Positions one sentence occupies in a batch (the model's ``batch_cost``: the graph size
+    ``L`` for DAT, the source length for AT)."""
+    return model.batch_cost(source_length)
 
 
 def make_batches(
@@ -326,51 +199,6 @@ def make_batches(
 # The translation core
 
 
-def _decode_dat(
-    model: nn.Module, source: torch.Tensor, strategy: str, options: dict[str, Any], nbest: int
-) -> list[list[tuple[list[int], float]]]:
-    """One DAT forward pass and ``nbest`` decodes; per sentence ``[(tokens, score), …]``."""
-    from fadat.decoding import decode
-
-    source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
-    graph_lengths = model.graph_lengths(source_lengths, decoding=True)  # (B,)
-    token_logprobs, links = model(source, graph_lengths)  # (B, L, V), (B, L, L)
-    if nbest == 1:
-        hyps = decode(token_logprobs, links, graph_lengths, strategy, **options)
-        return [[(list(h.tokens), float(h.score))] for h in hyps]
-    # n-best by repeated draws (only 'sample' reaches here, see check_strategy): draw k uses
-    # seed + k so the list is reproducible; duplicates are dropped and the rest ranked by score.
-    seed = options.get("seed")
-    draws = []
-    for k in range(nbest):
-        opts = dict(options)
-        if seed is not None:
-            opts["seed"] = int(seed) + k
-        draws.append(decode(token_logprobs, links, graph_lengths, strategy, **opts))
-    out = []
-    for b in range(source.shape[0]):
-        unique: dict[tuple[int, ...], float] = {}
-        for draw in draws:
-            h = draw[b]
-            key = tuple(h.tokens)
-            unique[key] = max(unique.get(key, -math.inf), float(h.score))
-        ranked = sorted(unique.items(), key=lambda kv: -kv[1])
-        out.append([(list(tokens), score) for tokens, score in ranked])
-    return out
-
-
-def _decode_at(
-    model: nn.Module, source: torch.Tensor, strategy: str, options: dict[str, Any]
-) -> list[list[tuple[list[int], float]]]:
-    """AT greedy or beam search; per sentence ``[(tokens, score)]``."""
-    if strategy == "greedy":
-        hyps = model.greedy(source, **options)
-    else:
-        opts = {"beam_size": 5, **options}
-        hyps = model.beam_search(source, **opts)
-    return [[(list(h.tokens), float(h.score))] for h in hyps]
-
-
 def translate_lines(
     model: nn.Module,
     sp: Any,
@@ -395,7 +223,8 @@ def translate_lines(
         model: a DAT or AT model (eval mode).
         sp: its sentencepiece processor.
         lines: raw text, one sentence each.
-        strategy: a name from :func:`strategy_options`; ``None`` = :data:`DEFAULT_STRATEGY`.
+        strategy: a name from :func:`strategy_options`; ``None`` = the model's
+            ``default_strategy``.
         options: the strategy's keyword options (e.g. ``{"beta": 1.0}``).
         nbest: hypotheses per sentence (``> 1`` only for DAT ``sample``: repeated draws with
             seeds ``seed, seed+1, …``; duplicate outputs are merged, so fewer may come back).
@@ -415,8 +244,7 @@ def translate_lines(
     """
     from fadat.data.spm import decode as detokenize
 
-    kind = model.config.model_type
-    strategy = strategy or DEFAULT_STRATEGY[kind]
+    strategy = strategy or model.default_strategy
     options = dict(options or {})
     if check:
         check_strategy(model, strategy, options, nbest)
@@ -424,16 +252,13 @@ def translate_lines(
     encoded = encode_sources(sp, lines, model.config.max_source_positions, warn)
     results: list[list[Translation]] = [[Translation("", [], math.nan)] for _ in range(len(lines))]
     todo = [i for i, ids in enumerate(encoded) if ids is not None]
-    costs = [batch_cost(model, len(encoded[i])) for i in todo]
+    costs = [model.batch_cost(len(encoded[i])) for i in todo]
     device = model_device(model)
     with torch.inference_mode():
         for batch in make_batches(costs, max_tokens, max_sentences):
             rows = [todo[k] for k in batch]
             source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
-            if kind == "dat":
-                hyps = _decode_dat(model, source, strategy, options, nbest)
-            else:
-                hyps = _decode_at(model, source, strategy, options)
+            hyps = model.translate_batch(source, strategy, options, nbest)
             for i, sentence_hyps in zip(rows, hyps, strict=True):
                 results[i] = [
                     Translation(detokenize(sp, tokens), tokens, score)
@@ -470,60 +295,26 @@ def score_pairs(
     Raises:
         InputError: different numbers of sources and targets.
     """
-    from fadat.dag import dag_log_likelihood
     from fadat.data.spm import encode_target
 
     if len(sources) != len(targets):
         raise InputError(f"{len(sources)} source lines but {len(targets)} target lines")
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
-    kind = model.config.model_type
     src_ids = encode_sources(sp, sources, model.config.max_source_positions, warn, keep_empty=True)
     tgt_ids = [list(encode_target(sp, line)) for line in targets]  # <s> y </s>
     results: list[PairScore] = [PairScore(math.nan, 1)] * len(sources)
-    costs = [batch_cost(model, len(ids)) for ids in src_ids]
+    costs = [model.batch_cost(len(ids)) for ids in src_ids]
     device = model_device(model)
     with torch.inference_mode():
         for batch in make_batches(costs, max_tokens):
             source = pad_sequences([src_ids[i] for i in batch]).to(device)  # (B, S)
             target = pad_sequences([tgt_ids[i] for i in batch]).to(device)  # (B, T)
             target_lengths = torch.tensor([len(tgt_ids[i]) for i in batch], device=device)
-            if kind == "dat":
-                source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
-                graph_lengths = model.graph_lengths(source_lengths, decoding=True)  # (B,)
-                token_logprobs, links = model(source, graph_lengths)  # (B, L, V), (B, L, L)
-                log_probs = dag_log_likelihood(
-                    token_logprobs, links, target, graph_lengths, target_lengths
-                )  # (B,)
-                for k, i in enumerate(batch):
-                    if target_lengths[k] > graph_lengths[k]:
-                        warn(
-                            f"line {i + 1}: the target has {int(target_lengths[k])} tokens, more "
-                            f"than the graph's {int(graph_lengths[k])} vertices: log P = -inf"
-                        )
-                    results[i] = PairScore(float(log_probs[k]), int(target_lengths[k]))
-                continue
-            # AT: the decoder reads <s> y (T-1 positions) and predicts y </s>.
-            limit = model.config.max_target_positions
-            fits = [k for k, i in enumerate(batch) if len(tgt_ids[i]) - 1 <= limit]
-            for i in batch:
-                if len(tgt_ids[i]) - 1 > limit:
-                    warn(
-                        f"line {i + 1}: the target has {len(tgt_ids[i]) - 1} tokens, more than "
-                        f"the model's maximum of {limit}: not scored (nan)"
-                    )
-                    results[i] = PairScore(math.nan, len(tgt_ids[i]) - 1)
-            if not fits:
-                continue
-            index = torch.tensor(fits, device=device)
-            prev = target[index, :-1]  # (B', T-1)
-            gold = target[index, 1:]  # (B', T-1)
-            lprobs = model(source[index], prev[:, : min(prev.shape[1], limit)])  # (B', T-1, V)
-            token_lp = lprobs.gather(2, gold[:, : lprobs.shape[1], None]).squeeze(2)  # (B', T-1)
-            mask = gold[:, : lprobs.shape[1]].ne(PAD_ID)  # (B', T-1)
-            sums = token_lp.double().masked_fill(~mask, 0.0).sum(dim=1)  # (B',)
-            for k, row in enumerate(fits):
-                i = batch[row]
-                results[i] = PairScore(float(sums[k]), len(tgt_ids[i]) - 1)
+            scores = model.score_batch(source, target, target_lengths)
+            for k, i in enumerate(batch):
+                if scores.problems[k] is not None:
+                    warn(f"line {i + 1}: {scores.problems[k]}")
+                results[i] = PairScore(scores.log_probs[k], scores.tokens[k])
     return results
 
 
@@ -562,7 +353,7 @@ class Translator:
     @property
     def model_type(self) -> str:
         """``"dat"`` or ``"at"``."""
-        return self.model.config.model_type
+        return self.model.model_type
 
     def translate(
         self,
@@ -741,8 +532,9 @@ def decoding_options(args: argparse.Namespace, model: nn.Module, strategy: str) 
     options = {
         name: getattr(args, name) for name in _OPTION_FLAGS if getattr(args, name, None) is not None
     }
-    if model.config.model_type == "dat" and strategy == "beam" and "length_penalty" in options:
-        options["alpha"] = options.pop("length_penalty")
+    for flag, keyword in model.flag_aliases.get(strategy, {}).items():
+        if flag in options:
+            options[keyword] = options.pop(flag)
     return options
 
 
@@ -820,7 +612,7 @@ def run(args: argparse.Namespace) -> int:
     apply_threads(args.threads)
     check_output(args.output)
     model, sp = load_model(args.model, args.device)
-    strategy = args.strategy or DEFAULT_STRATEGY[model.config.model_type]
+    strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
     check_strategy(model, strategy, options, args.nbest)
     lines = read_lines(args.input)

@@ -24,7 +24,7 @@ import torch
 
 from fadat.data.binarized import BinarizedDataset, read_meta, write_split
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
-from fadat.model import load_pretrained
+from fadat.model_dir import load_pretrained
 
 
 def main(argv: list[str] | None = None) -> None:

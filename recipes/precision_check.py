@@ -27,10 +27,11 @@ from pathlib import Path
 
 import torch
 
+from fadat.architectures import model_class
 from fadat.data.binarized import BinarizedDataset
-from fadat.model import ModelConfig
 from fadat.objectives import ObjectiveConfig, compute_loss
-from fadat.train import _model_class, config_from_dict, load_checkpoint, load_yaml_config, validate
+from fadat.train import config_from_dict, load_checkpoint, load_yaml_config, validate
+from fadat.transformer import ModelConfig
 
 
 def _group(name: str) -> str:
@@ -47,7 +48,7 @@ def compare_gradients(checkpoint: Path, data: Path, batches: int) -> None:
     """Print per-group relative errors of bf16-autocast gradients against fp32 ones."""
     state = load_checkpoint(checkpoint)
     config = ModelConfig.from_dict(dict(state["model_config"]))
-    model = _model_class(config.model_type)(config)
+    model = model_class(config.model_type)(config)
     model.load_state_dict(state["model"])
     model.train()
     train = BinarizedDataset(data, "train")
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = dataclasses.replace(cfg, valid_subset=args.valid_subset)
         state = load_checkpoint(run / "checkpoint_last.pt")
         config = ModelConfig.from_dict(dict(state["model_config"]))
-        model = _model_class(config.model_type)(config)
+        model = model_class(config.model_type)(config)
         model.load_state_dict(state["model"])
         valid = BinarizedDataset(cfg.data, "valid")
         objective = ObjectiveConfig(

@@ -14,14 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from fadat.analysis import (
-    bucket_labels,
-    length_buckets,
-    path_statistics,
-    reference_lengths,
-    vertex_confidence,
-    vertex_density,
-)
+from fadat.analysis import path_statistics, vertex_confidence, vertex_density
+from fadat.scoring import bucket_labels, length_buckets, reference_lengths
 from fadat.show_graph import graph_view
 
 # ---------------------------------------------------------------------------------------------
@@ -234,7 +228,8 @@ def write(path, lines: list[str]):
 def setup(tmp_path_factory):
     """A `fadat prepare`d directory (test split of 14 pairs) and two tiny DAT model directories."""
     from fadat.cli import main
-    from fadat.model import DATModel, make_config
+    from fadat.model import DATModel
+    from fadat.transformer import make_config
 
     root = tmp_path_factory.mktemp("analysis")
     rng = np.random.default_rng(0)
@@ -279,7 +274,7 @@ def test_analyze_numbers_match_direct_computation(setup):
     from fadat.analysis import analyze_model, load_dat_model, plot_vertex_density
     from fadat.dag import passing_probabilities
     from fadat.decoding import decode
-    from fadat.evaluate import load_split
+    from fadat.scoring import load_split
 
     sources, references = load_split(setup.data, "test", 0)
     model, sp = load_dat_model(setup.models[0])

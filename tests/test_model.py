@@ -13,17 +13,9 @@ from safetensors.torch import load_file
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
-from fadat.model import (
-    PRESETS,
-    DATModel,
-    LinksHead,
-    ModelConfig,
-    load_pretrained,
-    make_config,
-    read_model_metadata,
-    spm_model_path,
-    transition_log_probs,
-)
+from fadat.model import DATModel, LinksHead, transition_log_probs
+from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
+from fadat.transformer import PRESETS, ModelConfig, make_config
 
 V = 40
 
@@ -318,7 +310,7 @@ def test_too_long_inputs_are_rejected():
 
 
 def test_cpu_low_precision_attention_modes_match_fp32_model(monkeypatch):
-    import fadat.model as fm
+    import fadat.transformer as fm
 
     model = tiny().eval()
     src = torch.tensor([[5, 6, 7, EOS_ID], [9, EOS_ID, PAD_ID, PAD_ID]])
@@ -343,7 +335,7 @@ def test_cpu_low_precision_attention_modes_match_fp32_model(monkeypatch):
 def test_math_attention_equals_sdpa_in_value_and_gradient(monkeypatch, causal):
     """The "math" CPU path against SDPA on the same bf16 inputs (fp32 reference math): masks,
     top-left causal alignment with more keys than queries, and the gradients of q, k, v."""
-    import fadat.model as fm
+    import fadat.transformer as fm
 
     monkeypatch.setattr(fm, "CPU_LOW_PRECISION_ATTENTION", "math")
     g = torch.Generator().manual_seed(0)
@@ -391,7 +383,8 @@ def test_scale_embedding_off_feeds_unscaled_embeddings_and_round_trips(tmp_path)
 
 
 def test_copy_source_adds_uniformly_mapped_encoder_states_to_unk_vertices():
-    from fadat.model import EncoderOut, uniform_copy
+    from fadat.model import uniform_copy
+    from fadat.transformer import EncoderOut
 
     d = 3
     states = torch.arange(2 * 4 * d, dtype=torch.float64).view(2, 4, d)  # (B=2, S=4, d)
@@ -424,7 +417,7 @@ def test_copy_source_adds_uniformly_mapped_encoder_states_to_unk_vertices():
 
 
 def test_fast_dropout_rate_scale_gradient_and_seeding():
-    from fadat.model import dropout
+    from fadat.transformer import dropout
 
     x = torch.rand(1000, 1000, dtype=torch.float64) + 0.5  # no zeros: dropped = exactly 0
     torch.manual_seed(3)
@@ -449,7 +442,7 @@ def test_fast_dropout_rate_scale_gradient_and_seeding():
 
 
 def test_fast_dropout_switch_falls_back_to_torch(monkeypatch):
-    import fadat.model as fm
+    import fadat.transformer as fm
 
     x = torch.ones(64, 64)
     monkeypatch.setattr(fm, "FAST_DROPOUT", False)

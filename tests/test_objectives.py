@@ -12,7 +12,8 @@ import torch
 
 from fadat import dag
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, make_batch
-from fadat.model import DATModel, make_config, target_logprobs
+from fadat.losses import target_logprobs
+from fadat.model import DATModel
 from fadat.objectives import (
     ObjectiveConfig,
     choose_glanced,
@@ -28,6 +29,7 @@ from fadat.objectives import (
     oracle_tokens,
     parse_glancing_schedule,
 )
+from fadat.transformer import make_config
 
 # ---------------------------------------------------------------------------------- schedule
 

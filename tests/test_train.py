@@ -31,8 +31,9 @@ from fadat.data.binarized import BinarizedDataset, raw_sources
 from fadat.data.spm import decode as spm_decode
 from fadat.data.spm import load_sentencepiece
 from fadat.decoding import decode
-from fadat.model import load_pretrained, make_config
+from fadat.model_dir import load_pretrained
 from fadat.objectives import ObjectiveConfig, compute_loss
+from fadat.transformer import make_config
 
 WORDS = "alpha beta gamma delta omega sigma kappa theta".split()
 PY = sys.executable

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from fadat.errors import InputError
-from fadat.model import DATModel, make_config
+from fadat.model import DATModel
 from fadat.train import (
     CHECKPOINT_FORMAT,
     TrainConfig,
@@ -31,6 +31,7 @@ from fadat.train import (
     restore_rng_state,
     validate_config,
 )
+from fadat.transformer import make_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -211,7 +212,7 @@ def test_glancing_default_follows_the_stage():
 
 def test_init_encoder_from_at_copies_encoder_and_embedding_only(tmp_path):
     from fadat.baseline import ATModel
-    from fadat.model import save_model_directory
+    from fadat.model_dir import save_model_directory
     from fadat.train import TrainConfig, build_model
 
     torch.manual_seed(3)
@@ -237,7 +238,7 @@ def test_init_encoder_from_at_copies_encoder_and_embedding_only(tmp_path):
 
 def test_init_decoder_layers_from_at_copies_layers_not_positions(tmp_path):
     from fadat.baseline import ATModel
-    from fadat.model import save_model_directory
+    from fadat.model_dir import save_model_directory
     from fadat.train import TrainConfig, build_model
 
     torch.manual_seed(4)

@@ -23,7 +23,8 @@ from fadat.dag import dag_log_likelihood
 from fadat.data.spm import encode_source, encode_target, train_sentencepiece
 from fadat.decoding import decode
 from fadat.errors import InputError
-from fadat.model import DATModel, make_config
+from fadat.model import DATModel
+from fadat.transformer import make_config
 from fadat.translate import (
     Translator,
     load_model,

@@ -1,0 +1,334 @@
+"""The model directory: ``config.json`` + ``model.safetensors`` + ``spm.model``, written and read
+for every architecture of :data:`fadat.architectures.ARCHITECTURES` by one implementation
+(:class:`PretrainedMixin` gives each model class ``save_pretrained`` / ``from_pretrained``).
+
+:func:`load_pretrained` reads any model directory (dispatching on ``model_type``);
+:func:`load_model` also loads and checks its sentencepiece model; :func:`resolve_device` parses a
+``--device`` name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from fadat import outputs
+from fadat.architectures import ARCHITECTURES, model_class
+from fadat.errors import InputError
+from fadat.transformer import ModelConfig
+
+FORMAT_VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+SPM_NAME = "spm.model"
+
+
+class PretrainedMixin:
+    """``save_pretrained`` / ``from_pretrained`` for a model class with a ``model_type``."""
+
+    def save_pretrained(
+        self,
+        directory: str | Path,
+        *,
+        spm_model: str | Path | None = None,
+        extra: dict[str, Any] | None = None,
+        weights_dtype: str = "float32",
+    ) -> None:
+        """Write a complete model directory (see :func:`save_model_directory`)."""
+        save_model_directory(
+            self, directory, spm_model=spm_model, extra=extra, weights_dtype=weights_dtype
+        )
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, map_location: str = "cpu") -> Any:
+        """Load a model directory written by :meth:`save_pretrained`.
+
+        Raises:
+            InputError: as :func:`load_pretrained`, or the directory holds another architecture.
+        """
+        return _load(directory, map_location, expected=cls.model_type)
+
+
+def save_model_directory(
+    model: nn.Module,
+    directory: str | Path,
+    *,
+    spm_model: str | Path | None = None,
+    extra: dict[str, Any] | None = None,
+    weights_dtype: str = "float32",
+) -> None:
+    """Write ``config.json``, ``model.safetensors`` and (optionally) ``spm.model`` to ``directory``.
+
+    config.json is ``{"model_type", "format_version": 1, "config": {...}, "spm_model": "spm.model"
+    or null, **extra}``; put the training data's licence and attribution in ``extra`` (e.g.
+    ``{"data": {"licence": ..., "attribution": ..., "source_lang": ..., "target_lang": ...}}``).
+    The tied output weight is the shared embedding and is stored once. Files are written to a
+    temporary name and renamed, so an interrupted save leaves no truncated file.
+
+    Args:
+        model: a model of any registered architecture.
+        directory: created if missing.
+        spm_model: path of the sentencepiece model to copy in; ``None`` keeps no tokenizer.
+        extra: further JSON-serialisable top-level entries.
+        weights_dtype: ``"float32"``, ``"float16"`` or ``"bfloat16"``: the dtype of the stored
+            floating-point weights (half the file size for the 16-bit ones, e.g. for a model
+            kept in git). Loading casts them back into the model's fp32 parameters; the value
+            is recorded in config.json as ``weights_dtype``.
+
+    Raises:
+        ValueError: ``extra`` uses a reserved key, or an unknown ``weights_dtype``.
+        InputError: ``spm_model`` does not exist, or ``directory`` is not new, empty or a
+            fadat model directory (:func:`fadat.outputs.check_output_dir`).
+    """
+    from safetensors.torch import save_file
+
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    if weights_dtype not in dtypes:
+        raise ValueError(f"weights_dtype must be one of {sorted(dtypes)}, got {weights_dtype!r}")
+
+    directory = Path(directory)
+    reserved = {"model_type", "format_version", "config", "spm_model", "weights_dtype"}
+    clash = reserved & set(extra or {})
+    if clash:
+        raise ValueError(f"extra uses reserved config.json keys: {sorted(clash)}")
+    if spm_model is not None and not Path(spm_model).is_file():
+        raise InputError(f"sentencepiece model {spm_model} does not exist")
+    # Only a new, empty or fadat model directory is written (fadat.outputs); other files in it
+    # stay.
+    outputs.mark_dir(directory, "model")
+    meta = {
+        "model_type": model.config.model_type,
+        "format_version": FORMAT_VERSION,
+        "config": model.config.to_dict(),
+        "spm_model": SPM_NAME if spm_model is not None else None,
+        "weights_dtype": weights_dtype,
+        **(extra or {}),
+    }
+    state = {}
+    for name, value in model.state_dict().items():
+        value = value.detach()
+        if value.is_floating_point():
+            value = value.to(dtypes[weights_dtype])
+        state[name] = value.contiguous().cpu()
+    tmp = directory / (WEIGHTS_NAME + ".tmp")
+    save_file(state, str(tmp), metadata={"format": "pt", "model_type": model.config.model_type})
+    os.replace(tmp, directory / WEIGHTS_NAME)
+    if spm_model is not None and Path(spm_model).resolve() != (directory / SPM_NAME).resolve():
+        tmp = directory / (SPM_NAME + ".tmp")
+        shutil.copyfile(spm_model, tmp)
+        os.replace(tmp, directory / SPM_NAME)
+    tmp = directory / (CONFIG_NAME + ".tmp")
+    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, directory / CONFIG_NAME)
+
+
+def read_model_metadata(directory: str | Path) -> dict[str, Any]:
+    """Read and check a model directory's config.json.
+
+    Returns:
+        The parsed config.json (``model_type``, ``format_version``, ``config``, ...).
+
+    Raises:
+        InputError: missing directory, missing/corrupt config.json, unknown ``model_type`` or
+            ``format_version``, invalid ``config``.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise InputError(f"model directory {directory} does not exist")
+    path = directory / CONFIG_NAME
+    if not path.is_file():
+        raise InputError(f"{path}: missing (not a fadat model directory)")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(meta, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise InputError(
+            f"{path}: unsupported format_version {meta.get('format_version')!r} "
+            f"(this fadat reads {FORMAT_VERSION})"
+        )
+    if meta.get("model_type") not in ARCHITECTURES:
+        raise InputError(f"{path}: unknown model_type {meta.get('model_type')!r}")
+    try:
+        config = ModelConfig.from_dict(meta.get("config"))
+    except InputError as err:
+        raise InputError(f"{path}: {err}") from err
+    if config.model_type != meta["model_type"]:
+        raise InputError(f"{path}: model_type {meta['model_type']!r} disagrees with its config")
+    return meta
+
+
+def spm_model_path(directory: str | Path) -> Path | None:
+    """Path of the sentencepiece model stored in a model directory, or ``None`` if it has none.
+
+    Raises:
+        InputError: as :func:`read_model_metadata`, or config.json names a missing file.
+    """
+    meta = read_model_metadata(directory)
+    name = meta.get("spm_model")
+    if name is None:
+        return None
+    path = Path(directory) / name
+    if not path.is_file():
+        raise InputError(f"{path}: sentencepiece model named in config.json is missing")
+    return path
+
+
+def _load(
+    directory: str | Path, map_location: str | torch.device, expected: str | None
+) -> nn.Module:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    meta = read_model_metadata(directory)
+    if expected is not None and meta["model_type"] != expected:
+        raise InputError(
+            f"{Path(directory) / CONFIG_NAME}: holds a {meta['model_type']!r} model, "
+            f"expected {expected!r}"
+        )
+    config = ModelConfig.from_dict(meta["config"])
+    model: nn.Module = model_class(config.model_type)(config)
+    path = Path(directory) / WEIGHTS_NAME
+    if not path.is_file():
+        raise InputError(f"{path}: missing")
+    try:
+        state = load_file(str(path), device=str(map_location))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise InputError(f"{path}: cannot read weights ({err})") from err
+    expected_state = model.state_dict()
+    missing = sorted(set(expected_state) - set(state))
+    unexpected = sorted(set(state) - set(expected_state))
+    if missing or unexpected:
+        raise InputError(
+            f"{path}: weights do not match the config (missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]})"
+        )
+    for name, tensor in state.items():
+        if tensor.shape != expected_state[name].shape:
+            raise InputError(
+                f"{path}: {name} has shape {tuple(tensor.shape)}, the config expects "
+                f"{tuple(expected_state[name].shape)}"
+            )
+    model.to(map_location)
+    # load_state_dict copies into the existing parameters, so the tie (one Parameter used by the
+    # embedding and the output projection) is kept.
+    model.load_state_dict(state, strict=True)
+    model.metadata = {k: v for k, v in meta.items() if k != "config"}
+    model.eval()
+    return model
+
+
+def load_pretrained(directory: str | Path, map_location: str | torch.device = "cpu") -> nn.Module:
+    """Load any fadat model directory, dispatching on config.json's ``model_type``.
+
+    Args:
+        directory: written by ``save_pretrained``.
+        map_location: device for the weights.
+
+    Returns:
+        The model (the class registered for its ``model_type``) in eval mode; its ``metadata`` holds
+        the non-config entries of config.json.
+
+    Raises:
+        InputError: missing directory; missing or corrupt config.json or model.safetensors;
+            unknown ``model_type`` or ``format_version``; invalid config; weights whose names or
+            shapes do not match the config. The message names the file.
+    """
+    return _load(directory, map_location, expected=None)
+
+def resolve_device(name: str | torch.device | None) -> torch.device:
+    """Parse ``--device`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``…).
+
+    Raises:
+        InputError: not a device name, or a CUDA/MPS device that is not available.
+    """
+    if name is None:
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as err:
+        raise InputError(f"invalid device {name!r} ({err})") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {name!r} requested but CUDA is not available")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"device {name!r} requested but MPS is not available")
+    return device
+
+
+def load_model(
+    directory: str | Path, device: str | torch.device | None = "cpu"
+) -> tuple[nn.Module, Any]:
+    """Load a model directory (DAT or AT, by config.json's ``model_type``) and its tokenizer.
+
+    Args:
+        directory: written by ``save_pretrained`` (config.json + model.safetensors + spm.model).
+        device: device for the weights.
+
+    Returns:
+        ``(model in eval mode, sentencepiece processor)``.
+
+    Raises:
+        InputError: missing or corrupt directory or files (from
+            :func:`load_pretrained`), no sentencepiece model, or a sentencepiece
+            model whose size or special ids disagree with the model (vocabulary mismatch).
+    """
+    from fadat.data.spm import load_sentencepiece
+
+    device = resolve_device(device)
+    model = load_pretrained(directory, map_location=device)
+    path = spm_model_path(directory)
+    if path is None:
+        raise InputError(f"{directory}: the model directory has no sentencepiece model")
+    sp = load_sentencepiece(path)
+    check_vocabulary(sp, model, where=str(path))
+    return model, sp
+
+
+def check_vocabulary(sp: Any, model: nn.Module, where: str = "sentencepiece model") -> None:
+    """Check that a sentencepiece model fits a model (size and the contract's special ids).
+
+    Raises:
+        InputError: vocabulary size or special ids differ (``<s>``=0, ``<pad>``=1, ``</s>``=2,
+            ``<unk>``=3, :mod:`fadat.data.contract`).
+    """
+    from fadat.data.spm import check_special_ids
+
+    size, expected = sp.get_piece_size(), model.config.vocab_size
+    if size != expected:
+        raise InputError(
+            f"{where}: vocabulary mismatch: the sentencepiece model has {size} pieces, "
+            f"the model expects {expected}"
+        )
+    check_special_ids(sp, where)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's parameters."""
+    return next(model.parameters()).device
+
+
+def model_labels(directories: Sequence[str]) -> list[str]:
+    """Short unique labels: each directory's name (``parent/name`` if the name is generic,
+    ``#k`` appended to repeats)."""
+    labels = []
+    for d in directories:
+        p = Path(d).resolve()
+        label = (
+            p.name
+            if p.name not in ("model", "final", "averaged", "")
+            else f"{p.parent.name}/{p.name}"
+        )
+        base, k = label, 2
+        while label in labels:
+            label, k = f"{base}#{k}", k + 1
+        labels.append(label)
+    return labels

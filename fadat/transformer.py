@@ -1,0 +1,609 @@
+"""The Transformer parts every fadat architecture shares: the model configuration
+(:class:`ModelConfig`, presets), attention, dropout, the fairseq Transformer layer, the encoder
+and the initialisation.
+
+The architecture follows the reference implementation (docs/reference.md, "Network"):
+
+- fairseq post-LN Transformer (``pre_norm`` is an option), gelu, learned positions, dropout 0.1,
+  attention/activation dropout 0, BERT init N(0, 0.02) with zero biases and a zero padding row,
+  token embeddings scaled by sqrt(d), one embedding matrix shared by the encoder, the decoder and
+  the (bias-free) output projection.
+- Positions are plain indices ``0..n-1`` into a table of ``max_*_positions`` rows; fairseq's
+  offset of ``padding_idx + 1`` is a checkpoint-format detail that changes nothing in the maths.
+
+Attention uses :func:`torch.nn.functional.scaled_dot_product_attention`. Dropout draws from the
+global torch RNG, so two decoder passes under the same seed use identical masks (needed by
+glancing). Only CPU was run; the code is device-agnostic but CUDA was not tested.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fadat.architectures import ARCHITECTURES
+from fadat.data.contract import PAD_ID, UNK_ID
+from fadat.errors import InputError
+
+# ----------------------------------------------------------------------------------------------
+# Configuration
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Sizes and options of a DAT or AT model (anchor-spec §1.1; unknown keys are rejected).
+
+    Attributes:
+        model_type: ``"dat"`` (DA-Transformer) or ``"at"`` (autoregressive baseline).
+        vocab_size: V, the sentencepiece vocabulary size (ids 0–3 are ``<s> <pad> </s> <unk>``).
+        d_model: d, the model width.
+        encoder_layers, decoder_layers: number of Transformer layers.
+        attention_heads: heads of every attention block; must divide ``d_model``.
+        ffn_dim: inner width of the feed-forward blocks.
+        dropout: dropout after embeddings, attention and FFN outputs (reference 0.1).
+        attention_dropout: dropout on attention weights (reference 0).
+        activation_dropout: dropout after the FFN activation (reference 0).
+        activation: ``"gelu"`` (reference) or ``"relu"``.
+        max_source_positions: rows of the encoder's position table; longer sources are rejected.
+        max_target_positions: rows of the decoder's position tables: the largest graph size L
+            (DAT) or target length incl. ``<s>`` (AT).
+        upsample_ratio: λ used to size the graph in training (``L = int(λ·|x </s>|)``).
+        decode_upsample_ratio: λ at decoding; ``None`` means ``upsample_ratio``.
+        link_heads: H, heads of the links head (DAT only); must divide ``d_model``.
+        max_transition_length: largest jump ``j − i`` of a transition; −1 = unlimited (§1.3).
+        pre_norm: pre-LN layers with a final LayerNorm instead of post-LN (reference: post-LN).
+        init_std: standard deviation of the BERT initialisation (reference 0.02).
+        scale_embedding: multiply token embeddings by sqrt(d) (reference; fairseq's
+            ``--no-scale-embedding`` turns it off). Off, the N(0, init_std) learned positions
+            are as large as the token embeddings from the first update instead of sqrt(d)
+            times smaller, which matters for the NAT decoder whose inputs are all ``<unk>``.
+        copy_source: DAT only, not in the reference (anchor-spec §1.2 says DA-T has no source
+            copy; an issue-7 learning-speed option, default off): add to the input of every
+            ``<unk>`` vertex j the final encoder state of source position
+            ``round(j·(S_b − 1)/(L_b − 1))`` (uniform copy, Gu et al. 2018), so that each vertex
+            sees source content from the first update.
+    """
+
+    model_type: str = "dat"
+    vocab_size: int
+    d_model: int
+    encoder_layers: int
+    decoder_layers: int
+    attention_heads: int
+    ffn_dim: int
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "gelu"
+    max_source_positions: int = 256
+    max_target_positions: int = 1024
+    upsample_ratio: float = 4.0
+    decode_upsample_ratio: float | None = None
+    link_heads: int = 8
+    max_transition_length: int = -1
+    pre_norm: bool = False
+    init_std: float = 0.02
+    scale_embedding: bool = True
+    copy_source: bool = False
+
+    def __post_init__(self) -> None:
+        _check_field_types(self)
+        problems = []
+        if self.model_type not in ARCHITECTURES:
+            problems.append(
+                f"model_type must be one of {tuple(ARCHITECTURES)}, got {self.model_type!r}"
+            )
+        if self.vocab_size <= UNK_ID:
+            problems.append(f"vocab_size must be > {UNK_ID}, got {self.vocab_size}")
+        for name in (
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "attention_heads",
+            "ffn_dim",
+            "link_heads",
+        ):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.attention_heads >= 1 and self.d_model % self.attention_heads:
+            problems.append(
+                f"d_model {self.d_model} is not divisible by attention_heads {self.attention_heads}"
+            )
+        if self.model_type == "dat" and self.link_heads >= 1 and self.d_model % self.link_heads:
+            problems.append(
+                f"d_model {self.d_model} is not divisible by link_heads {self.link_heads}"
+            )
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                problems.append(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.activation not in _ACTIVATIONS:
+            problems.append(f"activation must be one of {sorted(_ACTIVATIONS)}")
+        if self.max_source_positions < 1:
+            problems.append("max_source_positions must be >= 1")
+        if self.max_target_positions < 2:
+            problems.append("max_target_positions must be >= 2")
+        if self.upsample_ratio <= 0:
+            problems.append(f"upsample_ratio must be > 0, got {self.upsample_ratio}")
+        if self.decode_upsample_ratio is not None and self.decode_upsample_ratio <= 0:
+            problems.append(f"decode_upsample_ratio must be > 0, got {self.decode_upsample_ratio}")
+        if self.max_transition_length == 0 or self.max_transition_length < -1:
+            problems.append(
+                f"max_transition_length must be -1 or >= 1, got {self.max_transition_length}"
+            )
+        if self.init_std <= 0:
+            problems.append("init_std must be > 0")
+        if self.copy_source and self.model_type != "dat":
+            problems.append("copy_source applies to model_type 'dat' only")
+        if problems:
+            raise InputError("invalid model config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields as a JSON-serialisable dict (the ``"config"`` entry of config.json)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        """Build a config from a dict, e.g. read from config.json or a YAML experiment file.
+
+        Raises:
+            InputError: ``d`` is not a dict, has unknown keys, lacks a required key, or holds a
+                value of the wrong type or out of range.
+        """
+        if not isinstance(d, dict):
+            raise InputError(f"model config must be a mapping, got {type(d).__name__}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise InputError(f"unknown model config keys: {', '.join(unknown)}")
+        required = [
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        ]
+        missing = [name for name in required if name not in d]
+        if missing:
+            raise InputError(f"model config lacks required keys: {', '.join(missing)}")
+        return cls(**d)
+
+    @property
+    def decoding_upsample_ratio(self) -> float:
+        """λ used at decoding time (``decode_upsample_ratio`` or, if unset, ``upsample_ratio``)."""
+        return (
+            self.upsample_ratio
+            if self.decode_upsample_ratio is None
+            else self.decode_upsample_ratio
+        )
+
+
+def _check_field_types(config: ModelConfig) -> None:
+    """Reject wrongly typed values (e.g. a string from a hand-edited config.json) early."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        hint = hints[f.name]
+        allowed = typing.get_args(hint) or (hint,)
+        ok = False
+        for t in allowed:
+            if t is type(None):
+                ok = ok or value is None
+            elif t is float:
+                ok = ok or (isinstance(value, (int, float)) and not isinstance(value, bool))
+            elif t is int:
+                ok = ok or (isinstance(value, int) and not isinstance(value, bool))
+            else:
+                ok = ok or isinstance(value, t)
+        if not ok:
+            raise InputError(f"model config key {f.name!r} has the wrong type: {value!r}")
+
+
+# Presets (kwargs without vocab_size). "cpu-small" (8.4M parameters at V = 8000): d = 256 with 3+3
+# layers, 4 heads, FFN 1024, λ = 4. bench/bench_model.py measured on this 2-core CPU (B = 32,
+# source ≈ 30 tokens, ≈ 1000 target tokens, 156 GFLOP per step at λ = 4): 660 target tokens/s in
+# fp32 and 880 with bf16 autocast in the least disturbed step (a shared machine often halves it),
+# i.e. about 2–3 M target tokens, 2–3 k steps, per hour: a few epochs of a narrow-domain corpus of
+# ~30k sentence pairs, the regime where a small DAT learns something useful. A wider or deeper
+# model would see the data less than once in that time. λ = 4 instead of 8 halves the graph
+# (≈ half the step's FLOPs, and the O(L²) links and DP), and the paper (Fig. "effects of λ")
+# shows FA-DAT loses little at λ = 4.
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        attention_heads=2,
+        ffn_dim=64,
+        link_heads=2,
+        max_source_positions=64,
+        max_target_positions=256,
+        upsample_ratio=4.0,
+    ),
+    "cpu-small": dict(
+        d_model=256,
+        encoder_layers=3,
+        decoder_layers=3,
+        attention_heads=4,
+        ffn_dim=1024,
+        link_heads=4,
+        max_source_positions=256,
+        max_target_positions=1024,
+        upsample_ratio=4.0,
+    ),
+    "base": dict(
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=6,
+        attention_heads=8,
+        ffn_dim=2048,
+        link_heads=8,
+        max_source_positions=256,
+        max_target_positions=1024,
+        upsample_ratio=8.0,
+    ),
+}
+
+
+def make_config(preset: str, vocab_size: int, **overrides: Any) -> ModelConfig:
+    """The config of a named preset (``tiny``, ``cpu-small``, ``base``) with overrides.
+
+    Raises:
+        InputError: unknown preset, unknown override key or invalid value.
+    """
+    if preset not in PRESETS:
+        raise InputError(f"unknown model preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    return ModelConfig.from_dict({**PRESETS[preset], "vocab_size": vocab_size, **overrides})
+
+
+# ----------------------------------------------------------------------------------------------
+# Building blocks
+
+_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
+
+
+class EncoderOut(NamedTuple):
+    """Encoder output.
+
+    Attributes:
+        states: ``(B, S, d)`` final encoder states (model dtype, or the autocast dtype).
+        padding_mask: ``(B, S)`` bool, True at padding positions.
+    """
+
+    states: Tensor
+    padding_mask: Tensor
+
+    def index_select(self, index: Tensor) -> EncoderOut:
+        """Rows ``index`` (``(N,)`` int64) of both tensors (beam search reordering)."""
+        return EncoderOut(
+            self.states.index_select(0, index), self.padding_mask.index_select(0, index)
+        )
+
+
+# How attention runs on CPU under bf16/fp16 autocast (issue 4). PyTorch's fused low-precision
+# SDPA kernels are slow on CPUs without AMX, and fp32 SDPA pays the casts. Measured on the
+# 2-core development machine, 2 threads, fwd+bwd of one attention at B = 32, 4 heads, d_h = 64:
+# L = 140 self-attention 40.0 ms (bf16 SDPA) / 27.7 (fp32 SDPA) / 18.8 (``"math"``); L = 140
+# queries on 35 keys 42.1 / 14.3 / 5.7; L = 280 self-attention 127.7 / 90.4 / 74.9.
+#   "math": two batched matmuls in the autocast dtype around an fp32 softmax (the scores are
+#           rounded to the autocast dtype before the softmax, as an eager autocast model does);
+#   "fp32": fp32 SDPA, the result cast back;
+#   "sdpa": the low-precision SDPA kernel.
+# fp32 inputs and other devices always use SDPA.
+CPU_LOW_PRECISION_ATTENTION = "math"
+
+
+def _attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> Tensor:
+    """``scaled_dot_product_attention`` on ``(B, h, T, d_h)`` tensors (``attn_mask`` bool, True =
+    may attend), with the CPU low-precision path of :data:`CPU_LOW_PRECISION_ATTENTION`; returns
+    the result in ``q``'s dtype. Raises ValueError for an unknown mode."""
+    mode = CPU_LOW_PRECISION_ATTENTION
+    if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16) or mode == "sdpa":
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+        )
+    if mode == "fp32":
+        with torch.autocast(device_type="cpu", enabled=False):
+            out = F.scaled_dot_product_attention(
+                q.float(),
+                k.float(),
+                v.float(),
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+            )
+        return out.to(q.dtype)
+    if mode != "math":
+        raise ValueError(f"CPU_LOW_PRECISION_ATTENTION must be math, fp32 or sdpa, not {mode!r}")
+    with torch.autocast(device_type="cpu", enabled=False):
+        scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # (B, h, T, S)
+        if is_causal:
+            t, s = scores.shape[-2:]
+            # top-left aligned, as SDPA's is_causal
+            allowed = torch.ones(t, s, dtype=torch.bool, device=q.device).tril()
+            attn_mask = allowed if attn_mask is None else attn_mask & allowed
+        if attn_mask is not None:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        probs = dropout(probs, dropout_p, dropout_p > 0.0).to(q.dtype)
+        return torch.matmul(probs, v)
+
+
+def _key_mask(padding_mask: Tensor) -> Tensor:
+    """``(B, S)`` True-at-pad -> ``(B, 1, 1, S)`` True-where-attended, the SDPA boolean mask."""
+    return (~padding_mask)[:, None, None, :]
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with a fused QKV projection and an optional key/value cache."""
+
+    def __init__(self, d_model: int, heads: int, attention_dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attention_dropout = attention_dropout
+        self.in_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        attn_mask: Tensor | None = None,
+        causal: bool = False,
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """Attend ``x`` (``(B, T, d)``) to itself.
+
+        Args:
+            x: ``(B, T, d)``.
+            attn_mask: bool, broadcastable to ``(B, heads, T, T_keys)``, True = may attend.
+            causal: mask future keys (full-sequence AT decoding; ignored with a cache).
+            cache: incremental decoding state; its ``"k"``/``"v"`` (``(B, heads, t, d_h)``) are
+                the previous steps' keys/values and are extended in place by this step's.
+
+        Returns:
+            ``(B, T, d)``.
+        """
+        b, t, d = x.shape
+        q, k, v = self.in_proj(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        if cache is not None:
+            if "k" in cache:
+                k = torch.cat([cache["k"], k], dim=2)  # (B, h, t_prev + T, d_h)
+                v = torch.cat([cache["v"], v], dim=2)
+            cache["k"], cache["v"] = k, v
+            causal = causal and t > 1  # one new query may see every cached key
+        out = _attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+            is_causal=causal and attn_mask is None,
+        )  # (B, h, T, d_h)
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
+
+
+class CrossAttention(nn.Module):
+    """Multi-head attention from decoder states to encoder states; K/V cacheable across steps."""
+
+    def __init__(self, d_model: int, heads: int, attention_dropout: float) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attention_dropout = attention_dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        memory_mask: Tensor,
+        cache: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """``x`` ``(B, T, d)`` attends to ``memory`` ``(B, S, d)``; ``memory_mask`` is the
+        ``(B, 1, 1, S)`` True-where-attended mask. With a ``cache`` the projected memory keys and
+        values are computed once (``"mk"``/``"mv"``) and reused. Returns ``(B, T, d)``."""
+        b, t, d = x.shape
+        dh = d // self.heads
+        q = self.q_proj(x).view(b, t, self.heads, dh).transpose(1, 2)  # (B, h, T, d_h)
+        if cache is not None and "mk" in cache:
+            k, v = cache["mk"], cache["mv"]
+        else:
+            s = memory.shape[1]
+            k, v = self.kv_proj(memory).view(b, s, 2, self.heads, dh).permute(2, 0, 3, 1, 4)
+            if cache is not None:
+                cache["mk"], cache["mv"] = k, v
+        out = _attention(
+            q,
+            k,
+            v,
+            attn_mask=memory_mask,
+            dropout_p=self.attention_dropout if self.training else 0.0,
+        )  # (B, h, T, d_h)
+        return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
+
+
+# Cheaper dropout masks on CPU (issue 4): set to False for torch's own F.dropout everywhere.
+FAST_DROPOUT = True
+_DROPOUT_LEVELS = 1 << 16  # resolution of the dropout probability: 16-bit random thresholds
+
+
+class _FastDropout(torch.autograd.Function):
+    """Inverted dropout with a mask from 16-bit random thresholds (see :func:`dropout`)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, p: float) -> Tensor:  # type: ignore[override]
+        dropped = round(p * _DROPOUT_LEVELS)  # of the 2¹⁶ threshold levels
+        n = x.numel()
+        # One 64-bit draw of torch's default generator gives four int16 thresholds.
+        bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=x.device)
+        bits = bits.random_(-(2**63), None).view(torch.int16)[:n].view(x.shape)
+        drop = bits < dropped - _DROPOUT_LEVELS // 2  # P = dropped / 2¹⁶
+        scale = _DROPOUT_LEVELS / (_DROPOUT_LEVELS - dropped)
+        ctx.save_for_backward(drop)
+        ctx.scale = scale
+        return x.masked_fill(drop, 0.0).mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        (drop,) = ctx.saved_tensors
+        return grad.masked_fill(drop, 0.0).mul_(ctx.scale), None
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Inverted dropout, as ``F.dropout(x, p, training)``, with cheaper masks on CPU.
+
+    torch's CPU dropout draws one Bernoulli sample per element (6.8 ms for a (3840, 256) fp32
+    tensor on the development machine: more than a 256×256 linear layer, 6.3 ms, and twice a
+    bf16 one). Here one 64-bit draw gives the 16-bit random thresholds of four elements (2.9 ms):
+    an element is dropped with probability ``round(p·2¹⁶)/2¹⁶`` (0.100006 for p = 0.1) and the
+    others are scaled by the inverse of that keep rate; the mask is kept as bool for the
+    backward. Same generator (torch's default) as ``F.dropout``, so seeding, ``fork_rng`` and
+    the RNG states of checkpoints work alike; the masks differ from ``F.dropout``'s. Used on CPU
+    when :data:`FAST_DROPOUT` is true (default); other devices use ``F.dropout`` (fused there).
+
+    Args:
+        x: any float tensor.
+        p: drop probability in [0, 1).
+        training: apply dropout only when true.
+
+    Returns:
+        A tensor shaped and typed like ``x``.
+    """
+    if not training or p == 0.0:
+        return x
+    if not FAST_DROPOUT or x.device.type != "cpu" or x.numel() == 0:
+        return F.dropout(x, p, training)
+    return _FastDropout.apply(x, p)
+
+
+class TransformerLayer(nn.Module):
+    """One fairseq Transformer layer: self-attention, optional cross-attention, FFN; post-LN by
+    default (``x = LN(x + dropout(sublayer(x)))``), pre-LN with ``config.pre_norm``."""
+
+    def __init__(self, config: ModelConfig, cross_attention: bool) -> None:
+        super().__init__()
+        d = config.d_model
+        self.pre_norm = config.pre_norm
+        self.dropout = config.dropout
+        self.activation_dropout = config.activation_dropout
+        self.activation = _ACTIVATIONS[config.activation]
+        self.self_attn = SelfAttention(d, config.attention_heads, config.attention_dropout)
+        self.self_attn_norm = nn.LayerNorm(d)
+        if cross_attention:
+            self.cross_attn = CrossAttention(d, config.attention_heads, config.attention_dropout)
+            self.cross_attn_norm = nn.LayerNorm(d)
+        else:
+            self.cross_attn = None
+        self.fc1 = nn.Linear(d, config.ffn_dim)
+        self.fc2 = nn.Linear(config.ffn_dim, d)
+        self.ffn_norm = nn.LayerNorm(d)
+
+    def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer: typing.Callable) -> Tensor:
+        if self.pre_norm:
+            return x + dropout(sublayer(norm(x)), self.dropout, self.training)
+        return norm(x + dropout(sublayer(x), self.dropout, self.training))
+
+    def _ffn(self, x: Tensor) -> Tensor:
+        h = self.activation(self.fc1(x))  # (B, T, ffn)
+        return self.fc2(dropout(h, self.activation_dropout, self.training))
+
+    def forward(
+        self,
+        x: Tensor,
+        self_mask: Tensor | None = None,
+        causal: bool = False,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: dict[str, dict[str, Tensor]] | None = None,
+    ) -> Tensor:
+        """``x`` ``(B, T, d)`` -> ``(B, T, d)``. Masks are SDPA boolean masks (True = attend);
+        ``cache`` holds ``"self"`` and ``"cross"`` dicts for incremental decoding."""
+        self_cache = None if cache is None else cache.setdefault("self", {})
+        x = self._residual(
+            x, self.self_attn_norm, lambda h: self.self_attn(h, self_mask, causal, self_cache)
+        )
+        if self.cross_attn is not None:
+            cross_cache = None if cache is None else cache.setdefault("cross", {})
+            x = self._residual(
+                x,
+                self.cross_attn_norm,
+                lambda h: self.cross_attn(h, memory, memory_mask, cross_cache),
+            )
+        return self._residual(x, self.ffn_norm, self._ffn)
+
+
+def embedding_scale(config: ModelConfig) -> float:
+    """The factor token embeddings are multiplied by: sqrt(d), or 1 with
+    ``scale_embedding=False`` (anchor-spec §1.1)."""
+    return math.sqrt(config.d_model) if config.scale_embedding else 1.0
+
+
+def _init_bert(module: nn.Module, std: float) -> None:
+    """BERT init (anchor-spec §1.1, ``--apply-bert-init``): N(0, std) weights, zero biases, zero
+    padding row; LayerNorms keep (1, 0)."""
+    if isinstance(module, nn.Linear):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, nn.Embedding):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if module.padding_idx is not None:
+            with torch.no_grad():
+                module.weight[module.padding_idx].zero_()
+
+
+class Encoder(nn.Module):
+    """Transformer encoder; owns the token embedding shared with the decoder and output layer.
+
+    Shared by :class:`DATModel` and :class:`fadat.baseline.ATModel` (anchor-spec §1.1).
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.d_model
+        self.embed_scale = embedding_scale(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, d, padding_idx=PAD_ID)
+        self.embed_positions = nn.Embedding(config.max_source_positions, d)
+        self.layers = nn.ModuleList(
+            TransformerLayer(config, cross_attention=False) for _ in range(config.encoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(d) if config.pre_norm else None
+
+    def forward(self, source: Tensor) -> EncoderOut:
+        """Encode ``source``: ``(B, S)`` int64, ``x </s>`` right-padded with ``PAD_ID``.
+
+        Returns:
+            :class:`EncoderOut` with ``(B, S, d)`` states and the ``(B, S)`` padding mask.
+
+        Raises:
+            InputError: ``S`` exceeds ``max_source_positions``.
+        """
+        s = source.shape[1]
+        if s > self.config.max_source_positions:
+            raise InputError(
+                f"source length {s} exceeds the model's max_source_positions "
+                f"{self.config.max_source_positions}"
+            )
+        padding_mask = source.eq(PAD_ID)  # (B, S)
+        positions = torch.arange(s, device=source.device)
+        x = self.embed_scale * self.embed_tokens(source) + self.embed_positions(positions)
+        x = dropout(x, self.config.dropout, self.training)  # (B, S, d)
+        mask = _key_mask(padding_mask)  # (B, 1, 1, S)
+        for layer in self.layers:
+            x = layer(x, self_mask=mask)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return EncoderOut(x, padding_mask)

@@ -1,0 +1,30 @@
+"""Structure facts of the package (scripts/structure.py): no import circles, no library module
+importing the CLI layer."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "structure.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("structure", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_import_circles_and_no_cli_imports(capsys):
+    structure = _load()
+    assert structure.main([]) == 0
+    out = capsys.readouterr().out
+    assert "import circles: 0" in out and "importing fadat.cli: 0" in out
+
+
+def test_circle_finder_finds_a_circle():
+    structure = _load()
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert structure.circles(graph) == [["a", "b", "c"]]
+    assert structure.circles({"a": {"b"}, "b": set()}) == []
