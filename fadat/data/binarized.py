@@ -5,7 +5,8 @@ Layout of a prepared data directory ``DIR`` (written by ``fadat prepare``):
 - ``meta.json``: languages, vocab size, special ids, counts, statistics, sources, licence;
 - ``spm.model`` / ``spm.vocab``: the joint sentencepiece model;
 - ``{split}.src.ids.npy`` / ``{split}.tgt.ids.npy``: all token ids of the split, concatenated
-  (``uint16`` when the vocabulary fits, else ``int32``); sources are stored as ``x </s>``,
+  (the smallest of ``uint8``, ``uint16``, ``int32`` that holds the vocabulary; datasets with
+  another integer dtype are read too); sources are stored as ``x </s>``,
   targets as ``<s> y </s>``;
 - ``{split}.src.off.npy`` / ``{split}.tgt.off.npy``: ``(N + 1,)`` int64 offsets, sentence ``i``
   is ``ids[off[i]:off[i + 1]]``;
@@ -17,6 +18,7 @@ Only ``.npy`` files are read (``allow_pickle=False``).
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,8 +32,110 @@ SIDES = ("src", "tgt")
 
 
 def ids_dtype(vocab_size: int) -> np.dtype:
-    """Smallest dtype that stores ids below ``vocab_size``."""
-    return np.dtype(np.uint16) if vocab_size <= np.iinfo(np.uint16).max + 1 else np.dtype(np.int32)
+    """Smallest dtype that stores ids below ``vocab_size``: ``uint8``, ``uint16`` or ``int32``.
+
+    Datasets written with another integer dtype (``int32`` for every vocabulary, before the
+    streaming writer) are read the same way.
+    """
+    for dtype in (np.uint8, np.uint16):
+        if vocab_size <= np.iinfo(dtype).max + 1:
+            return np.dtype(dtype)
+    return np.dtype(np.int32)
+
+
+class _GrowingNpy:
+    """A 1-D ``.npy`` file written by appending: the header is written for shape ``(0,)`` and
+    rewritten with the final length by :meth:`close` (numpy pads 1.0 headers so the length can
+    grow in place)."""
+
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.length = 0
+        self._file = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self._header = self._write_header(0)
+
+    def _write_header(self, length: int) -> int:
+        self._file.seek(0)
+        np.lib.format.write_array_header_1_0(
+            self._file,
+            {
+                "descr": np.lib.format.dtype_to_descr(self.dtype),
+                "fortran_order": False,
+                "shape": (length,),
+            },
+        )
+        return self._file.tell()
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        self._file.write(values.tobytes())
+        self.length += len(values)
+
+    def close(self) -> None:
+        end = self._file.tell()
+        if self._write_header(self.length) != self._header:
+            raise RuntimeError(f"{self.path}: .npy header changed size")  # numpy format change
+        self._file.seek(end)
+        self._file.close()
+
+
+class SplitWriter:
+    """Writes one split's ids and offsets chunk by chunk, straight to the ``.npy`` files.
+
+    Sources are stored as ``x </s>``, targets as ``<s> y </s>`` (the caller adds the specials).
+    Call :meth:`close` after the last chunk; files of an unclosed writer have a wrong header
+    (``fadat prepare`` writes into a temporary directory, so they are never seen).
+
+    Args:
+        directory: the dataset directory.
+        split: ``"train"``, ``"valid"`` or ``"test"``.
+        vocab_size: chooses the ids dtype (:func:`ids_dtype`).
+    """
+
+    def __init__(self, directory: str | Path, split: str, vocab_size: int) -> None:
+        directory = Path(directory)
+        dtype = self.dtype = ids_dtype(vocab_size)
+        self._ids = {s: _GrowingNpy(directory / f"{split}.{s}.ids.npy", dtype) for s in SIDES}
+        self._off = {s: _GrowingNpy(directory / f"{split}.{s}.off.npy", np.int64) for s in SIDES}
+        for side in SIDES:
+            self._off[side].append(np.zeros(1, dtype=np.int64))
+        self.pairs = 0
+
+    def append(
+        self,
+        source_ids: np.ndarray,
+        source_lengths: np.ndarray,
+        target_ids: np.ndarray,
+        target_lengths: np.ndarray,
+    ) -> None:
+        """Append ``n`` pairs given as concatenated ids ``(Σ lengths,)`` and lengths ``(n,)``."""
+        if len(source_lengths) != len(target_lengths):
+            raise ValueError(f"{len(source_lengths)} sources but {len(target_lengths)} targets")
+        for side, ids, lengths in (
+            ("src", source_ids, source_lengths),
+            ("tgt", target_ids, target_lengths),
+        ):
+            if int(np.sum(lengths)) != len(ids):
+                raise ValueError(f"{side}: lengths sum to {int(np.sum(lengths))}, {len(ids)} ids")
+            start = self._ids[side].length
+            self._ids[side].append(ids)
+            self._off[side].append(start + np.cumsum(lengths, dtype=np.int64))
+        self.pairs += len(source_lengths)
+
+    def close(self) -> None:
+        for f in (*self._ids.values(), *self._off.values()):
+            f.close()
+
+
+def flatten(seqs: Sequence[Sequence[int]], dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """``(concatenated ids, lengths)`` of a list of id lists, as ``(Σ n_i,)`` ``dtype`` and
+    ``(N,)`` int64."""
+    lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+    flat = np.fromiter(
+        itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum())
+    ).astype(dtype)
+    return flat, lengths
 
 
 def write_split(
@@ -42,17 +146,10 @@ def write_split(
     vocab_size: int,
 ) -> None:
     """Write one split's ids and offsets (``sources``: ``x </s>``, ``targets``: ``<s> y </s>``)."""
-    directory = Path(directory)
+    writer = SplitWriter(directory, split, vocab_size)
     dtype = ids_dtype(vocab_size)
-    for side, seqs in zip(SIDES, (sources, targets), strict=True):
-        lengths = np.fromiter((len(s) for s in seqs), dtype=np.int64, count=len(seqs))
-        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = np.fromiter(
-            (t for s in seqs for t in s), dtype=np.int64, count=int(offsets[-1])
-        ).astype(dtype)
-        np.save(directory / f"{split}.{side}.ids.npy", flat, allow_pickle=False)
-        np.save(directory / f"{split}.{side}.off.npy", offsets, allow_pickle=False)
+    writer.append(*flatten(sources, dtype), *flatten(targets, dtype))
+    writer.close()
 
 
 def read_meta(data_dir: str | Path) -> dict:
@@ -73,6 +170,11 @@ def read_meta(data_dir: str | Path) -> dict:
 class BinarizedDataset:
     """One split of a prepared directory, memory-mapped.
 
+    Opening reads only the offsets (the lengths come from them); token ids are read from the
+    memory-mapped ``.ids.npy`` when a sentence is fetched, so opening costs ``O(N)`` for
+    ``N`` sentences whatever the number of tokens, and each process touches only the pages of
+    the sentences it fetches.
+
     Attributes:
         meta: the directory's meta.json.
         source_lengths: ``(N,)`` int64, source lengths including ``</s>``.
@@ -80,7 +182,8 @@ class BinarizedDataset:
 
     Raises (constructor):
         InputError: a file is missing or corrupted (offsets inconsistent with the data, ids
-            outside the vocabulary, counts that disagree with meta.json); the message names it.
+            that are not integers, counts that disagree with meta.json); the message names it.
+            An id outside the vocabulary is reported when its sentence is fetched.
     """
 
     def __init__(self, data_dir: str | Path, split: str) -> None:
@@ -91,6 +194,7 @@ class BinarizedDataset:
         if split not in splits:
             raise InputError(f"{self.data_dir}: no split {split!r} (have {sorted(splits)})")
         vocab = int(self.meta["vocab_size"])
+        self.vocab_size = vocab
         model = self.data_dir / "spm.model"
         if model.is_file():
             import sentencepiece
@@ -103,37 +207,49 @@ class BinarizedDataset:
                 )
         self._ids: dict[str, np.ndarray] = {}
         self._off: dict[str, np.ndarray] = {}
+        lengths: dict[str, np.ndarray] = {}
         for side in SIDES:
             ids_path = self.data_dir / f"{split}.{side}.ids.npy"
             off_path = self.data_dir / f"{split}.{side}.off.npy"
-            ids = _load(ids_path, mmap=True)
-            off = _load(off_path, mmap=False)
-            if ids.ndim != 1 or off.ndim != 1 or off.dtype != np.int64:
+            ids = _load(ids_path)
+            off = _load(off_path)
+            if ids.ndim != 1 or ids.dtype.kind not in "iu":
+                raise InputError(f"{ids_path}: wrong shape or dtype ({ids.shape}, {ids.dtype})")
+            if off.ndim != 1 or off.dtype != np.int64:
                 raise InputError(f"{off_path}: wrong shape or dtype")
             if len(off) != int(splits[split]["pairs"]) + 1:
                 raise InputError(
                     f"{off_path}: {len(off) - 1} sentences, meta.json says {splits[split]['pairs']}"
                 )
-            if off[0] != 0 or off[-1] != len(ids) or (np.diff(off) < 1).any():
+            lengths[side] = np.diff(off)  # (N,) int64
+            if off[0] != 0 or off[-1] != len(ids) or (lengths[side] < 1).any():
                 raise InputError(f"{off_path}: offsets inconsistent with {ids_path.name}")
-            if len(ids) and int(ids.max()) >= vocab:
-                raise InputError(
-                    f"{ids_path}: token id {int(ids.max())} outside the vocabulary ({vocab})"
-                )
             self._ids[side] = ids
             self._off[side] = off
-        self.source_lengths = np.diff(self._off["src"]).astype(np.int64)
-        self.target_lengths = np.diff(self._off["tgt"]).astype(np.int64)
+        self.source_lengths = lengths["src"]
+        self.target_lengths = lengths["tgt"]
 
     def __len__(self) -> int:
         return len(self.source_lengths)
 
     def _get(self, side: str, i: int) -> np.ndarray:
         off = self._off[side]
-        return np.asarray(self._ids[side][off[i] : off[i + 1]], dtype=np.int64)
+        ids = np.asarray(self._ids[side][off[i] : off[i + 1]], dtype=np.int64)
+        if ids.max() >= self.vocab_size or ids.min() < 0:
+            bad = int(ids[(ids >= self.vocab_size) | (ids < 0)][0])
+            raise InputError(
+                f"{self.data_dir / f'{self.split}.{side}.ids.npy'}: token id {bad} of sentence "
+                f"{i} outside the vocabulary ({self.vocab_size})"
+            )
+        return ids
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(source, target)`` int64 id arrays: ``x </s>`` and ``<s> y </s>``."""
+        """``(source, target)`` int64 id arrays: ``x </s>`` and ``<s> y </s>``.
+
+        Raises:
+            IndexError: ``i`` out of range.
+            InputError: an id outside the vocabulary (a corrupted file).
+        """
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"index {i} out of range for {n} sentences")
@@ -146,11 +262,11 @@ class BinarizedDataset:
         return make_batch([p[0] for p in pairs], [p[1] for p in pairs], [int(i) for i in indices])
 
 
-def _load(path: Path, mmap: bool) -> np.ndarray:
+def _load(path: Path) -> np.ndarray:
     if not path.is_file():
         raise InputError(f"{path}: missing (run `fadat prepare` again)")
     try:
-        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+        return np.load(path, mmap_mode="r", allow_pickle=False)
     except (OSError, ValueError) as err:
         raise InputError(f"{path}: corrupted ({err})") from err
 

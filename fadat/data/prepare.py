@@ -8,29 +8,44 @@ Forms:
 - ``fadat prepare bible-en-es --output DIR [--direction en-es|es-en]``;
 - ``fadat prepare lohelp-en-de|lohelp-en-es --output DIR [--direction …]``.
 
-Steps: read and check the input (:class:`~fadat.errors.InputError` for line-count mismatch,
-invalid UTF-8, NUL bytes, missing files, an empty corpus), drop empty pairs, train (or reuse with
-``--spm-model``) a joint sentencepiece model on the training split, encode, drop pairs over
-``--max-source-positions`` / ``--max-target-positions`` (``--strict``: error instead), write the
-binarized splits (:mod:`fadat.data.binarized`), the raw valid/test text and ``meta.json``.
-Everything is written to a temporary directory that is renamed into place at the end, so an
-interrupted run leaves nothing half-written. Re-running with the same inputs and options finds
-the same fingerprint in ``meta.json`` and does nothing; different inputs are refused unless
-``--force``. The output is checked before the corpus is read (:mod:`fadat.outputs`): a regular
-file, a directory that ``fadat prepare`` did not build, or a dataset directory holding files that
-``fadat prepare`` did not write is never replaced, ``--force`` or not.
+Steps (:func:`build`), streaming: the text files are read in blocks and processed in chunks of
+``--chunk-pairs`` pairs, so memory does not grow with the corpus. (1) Read and check every split
+(:class:`~fadat.errors.InputError` naming file and line for invalid UTF-8, NUL bytes, a
+line-count mismatch, a bad TSV line; missing files; an empty corpus) and drop empty pairs.
+(2) Train a joint sentencepiece model (or reuse one with ``--spm-model``) on a random sample of
+``--spm-sample-pairs`` training pairs (default 1,000,000; drawn by :func:`spm_sample` with a
+fixed seed, because sentencepiece's own ``shuffle_input_sentence`` sampling is not reproducible
+from run to run). (3) Encode each chunk with ``--threads`` sentencepiece threads, drop pairs over
+``--max-source-positions`` / ``--max-target-positions`` (``--strict``: error instead) and append
+the ids straight to the split's ``.npy`` files (:class:`fadat.data.binarized.SplitWriter`; ids in
+the smallest dtype that holds the vocabulary), the raw valid/test text to ``raw/``; then
+``meta.json``. The output does not depend on the chunk size or the thread count.
+Everything is written to a temporary directory next to the output that is renamed into place at
+the end, so an interrupted run (Ctrl-C, SIGTERM) leaves nothing half-written; the temporary
+directory of a killed run (SIGKILL) is removed by the next run. Re-running with the same inputs
+and options finds the same fingerprint in ``meta.json`` and does nothing; different inputs are
+refused unless ``--force``. The output is checked before the corpus is read (:mod:`fadat.outputs`):
+a regular file, a directory that ``fadat prepare`` did not build, or a dataset directory holding
+files that ``fadat prepare`` did not write is never replaced, ``--force`` or not.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
+import itertools
 import json
+import os
 import shutil
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -43,16 +58,49 @@ FORMAT_VERSION = 1
 BUILTIN = ("bible-en-es", "lohelp-en-de", "lohelp-en-es")
 SPLITS = ("train", "valid", "test")
 MAX_POSITIONS_SHOWN = 10
+CHUNK_PAIRS = 20_000  # pairs encoded at a time: about 50 MB of Python objects
+SPM_SAMPLE_PAIRS = 1_000_000  # sentencepiece training sample (2M lines)
+SPM_SAMPLE_SEED = 20260101
+OWNER_FILE = ".fadat-prepare.pid"  # in a staging directory while its build runs
 
 
 @dataclass
 class SplitText:
-    """Raw pairs of one split; ``where[i]`` is ``"file:line"`` (or a verse/paragraph id)."""
+    """Raw pairs of one split held in memory; ``where[i]`` is ``"file:line"`` (or a verse or
+    paragraph id). Built-in corpora come this way; chunks of streamed files too."""
 
     source: list[str] = field(default_factory=list)
     target: list[str] = field(default_factory=list)
     extra_refs: list[list[str]] = field(default_factory=list)  # ref2, ref3, … streams
-    where: list[str] = field(default_factory=list)
+    where: Sequence[str] = field(default_factory=list)
+
+    def chunks(self, size: int) -> Iterator[SplitText]:
+        """Consecutive pieces of at most ``size`` pairs."""
+        for start in range(0, len(self.source), size):
+            stop = start + size
+            yield SplitText(
+                self.source[start:stop],
+                self.target[start:stop],
+                [r[start:stop] for r in self.extra_refs],
+                self.where[start:stop],
+            )
+
+
+class LinePositions(Sequence[str]):
+    """``"file:line"`` of the pairs of a chunk, made when asked (a drop or an error)."""
+
+    def __init__(self, path: str | Path, first_line: int, count: int) -> None:
+        self.path, self.first_line, self.count = path, first_line, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self.count))]
+        if not 0 <= i < self.count:
+            raise IndexError(i)
+        return f"{self.path}:{self.first_line + i}"
 
 
 @dataclass
@@ -62,7 +110,7 @@ class Corpus:
     name: str
     source_lang: str
     target_lang: str
-    splits: dict[str, SplitText]
+    splits: dict[str, PairSource]
     source_files: list[Path]
     licence: str
     attribution: str
@@ -96,6 +144,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--vocab-size", type=int, default=8000, help="joint vocabulary (default 8000)")
     s.add_argument("--model-type", default="bpe", choices=("bpe", "unigram", "char", "word"))
     s.add_argument(
+        "--spm-sample-pairs",
+        type=int,
+        default=SPM_SAMPLE_PAIRS,
+        help="train sentencepiece on this many training pairs (source and target line each), "
+        f"drawn at random with a fixed seed; 0: all pairs (default {SPM_SAMPLE_PAIRS:,})",
+    )
+    s.add_argument(
         "--max-source-positions",
         type=int,
         default=1024,
@@ -117,6 +172,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a dataset directory (of fadat prepare) built from different inputs",
     )
+    s.add_argument(
+        "--chunk-pairs",
+        type=int,
+        default=CHUNK_PAIRS,
+        help=f"pairs encoded and written at a time (memory; the output is the same; default "
+        f"{CHUNK_PAIRS:,})",
+    )
+    s.add_argument(
+        "--threads",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        help="sentencepiece encoding threads (the output is the same; default: cores, at most 4)",
+    )
     s.add_argument("--sword-dir", default="/usr/share/sword", help="bible-en-es: SWORD modules")
     s.add_argument(
         "--cache-dir",
@@ -131,90 +199,151 @@ def log(message: str) -> None:
 
 # ----------------------------------------------------------------------------- reading input
 
+READ_BLOCK = 1 << 22  # bytes decoded at a time
 
-def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 text file (``\\n`` or ``\\r\\n``; a final newline is optional).
+
+def iter_lines(path: str | Path) -> Iterator[str]:
+    """Lines of a UTF-8 text file (``\\n`` or ``\\r\\n``; a final newline is optional; a BOM
+    is dropped), read in blocks of ``READ_BLOCK`` bytes.
 
     Raises:
-        InputError: missing file, NUL byte or invalid UTF-8 (file, line and byte offset).
+        InputError: missing file, NUL byte or invalid UTF-8 (file, line and byte offset), when
+            the iteration reaches it.
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        f = open(path, "rb")  # noqa: SIM115 - closed below
     except FileNotFoundError as err:
         raise InputError(f"{path}: file not found") from err
     except OSError as err:
         raise InputError(f"{path}: cannot read ({err.strerror})") from err
+    with f:
+        line = 0  # lines before the current block
+        offset = 0  # byte offset of the current block
+        rest = b""  # an unfinished line carried into the next block
+        while True:
+            data = f.read(READ_BLOCK)
+            if not data:
+                if rest:  # a last line without a final newline
+                    yield from _decode_block(path, rest, line, offset)
+                return
+            data = rest + data
+            cut = data.rfind(b"\n") + 1
+            block, rest = data[:cut], data[cut:]
+            if block:
+                lines = _decode_block(path, block, line, offset)
+                line += len(lines)
+                offset += len(block)
+                yield from lines
+
+
+def _decode_block(path: Path, data: bytes, line: int, offset: int) -> list[str]:
     nul = data.find(b"\x00")
     if nul >= 0:
-        line = data.count(b"\n", 0, nul) + 1
-        raise InputError(f"{path}:{line}: NUL byte at byte offset {nul}")
+        at = line + data.count(b"\n", 0, nul) + 1
+        raise InputError(f"{path}:{at}: NUL byte at byte offset {offset + nul}")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data.count(b"\n", 0, err.start) + 1
+        at = line + data.count(b"\n", 0, err.start) + 1
         raise InputError(
-            f"{path}:{line}: invalid UTF-8 at byte offset {err.start} ({err.reason})"
+            f"{path}:{at}: invalid UTF-8 at byte offset {offset + err.start} ({err.reason})"
         ) from err
-    if text.startswith("\ufeff"):
+    if offset == 0 and text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")
-    if lines and lines[-1] == "":
+    if lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
 
 
-def read_parallel(source: str, target: str, extra: list[str]) -> SplitText:
-    """Two (or more) line-aligned files → a :class:`SplitText`.
+def read_lines(path: str | Path) -> list[str]:
+    """All lines of a UTF-8 text file (see :func:`iter_lines`).
 
     Raises:
-        InputError: any file problem, or files whose line counts differ (names both files).
+        InputError: missing file, NUL byte or invalid UTF-8 (file, line and byte offset).
     """
-    src, tgt = read_lines(source), read_lines(target)
-    if len(src) != len(tgt):
-        raise InputError(
-            f"line counts differ: {source} has {len(src)} lines, {target} has {len(tgt)}"
-        )
-    refs = []
-    for f in extra:
-        r = read_lines(f)
-        if len(r) != len(src):
-            raise InputError(f"line counts differ: {source} has {len(src)} lines, {f} has {len(r)}")
-        refs.append(r)
-    return SplitText(src, tgt, refs, [f"{source}:{i + 1}" for i in range(len(src))])
+    return list(iter_lines(path))
 
 
-def read_tsv(path: str) -> SplitText:
-    """TSV pairs (source, target, extra references…) → a :class:`SplitText`.
+class ParallelFiles:
+    """Line-aligned files (source, target, extra references…) read chunk by chunk."""
 
-    Raises:
-        InputError: file problems, or a line whose column count differs (file:line).
-    """
-    lines = read_lines(path)
-    cols = None
-    out = SplitText()
-    for i, line in enumerate(lines, 1):
-        fields = line.split("\t")
-        if cols is None:
-            cols = len(fields)
-            if cols < 2:
-                raise InputError(f"{path}:{i}: expected at least 2 tab-separated columns")
-            out.extra_refs = [[] for _ in range(cols - 2)]
-        if len(fields) != cols:
-            raise InputError(f"{path}:{i}: {len(fields)} columns, line 1 has {cols}")
-        out.source.append(fields[0])
-        out.target.append(fields[1])
-        for k, ref in enumerate(fields[2:]):
-            out.extra_refs[k].append(ref)
-        out.where.append(f"{path}:{i}")
-    return out
+    def __init__(self, source: str, target: str, extra: Sequence[str] = ()) -> None:
+        self.files = [source, target, *extra]
+
+    def chunks(self, size: int) -> Iterator[SplitText]:
+        """Chunks of at most ``size`` pairs, in file order.
+
+        Raises:
+            InputError: any file problem, or files whose line counts differ (names both files).
+        """
+        streams = [iter_lines(f) for f in self.files]
+        done = 0
+        while True:
+            rows = [list(itertools.islice(s, size)) for s in streams]
+            counts = [len(r) for r in rows]
+            if len(set(counts)) > 1:
+                total = [done + c + sum(1 for _ in s) for c, s in zip(counts, streams, strict=True)]
+                k = next(k for k in range(1, len(total)) if total[k] != total[0])
+                raise InputError(
+                    f"line counts differ: {self.files[0]} has {total[0]} lines, "
+                    f"{self.files[k]} has {total[k]}"
+                )
+            if counts[0]:
+                where = LinePositions(self.files[0], done + 1, counts[0])
+                yield SplitText(rows[0], rows[1], rows[2:], where)
+            done += counts[0]
+            if counts[0] < size:
+                return
+
+
+class TsvFile:
+    """TSV pairs (source, target, extra references…) read chunk by chunk."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def chunks(self, size: int) -> Iterator[SplitText]:
+        """Chunks of at most ``size`` pairs, in file order.
+
+        Raises:
+            InputError: file problems, or a line whose column count differs (file:line).
+        """
+        cols = None
+        out = None
+        for i, line in enumerate(iter_lines(self.path), 1):
+            fields = line.split("\t")
+            if cols is None:
+                cols = len(fields)
+                if cols < 2:
+                    raise InputError(f"{self.path}:{i}: expected at least 2 tab-separated columns")
+            if len(fields) != cols:
+                raise InputError(f"{self.path}:{i}: {len(fields)} columns, line 1 has {cols}")
+            if out is None:
+                out = SplitText(
+                    [], [], [[] for _ in range(cols - 2)], LinePositions(self.path, i, 0)
+                )
+            out.source.append(fields[0])
+            out.target.append(fields[1])
+            for k, ref in enumerate(fields[2:]):
+                out.extra_refs[k].append(ref)
+            out.where.count += 1
+            if len(out.source) == size:
+                yield out
+                out = None
+        if out is not None:
+            yield out
+
+
+PairSource = SplitText | ParallelFiles | TsvFile  # anything with .chunks(size)
 
 
 def generic_corpus(args: argparse.Namespace) -> Corpus:
     """The corpus given as files on the command line."""
     if not args.source_lang or not args.target_lang:
         raise InputError("--source-lang and --target-lang are required for parallel text")
-    splits: dict[str, SplitText] = {}
+    splits: dict[str, PairSource] = {}
     files: list[Path] = []
     for split in SPLITS:
         prefix = "" if split == "train" else f"{split}_"
@@ -226,12 +355,12 @@ def generic_corpus(args: argparse.Namespace) -> Corpus:
         if tsv and (src or tgt):
             raise InputError(f"give either --{flag}tsv or --{flag}source-file/--{flag}target-file")
         if tsv:
-            splits[split] = read_tsv(tsv)
+            splits[split] = TsvFile(tsv)
             files.append(Path(tsv))
         elif src or tgt:
             if not (src and tgt):
                 raise InputError(f"--{flag}source-file and --{flag}target-file go together")
-            splits[split] = read_parallel(src, tgt, extra)
+            splits[split] = ParallelFiles(src, tgt, extra)
             files += [Path(src), Path(tgt)] + [Path(f) for f in extra]
         elif split == "train":
             raise InputError(
@@ -356,15 +485,26 @@ def lohelp_corpus(args: argparse.Namespace, other: str) -> Corpus:
 
 
 def sha256_file(path: Path) -> str:
+    """sha256 of a file's bytes.
+
+    Raises:
+        InputError: missing or unreadable file.
+    """
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except FileNotFoundError as err:
+        raise InputError(f"{path}: file not found") from err
+    except OSError as err:
+        raise InputError(f"{path}: cannot read ({err.strerror})") from err
     return h.hexdigest()
 
 
 def fingerprint(args: argparse.Namespace, corpus_name: str, files: list[dict]) -> str:
-    """sha256 of everything the output depends on (inputs, options, format version)."""
+    """sha256 of everything the output depends on (inputs, options, format version); not the
+    options that change only speed and memory (``--chunk-pairs``, ``--threads``)."""
     spm_sha = sha256_file(Path(args.spm_model)) if args.spm_model else None
     # The code that builds the data is an input too: a changed cleaner must not be "up to date".
     code = hashlib.sha256()
@@ -380,6 +520,7 @@ def fingerprint(args: argparse.Namespace, corpus_name: str, files: list[dict]) -
         "spm_model": spm_sha,
         "vocab_size": args.vocab_size,
         "model_type": args.model_type,
+        "spm_sample_pairs": None if args.spm_model else args.spm_sample_pairs,
         "max_positions": [args.max_source_positions, args.max_target_positions],
         "strict": args.strict,
     }
@@ -414,25 +555,152 @@ class _Drops:
             entry["first"].append(where)
 
 
+def _nonempty(chunk: SplitText, drops: _Drops | None = None) -> list[int]:
+    """Positions of the chunk's pairs with text on both sides; the others go to ``drops``."""
+    keep = []
+    for i, (s, t) in enumerate(zip(chunk.source, chunk.target, strict=True)):
+        if s.strip() and t.strip():
+            keep.append(i)
+        elif drops is not None:
+            side = "source" if not s.strip() else "target"
+            drops.add("empty", chunk.where[i], f"empty {side}")
+    return keep
+
+
+def spm_sample(n_pairs: int, sample_pairs: int) -> np.ndarray | None:
+    """Sorted positions (among the non-empty training pairs) of the pairs sentencepiece is
+    trained on: ``sample_pairs`` drawn uniformly without replacement with the fixed seed
+    ``SPM_SAMPLE_SEED``; ``None`` (every pair) when the corpus is not larger."""
+    if sample_pairs <= 0 or n_pairs <= sample_pairs:
+        return None
+    rng = np.random.default_rng(SPM_SAMPLE_SEED)
+    return np.sort(rng.choice(n_pairs, size=sample_pairs, replace=False))
+
+
+def _training_lines(part: PairSource, sample: np.ndarray | None, chunk_pairs: int) -> Iterator[str]:
+    """Source and target line of each sampled non-empty pair, pair by pair, in corpus order."""
+    k = 0  # position among the non-empty pairs
+    j = 0  # next entry of sample
+    for chunk in part.chunks(chunk_pairs):
+        for i in _nonempty(chunk):
+            if sample is None or (j < len(sample) and sample[j] == k):
+                yield chunk.source[i]
+                yield chunk.target[i]
+                j += 1
+            k += 1
+
+
+def _add_specials(
+    flat: np.ndarray, lengths: np.ndarray, bos: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` → ``x </s>`` (or ``<s> x </s>`` with ``bos``) for concatenated sentences
+    ``flat`` ``(Σ n_i,)`` with ``lengths`` ``(N,)``."""
+    ends = np.cumsum(lengths)  # (N,)
+    n = len(lengths)
+    if bos:
+        # <s>_i, </s>_i in sentence order: at a position shared by </s>_i and <s>_{i+1}
+        # (or by <s>_i and </s>_i of an empty sentence) np.insert keeps this order.
+        where = np.stack([ends - lengths, ends], axis=1).reshape(-1)  # (2N,)
+        values = np.tile([BOS_ID, EOS_ID], n)
+    else:
+        where, values = ends, np.full(n, EOS_ID)
+    return np.insert(flat, where, values.astype(flat.dtype)), lengths + (2 if bos else 1)
+
+
+class _SplitOutput:
+    """One split's writers (ids, raw text) and running statistics."""
+
+    def __init__(self, out: Path, split: str, vocab_size: int, n_refs: int) -> None:
+        self.writer = binarized.SplitWriter(out, split, vocab_size)
+        self.raw = []
+        if split != "train":
+            (out / "raw").mkdir(exist_ok=True)
+            names = [f"{split}.src.txt", f"{split}.ref.txt"]
+            names += [f"{split}.ref{k}.txt" for k in range(2, 2 + n_refs)]
+            self.raw = [open(out / "raw" / n, "w", encoding="utf-8", newline="\n") for n in names]  # noqa: SIM115
+        self.lengths: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("source_tokens", "target_tokens", "source_words", "target_words")
+        }
+        self.unk = 0
+
+    def close(self) -> None:
+        self.writer.close()
+        for f in self.raw:
+            f.close()
+
+
+def _encode_chunk(
+    sp, chunk: SplitText, args: argparse.Namespace, drops: _Drops, dest: _SplitOutput, threads: int
+) -> None:
+    keep = _nonempty(chunk)
+    if not keep:
+        return
+    src_ids = spm.encode_many(sp, [chunk.source[i] for i in keep], threads)
+    tgt_ids = spm.encode_many(sp, [chunk.target[i] for i in keep], threads)
+    dtype = dest.writer.dtype
+    src_flat, src_len = binarized.flatten(src_ids, dtype)
+    tgt_flat, tgt_len = binarized.flatten(tgt_ids, dtype)
+    too_long_src = src_len + 1 > args.max_source_positions  # (n,)
+    too_long_tgt = tgt_len + 2 > args.max_target_positions  # (n,)
+    bad = too_long_src | too_long_tgt
+    for j in np.flatnonzero(bad):
+        where = chunk.where[keep[j]]
+        if too_long_src[j]:
+            n, flag, limit = src_len[j] + 1, "--max-source-positions", args.max_source_positions
+            drops.add("too_long", where, f"source has {n} tokens > {flag} {limit}")
+        else:
+            n, flag, limit = tgt_len[j] + 2, "--max-target-positions", args.max_target_positions
+            drops.add("too_long", where, f"target has {n} tokens > {flag} {limit}")
+    if bad.any():
+        ok = np.flatnonzero(~bad)
+        src_flat, src_len = binarized.flatten([src_ids[j] for j in ok], dtype)
+        tgt_flat, tgt_len = binarized.flatten([tgt_ids[j] for j in ok], dtype)
+        keep = [keep[j] for j in ok]
+    if not keep:
+        return
+    dest.writer.append(
+        *_add_specials(src_flat, src_len, False), *_add_specials(tgt_flat, tgt_len, True)
+    )
+    dest.unk += int(np.count_nonzero(src_flat == UNK_ID) + np.count_nonzero(tgt_flat == UNK_ID))
+    sources = [chunk.source[i] for i in keep]
+    targets = [chunk.target[i] for i in keep]
+    dest.lengths["source_tokens"].append(src_len)
+    dest.lengths["target_tokens"].append(tgt_len)
+    dest.lengths["source_words"].append(_word_counts(sources))
+    dest.lengths["target_words"].append(_word_counts(targets))
+    if dest.raw:
+        streams = [sources, targets] + [[r[i] for i in keep] for r in chunk.extra_refs]
+        for f, lines in zip(dest.raw, streams, strict=True):
+            _write_lines(f, lines)
+
+
+def _word_counts(lines: Sequence[str]) -> np.ndarray:
+    return np.fromiter((len(x.split()) for x in lines), dtype=np.int32, count=len(lines))
+
+
 def build(args: argparse.Namespace, corpus: Corpus, out: Path) -> dict:
-    """Filter, tokenize and write ``corpus`` into the (empty) directory ``out``; return meta."""
+    """Check, filter, tokenize and write ``corpus`` into the (empty) directory ``out``, chunk by
+    chunk (``args.chunk_pairs`` pairs); return the part of meta.json it measured.
+
+    Three passes over the text: (1) check every split (UTF-8, line counts, columns; empty pairs
+    are dropped and counted), (2) train sentencepiece on a seeded sample of the non-empty
+    training pairs (:func:`spm_sample`), (3) encode each chunk with ``args.threads``
+    sentencepiece threads, drop over-long pairs and append the rest to the ``.npy`` files. The
+    output does not depend on the chunk size or the thread count.
+    """
     drops = _Drops(args.strict)
-    # 1. Empty pairs.
-    for part in corpus.splits.values():
-        keep = []
-        for i, (s, t) in enumerate(zip(part.source, part.target, strict=True)):
-            if not s.strip() or not t.strip():
-                side = "source" if not s.strip() else "target"
-                drops.add("empty", part.where[i], f"empty {side}")
-            else:
-                keep.append(i)
-        _select(part, keep)
-    train = corpus.splits["train"]
-    if not train.source:
+    chunk_pairs = args.chunk_pairs
+    threads = max(1, args.threads)
+    # 1. Check everything before the long work; count the non-empty pairs.
+    nonempty: dict[str, int] = {}
+    for split, part in corpus.splits.items():
+        nonempty[split] = sum(len(_nonempty(c, drops)) for c in part.chunks(chunk_pairs))
+    if not nonempty["train"]:
         raise InputError("empty corpus: no training pairs left")
 
     # 2. Sentencepiece.
     t0 = time.time()
+    sample = None
     if args.spm_model:
         sp = spm.load_sentencepiece(args.spm_model)
         shutil.copyfile(args.spm_model, out / "spm.model")
@@ -440,80 +708,110 @@ def build(args: argparse.Namespace, corpus: Corpus, out: Path) -> dict:
         if vocab_file.is_file():
             shutil.copyfile(vocab_file, out / "spm.vocab")
     else:
+        sample = spm_sample(nonempty["train"], args.spm_sample_pairs)
         sp = spm.train_sentencepiece(
-            train.source + train.target, out / "spm", args.vocab_size, args.model_type
+            _training_lines(corpus.splits["train"], sample, chunk_pairs),
+            out / "spm",
+            args.vocab_size,
+            args.model_type,
         )
     spm_seconds = time.time() - t0
     vocab_size = sp.get_piece_size()
 
     # 3. Encode, drop over-long pairs, write.
+    t0 = time.time()
     splits_meta: dict[str, dict] = {}
     for split, part in corpus.splits.items():
-        src_ids = spm.encode_many(sp, part.source)
-        tgt_ids = spm.encode_many(sp, part.target)
-        keep = []
-        for i in range(len(part.source)):
-            ns, nt = len(src_ids[i]) + 1, len(tgt_ids[i]) + 2
-            if ns > args.max_source_positions:
-                drops.add(
-                    "too_long",
-                    part.where[i],
-                    f"source has {ns} tokens > --max-source-positions {args.max_source_positions}",
-                )
-            elif nt > args.max_target_positions:
-                drops.add(
-                    "too_long",
-                    part.where[i],
-                    f"target has {nt} tokens > --max-target-positions {args.max_target_positions}",
-                )
-            else:
-                keep.append(i)
-        _select(part, keep)
-        sources = [src_ids[i] + [EOS_ID] for i in keep]
-        targets = [[BOS_ID] + tgt_ids[i] + [EOS_ID] for i in keep]
-        if not sources:
+        n_refs = 0
+        dest = None
+        try:
+            for chunk in part.chunks(chunk_pairs):
+                if dest is None:
+                    n_refs = len(chunk.extra_refs)
+                    dest = _SplitOutput(out, split, vocab_size, n_refs)
+                _encode_chunk(sp, chunk, args, drops, dest, threads)
+        finally:
+            if dest is not None:
+                dest.close()
+        pairs = dest.writer.pairs if dest is not None else 0
+        if not pairs:
             if split == "train":
                 raise InputError("empty corpus: no training pairs left after filtering")
+            for f in out.glob(f"{split}.*.npy"):
+                f.unlink()
+            for f in (out / "raw").glob(f"{split}.*"):
+                f.unlink()
             continue
-        binarized.write_split(out, split, sources, targets, vocab_size)
-        if split != "train":
-            raw = out / "raw"
-            raw.mkdir(exist_ok=True)
-            _write_lines(raw / f"{split}.src.txt", part.source)
-            _write_lines(raw / f"{split}.ref.txt", part.target)
-            for k, ref in enumerate(part.extra_refs, 2):
-                _write_lines(raw / f"{split}.ref{k}.txt", ref)
-        unk = sum(x.count(UNK_ID) for x in sources) + sum(x.count(UNK_ID) for x in targets)
+        lengths = {k: np.concatenate(v) for k, v in dest.lengths.items()}
         splits_meta[split] = {
-            "pairs": len(sources),
-            "references": 1 + len(part.extra_refs) if split != "train" else 1,
-            "source_tokens": _stats([len(x) - 1 for x in sources]),
-            "target_tokens": _stats([len(x) - 2 for x in targets]),
-            "source_words": _stats([len(s.split()) for s in part.source]),
-            "target_words": _stats([len(t.split()) for t in part.target]),
-            "unk_tokens": unk,
+            "pairs": pairs,
+            "references": 1 + n_refs if split != "train" else 1,
+            **{k: _stats(v) for k, v in lengths.items()},
+            "unk_tokens": dest.unk,
         }
     return {
         "vocab_size": vocab_size,
+        "ids_dtype": str(binarized.ids_dtype(vocab_size)),
         "splits": splits_meta,
         "dropped": drops.reasons,
         "spm_seconds": round(spm_seconds, 2),
+        "encode_seconds": round(time.time() - t0, 2),
+        "spm_sample": {
+            "pairs": int(len(sample)) if sample is not None else nonempty["train"],
+            "of": nonempty["train"],
+            "seed": SPM_SAMPLE_SEED,
+        }
+        if not args.spm_model
+        else None,
     }
 
 
-def _select(part: SplitText, keep: list[int]) -> None:
-    part.source = [part.source[i] for i in keep]
-    part.target = [part.target[i] for i in keep]
-    part.extra_refs = [[r[i] for i in keep] for r in part.extra_refs]
-    part.where = [part.where[i] for i in keep]
+def _write_lines(f: TextIO, lines: Sequence[str]) -> None:
+    for line in lines:
+        # A raw line must stay one line: newlines inside TSV fields cannot occur, but a
+        # stray carriage return or line separator would shift every later line.
+        f.write(" ".join(line.splitlines()) + "\n")
 
 
-def _write_lines(path: Path, lines: list[str]) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for line in lines:
-            # A raw line must stay one line: newlines inside TSV fields cannot occur, but a
-            # stray carriage return or line separator would shift every later line.
-            f.write(" ".join(line.splitlines()) + "\n")
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale(out: Path) -> None:
+    """Remove the staging directories (``.NAME.tmp-*`` next to ``out``) of builds of ``out``
+    that were killed (SIGKILL, power loss): those whose ``OWNER_FILE`` names a process that no
+    longer runs. Anything else is left alone."""
+    for path in out.absolute().parent.glob(f".{out.name}.tmp-*"):
+        try:
+            pid = int((path / OWNER_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not _alive(pid):
+            log(f"removing {path} (left by an interrupted run)")
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so the temporary directory is removed."""
+
+    def handle(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _read_meta(path: Path) -> dict:
@@ -531,6 +829,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if args.vocab_size < 5 and not args.spm_model:
         raise InputError(f"--vocab-size must be at least 5, got {args.vocab_size}")
+    if args.chunk_pairs < 1:
+        raise InputError(f"--chunk-pairs must be at least 1, got {args.chunk_pairs}")
+    if args.spm_sample_pairs < 0:
+        raise InputError(f"--spm-sample-pairs must be >= 0, got {args.spm_sample_pairs}")
     if args.corpus and (args.source_file or args.target_file or args.tsv):
         raise InputError(f"give either the built-in corpus {args.corpus} or input files, not both")
     if args.corpus is None and args.direction:
@@ -565,38 +867,46 @@ def run(args: argparse.Namespace) -> int:
     elif args.corpus in ("lohelp-en-de", "lohelp-en-es"):
         corpus = lohelp_corpus(args, args.corpus.rsplit("-", 1)[1])
     assert corpus is not None
+    remove_stale(out)
     tmp = outputs.staging_dir(out)
+    owner = tmp / OWNER_FILE  # tells a later run whether this build is still going
+    owner.write_text(f"{os.getpid()}\n", encoding="utf-8")
     try:
-        built = build(args, corpus, tmp)
-        meta = {
-            "format": FORMAT_VERSION,
-            "fingerprint": fp,
-            "corpus": corpus.name,
-            "source_lang": corpus.source_lang,
-            "target_lang": corpus.target_lang,
-            "vocab_size": built["vocab_size"],
-            "special_ids": {"<s>": BOS_ID, "<pad>": PAD_ID, "</s>": EOS_ID, "<unk>": UNK_ID},
-            "layout": {"source": "x </s>", "target": "<s> y </s>"},
-            "spm": {
-                "model": "spm.model",
-                "model_type": None if args.spm_model else args.model_type,
-                "reused": str(args.spm_model) if args.spm_model else None,
-                "character_coverage": None if args.spm_model else 1.0,
-            },
-            "max_source_positions": args.max_source_positions,
-            "max_target_positions": args.max_target_positions,
-            "splits": built["splits"],
-            "dropped": built["dropped"],
-            "source_files": files,
-            "licence": corpus.licence,
-            "attribution": corpus.attribution,
-            **({"corpus_details": corpus.extra} if corpus.extra else {}),
-            "seconds": round(time.time() - start, 2),
-            "spm_seconds": built["spm_seconds"],
-        }
-        (tmp / "meta.json").write_text(
-            json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
-        )
+        with _terminate_as_interrupt():
+            built = build(args, corpus, tmp)
+            meta = {
+                "format": FORMAT_VERSION,
+                "fingerprint": fp,
+                "corpus": corpus.name,
+                "source_lang": corpus.source_lang,
+                "target_lang": corpus.target_lang,
+                "vocab_size": built["vocab_size"],
+                "ids_dtype": built["ids_dtype"],
+                "special_ids": {"<s>": BOS_ID, "<pad>": PAD_ID, "</s>": EOS_ID, "<unk>": UNK_ID},
+                "layout": {"source": "x </s>", "target": "<s> y </s>"},
+                "spm": {
+                    "model": "spm.model",
+                    "model_type": None if args.spm_model else args.model_type,
+                    "reused": str(args.spm_model) if args.spm_model else None,
+                    "character_coverage": None if args.spm_model else 1.0,
+                    "trained_on": built["spm_sample"],
+                },
+                "max_source_positions": args.max_source_positions,
+                "max_target_positions": args.max_target_positions,
+                "splits": built["splits"],
+                "dropped": built["dropped"],
+                "source_files": files,
+                "licence": corpus.licence,
+                "attribution": corpus.attribution,
+                **({"corpus_details": corpus.extra} if corpus.extra else {}),
+                "seconds": round(time.time() - start, 2),
+                "spm_seconds": built["spm_seconds"],
+                "encode_seconds": built["encode_seconds"],
+            }
+            (tmp / "meta.json").write_text(
+                json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+            )
+        owner.unlink()
         outputs.replace_dir(tmp, out, "dataset", "--output")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

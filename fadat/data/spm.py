@@ -7,7 +7,7 @@ trained or loaded, so a model trained elsewhere with other ids is refused with a
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
@@ -24,36 +24,54 @@ def train_sentencepiece(
     vocab_size: int = 8000,
     model_type: str = "bpe",
     character_coverage: float = 1.0,
+    num_threads: int = 2,
 ) -> spm.SentencePieceProcessor:
     """Train a (joint) sentencepiece model on ``sentences``; writes ``<prefix>.model`` / ``.vocab``.
 
+    Every given line is used, in order (``input_sentence_size=0``): the lines are streamed into
+    the trainer, which holds them in memory, so a caller with a large corpus passes a sample
+    (``fadat prepare`` draws a seeded one, ``--spm-sample-pairs``).
+
     Args:
         sentences: training lines (for a joint model: source and target lines together); a
-            :class:`~pathlib.Path` item stands for all lines of that UTF-8 file.
+            :class:`~pathlib.Path` item stands for all lines of that UTF-8 file. Blank lines
+            are skipped.
         model_prefix: output path without extension.
         vocab_size: total vocabulary size, including the 4 special pieces.
         model_type: ``"bpe"``, ``"unigram"``, ``"char"`` or ``"word"``.
         character_coverage: 1.0 keeps every character (no ``<unk>`` on the training text).
+        num_threads: sentencepiece trainer threads.
 
     Returns:
         The loaded model.
 
     Raises:
-        InputError: no training text, or a vocabulary too large for the text.
+        InputError: no training text, or a vocabulary too large for the text; an exception
+            raised while ``sentences`` is iterated (an InputError from a file, a
+            KeyboardInterrupt) is passed on unchanged.
     """
-    lines: list[str] = []
-    for item in sentences:
-        if isinstance(item, Path):
-            lines.extend(item.read_text(encoding="utf-8").splitlines())
-        else:
-            lines.append(item)
-    lines = [s for s in lines if s.strip()]
-    if not lines:
-        raise InputError("cannot train sentencepiece: no training text")
+    fed = {"lines": 0, "error": None}
+
+    def stream() -> Iterator[str]:
+        try:
+            for item in sentences:
+                lines = (
+                    item.read_text(encoding="utf-8").splitlines()
+                    if isinstance(item, Path)
+                    else [item]
+                )
+                for line in lines:
+                    if line.strip():
+                        fed["lines"] += 1
+                        yield line
+        except BaseException as err:  # InputError, KeyboardInterrupt (Ctrl-C, SIGTERM), ...
+            fed["error"] = err  # sentencepiece wraps it in a RuntimeError; re-raised below
+            raise
+
     model = io.BytesIO()
     try:
         spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines),
+            sentence_iterator=stream(),
             model_writer=model,
             vocab_size=vocab_size,
             model_type=model_type,
@@ -66,17 +84,24 @@ def train_sentencepiece(
             pad_piece="<pad>",
             eos_piece="</s>",
             unk_piece="<unk>",
-            # Deterministic: use every sentence, in order.
+            # Deterministic: use every given sentence, in order (sentencepiece's own sampling,
+            # shuffle_input_sentence, differs from process to process even with a fixed seed).
             input_sentence_size=0,
             shuffle_input_sentence=False,
-            num_threads=2,
+            num_threads=num_threads,
             minloglevel=2,
         )
     except RuntimeError as err:
+        if fed["error"] is not None:
+            raise fed["error"] from None
+        if not fed["lines"]:
+            raise InputError("cannot train sentencepiece: no training text") from None
         raise InputError(
             f"sentencepiece training failed ({str(err).strip().splitlines()[-1]}); "
             "a smaller --vocab-size may help"
         ) from err
+    if fed["error"] is not None:
+        raise fed["error"]
     prefix = Path(model_prefix)
     prefix.with_name(prefix.name + ".model").write_bytes(model.getvalue())
     sp = spm.SentencePieceProcessor(model_proto=model.getvalue())
@@ -130,9 +155,12 @@ def encode_target(sp: spm.SentencePieceProcessor, text: str) -> list[int]:
     return [BOS_ID] + list(sp.encode(text, out_type=int)) + [EOS_ID]
 
 
-def encode_many(sp: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[list[int]]:
-    """Plain piece ids of many lines (no specials), batched for speed."""
-    return [list(x) for x in sp.encode(list(texts), out_type=int, num_threads=2)]
+def encode_many(
+    sp: spm.SentencePieceProcessor, texts: Sequence[str], num_threads: int = 2
+) -> list[list[int]]:
+    """Plain piece ids of many lines (no specials), encoded by ``num_threads`` sentencepiece
+    threads."""
+    return sp.encode(list(texts), out_type=int, num_threads=num_threads)
 
 
 def decode(sp: spm.SentencePieceProcessor, ids: Sequence[int]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -99,9 +100,13 @@ def test_dataset_errors_name_the_file(tmp_path):
     np.save(tmp_path / "train.src.off.npy", np.array([0, 2, 9], dtype=np.int64))
     with pytest.raises(InputError, match="train.src.off.npy: offsets inconsistent"):
         BinarizedDataset(tmp_path, "train")
-    _dataset(tmp_path, [[4, 12], [5, 2]], [[0, 4, 2], [0, 2]])
-    with pytest.raises(InputError, match="train.src.ids.npy: token id 12 outside"):
-        BinarizedDataset(tmp_path, "train")
+    _dataset(tmp_path, [[4, 2], [5, 12, 2]], [[0, 4, 2], [0, 2]], vocab=300)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    (tmp_path / "meta.json").write_text(json.dumps({**meta, "vocab_size": 10}))
+    ds = BinarizedDataset(tmp_path, "train")  # ids are checked when a sentence is read
+    assert ds[0][0].tolist() == [4, 2]
+    with pytest.raises(InputError, match="train.src.ids.npy: token id 12 of sentence 1 outside"):
+        ds.collate([0, 1])
     _dataset(tmp_path, [[4, 2]], [[0, 4, 2]], pairs=2)
     with pytest.raises(InputError, match="meta.json says 2"):
         BinarizedDataset(tmp_path, "train")

@@ -245,3 +245,162 @@ def test_wrong_vocabulary_and_spm_ids_refused(files, tmp_path):
     with pytest.raises(InputError, match="special ids"):
         spm.load_sentencepiece(tmp_path / "plain.model")
     assert main(argv(files, tmp_path / "o2", "--spm-model", str(tmp_path / "plain.model"))) == 2
+
+
+def _dataset_files(out: Path) -> dict[str, bytes]:
+    """Every file of a prepared directory; meta.json without its timings."""
+    files = {}
+    for p in sorted(out.rglob("*")):
+        if p.is_file():
+            data = p.read_bytes()
+            if p.name == "meta.json":
+                meta = json.loads(data)
+                for key in ("seconds", "spm_seconds", "encode_seconds"):
+                    meta.pop(key)
+                data = json.dumps(meta, sort_keys=True).encode()
+            files[str(p.relative_to(out))] = data
+    return files
+
+
+@pytest.mark.parametrize("sample", ["0", "150"])
+def test_same_dataset_in_one_chunk_or_many(files, tmp_path, sample):
+    src = sentences(300, 6)
+    tgt = [s.upper() for s in src]
+    src[10], tgt[77] = "", " "  # empty pairs
+    src[40] = " ".join(["house"] * 40)  # too long
+    files["src"], files["tgt"] = write(tmp_path / "s", src), write(tmp_path / "t", tgt)
+    opts = ("--max-source-positions", "30", "--spm-sample-pairs", sample)
+    one, many = tmp_path / "one", tmp_path / "many"
+    assert main(argv(files, one, *opts, "--chunk-pairs", "100000", "--threads", "1")) == 0
+    assert main(argv(files, many, *opts, "--chunk-pairs", "7", "--threads", "2")) == 0
+    a, b = _dataset_files(one), _dataset_files(many)
+    assert a.keys() == b.keys() and "train.src.ids.npy" in a and "raw/valid.ref2.txt" in a
+    assert a == b
+    meta = json.loads((one / "meta.json").read_text())
+    long = [int(w.rsplit(":", 1)[1]) - 1 for w in meta["dropped"]["too_long"]["first"]]
+    assert 40 in long and meta["dropped"]["too_long"]["count"] == len(long)
+    assert meta["splits"]["train"]["pairs"] == 298 - len(long) and meta["ids_dtype"] == "uint8"
+    trained_on = meta["spm"]["trained_on"]
+    assert trained_on["of"] == 298 and trained_on["pairs"] == (298 if sample == "0" else 150)
+    # the chunked output is the round trip of the text
+    sp = spm.load_sentencepiece(one / "spm.model")
+    ds = BinarizedDataset(one, "train")
+    kept = [i for i in range(300) if i not in (10, 77, *long)]
+    assert len(ds) == len(kept)
+    for k in (0, 9, 10, 150, len(kept) - 1):
+        x, y = ds[k]
+        assert spm.decode(sp, x) == src[kept[k]] and spm.decode(sp, y) == tgt[kept[k]]
+
+
+def test_spm_sample_is_seeded_and_uniform():
+    from fadat.data.prepare import spm_sample
+
+    a, b = spm_sample(10_000, 2_000), spm_sample(10_000, 2_000)
+    assert (a == b).all() and len(np.unique(a)) == 2_000 and (np.diff(a) > 0).all()
+    assert abs(a.mean() - 5_000) < 300 and spm_sample(100, 2_000) is None
+    assert spm_sample(100, 0) is None
+
+
+def test_interrupted_prepare_leaves_nothing_and_rerun_succeeds(files, tmp_path, monkeypatch):
+    import os
+    import subprocess
+
+    from fadat.data import binarized
+
+    calls = {"n": 0}
+    append = binarized.SplitWriter.append
+
+    def interrupted(self, *a):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # Ctrl-C or SIGTERM half-way through the train split
+        return append(self, *a)
+
+    out = tmp_path / "data" / "out"
+    with monkeypatch.context() as m:
+        m.setattr(binarized.SplitWriter, "append", interrupted)
+        assert main(argv(files, out, "--chunk-pairs", "20")) == 130
+    assert calls["n"] == 3
+    assert not out.exists() and list(out.parent.iterdir()) == []
+    # A killed run (SIGKILL) cannot clean up: its staging directory is removed by the next run;
+    # one whose process still runs, and anything else, is left alone.
+    proc = subprocess.Popen(["true"])  # noqa: S607 - a process id that is surely gone
+    proc.wait()
+    stale, running, other = (out.parent / f".out.tmp-{k}" for k in ("dead", "alive", "user"))
+    for d, pid in ((stale, proc.pid), (running, os.getpid()), (other, None)):
+        d.mkdir()
+        (d / "train.src.ids.npy").write_bytes(b"half")
+        if pid:
+            (d / ".fadat-prepare.pid").write_text(f"{pid}\n")
+    assert main(argv(files, out, "--chunk-pairs", "20")) == 0
+    assert not stale.exists() and running.exists() and other.exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == sorted(["out", running.name, other.name])
+    assert BinarizedDataset(out, "train")[0][0][-1] == EOS_ID
+
+
+def test_sigterm_leaves_no_dataset(files, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    big = sentences(4_000, 7)
+    files["src"], files["tgt"] = write(tmp_path / "s", big), write(tmp_path / "t", big)
+    out = tmp_path / "data" / "out"
+    out.parent.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fadat.cli", *argv(files, out, "--chunk-pairs", "50")],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + 120
+    while not any((out.parent / n).exists() for n in os.listdir(out.parent)) and not out.exists():
+        assert time.time() < deadline and proc.poll() is None
+        time.sleep(0.01)
+    if out.exists():
+        pytest.skip("prepare finished before it could be interrupted")
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("prepare finished before the signal arrived")
+    assert proc.returncode == 130, err
+    assert list(out.parent.iterdir()) == []
+    assert main(argv(files, out)) == 0 and out.is_dir()
+
+
+def test_line_reader_blocks_do_not_change_lines_or_positions(tmp_path, monkeypatch):
+    from fadat.data import prepare
+    from fadat.errors import InputError
+
+    path = tmp_path / "f"
+    text = "\ufeffzero\r\n\n" + "".join(f"línea {i} ñ\n" for i in range(50)) + "last"
+    path.write_bytes(text.encode())
+    whole = prepare.read_lines(path)
+    assert whole[:3] == ["zero", "", "línea 0 ñ"] and whole[-1] == "last" and len(whole) == 53
+    for block in (1, 3, 7, 64):
+        monkeypatch.setattr(prepare, "READ_BLOCK", block)
+        assert prepare.read_lines(path) == whole
+    bad = text.encode()
+    at = bad.index("línea 30".encode())
+    path.write_bytes(bad[:at] + b"\xff" + bad[at:])
+    for block in (1, 5, 1 << 22):
+        monkeypatch.setattr(prepare, "READ_BLOCK", block)
+        with pytest.raises(InputError, match=rf":33: invalid UTF-8 at byte offset {at} "):
+            prepare.read_lines(path)
+
+
+def test_old_int32_datasets_still_read(tmp_path):
+    from fadat.data.binarized import write_split
+
+    write_split(tmp_path, "train", [[4, 2], [5, 6, 2]], [[0, 4, 2], [0, 2]], 300)
+    assert np.load(tmp_path / "train.src.ids.npy").dtype == np.uint16
+    for side in ("src", "tgt"):
+        ids = np.load(tmp_path / f"train.{side}.ids.npy")
+        np.save(tmp_path / f"train.{side}.ids.npy", ids.astype(np.int32))  # the old layout
+    meta = {"vocab_size": 300, "splits": {"train": {"pairs": 2}}}
+    (tmp_path / "meta.json").write_text(json.dumps(meta))
+    ds = BinarizedDataset(tmp_path, "train")
+    assert ds[1][0].tolist() == [5, 6, 2] and ds[1][0].dtype == np.int64
+    assert ds.target_lengths.tolist() == [3, 2]
