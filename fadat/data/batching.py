@@ -7,13 +7,15 @@ sorted by cost (ties broken by a seeded permutation) and cut greedily into globa
 ``max_tokens × world_size``; each epoch shuffles the order of the global batches with
 ``(seed, epoch)``, and rank ``r`` takes ``batch[r::world_size]`` of every global batch, so every
 rank runs the same number of steps (a shard may be empty; the trainer handles that).
-Resuming at ``(epoch, k)`` is ``batches(epoch)[k:]``.
+Resuming at ``(epoch, k)`` is ``batches(epoch)[k:]``, made lazily by :meth:`TokenBatchSampler.shard`
+without the first ``k`` batches. The plan takes ``O(N)`` memory (index views into one sorted
+order), never the token ids.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -35,6 +37,41 @@ def sentence_costs(
         return np.zeros(0, dtype=np.int64)
     graph = graph_size(src, upsample_ratio, max_graph_positions).numpy()  # (N,)
     return np.maximum(np.maximum(src, tgt), graph)
+
+
+def greedy_batch_ends(costs: Sequence[int] | np.ndarray, budget: int) -> list[int]:
+    """Cut ascending ``costs`` ``(N,)`` greedily into batches ``[start, end)`` of padded cost
+    ``(end - start) * costs[end - 1] <= budget``: returns the ends, one per batch (a sentence
+    whose cost alone exceeds the budget gets a batch of its own).
+
+    Works on runs of equal cost instead of sentence by sentence: a batch that starts at ``i``
+    ends in the run of some cost ``v >= costs[i]``, at ``min(run end, i + budget // v)``; the
+    runs are tried in ascending order until the budget stops the batch (``(e - i) *
+    costs[e - 1]`` grows with ``e``, so the first run that cannot be entered ends the search).
+    ``O(N)`` array work plus a few Python steps per batch.
+    """
+    costs = np.asarray(costs)
+    n = len(costs)
+    if n == 0:
+        return []
+    values, first = np.unique(costs, return_index=True)
+    values, first = values.tolist(), [*first.tolist(), n]  # run k is [first[k], first[k + 1])
+    ends = []
+    start, run = 0, 0
+    while start < n:
+        while first[run + 1] <= start:
+            run += 1
+        end = start + 1  # alone, if even that is over the budget
+        for k in range(run, len(values)):
+            reach = start + budget // values[k]  # the furthest end at this cost
+            if reach < max(first[k], start) + 1:
+                break
+            end = min(first[k + 1], reach)
+            if end < first[k + 1]:
+                break
+        ends.append(end)
+        start = end
+    return ends
 
 
 class TokenBatchSampler:
@@ -86,24 +123,17 @@ class TokenBatchSampler:
             return []
         # Sort by cost; equal costs in a seeded random order (so batches mix sentences).
         tie = np.random.default_rng([self.seed, 2**31 - 1]).permutation(n)
-        order = tie[np.argsort(self.costs[tie], kind="stable")]  # (N,)
-        costs = self.costs[order]  # (N,) ascending
+        key = self.costs[tie]
+        if len(key) and key.max() <= np.iinfo(np.uint16).max:
+            key = key.astype(np.uint16)  # a radix sort; the same stable order
+        order = tie[np.argsort(key, kind="stable")]  # (N,)
         batches: list[np.ndarray] = []
         start = 0
         oversized = 0
-        while start < n:
-            # Ascending costs: a batch [start, end) costs (end - start) * costs[end - 1], which
-            # grows with end; it holds at most budget // costs[start] sentences, so only that
-            # window is searched (O(N) over the whole epoch).
-            stop = min(n, start + budget // max(int(costs[start]), 1) + 1)
-            ends = np.arange(start + 1, stop + 1)
-            ok = (ends - start) * costs[ends - 1] <= budget
-            k = int(np.argmin(ok)) if not ok.all() else len(ok)  # first failing position
-            if k == 0:
-                oversized += 1
-                k = 1  # alone in its batch rather than dropped
-            batches.append(order[start : start + k])
-            start += k
+        for end in greedy_batch_ends(self.costs[order], budget):
+            oversized += end == start + 1 and self.costs[order[start]] > budget
+            batches.append(order[start:end])  # a view: no copy of the indices
+            start = end
         if oversized:
             warnings.warn(
                 f"{oversized} sentence(s) exceed the budget of {budget} tokens alone; "
@@ -125,4 +155,15 @@ class TokenBatchSampler:
 
     def batches(self, epoch: int) -> list[list[int]]:
         """This rank's batches of ``epoch`` (maybe empty lists); deterministic in (seed, epoch)."""
-        return [b[self.rank :: self.world_size] for b in self.global_batches(epoch)]
+        return [b.tolist() for b in self.shard(epoch)]
+
+    def shard(self, epoch: int, start: int = 0) -> Iterator[np.ndarray]:
+        """This rank's batches of ``epoch`` from step ``start`` on, made one at a time: ``(n,)``
+        int64 index arrays (maybe empty), equal to ``batches(epoch)[start:]``. Resuming at
+        ``(epoch, start)`` costs one permutation of the batch order, not a replay of the epoch.
+        """
+        order = np.arange(len(self._global))
+        if self.shuffle:
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self._global))
+        for i in order[start:]:
+            yield self._global[i][self.rank :: self.world_size]

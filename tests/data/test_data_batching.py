@@ -116,3 +116,38 @@ def test_dataset_errors_name_the_file(tmp_path):
         BinarizedDataset(tmp_path, "train")
     with pytest.raises(InputError, match="meta.json: not found"):
         BinarizedDataset(tmp_path / "nothing", "train")
+
+
+def _greedy_reference(costs: list[int], budget: int) -> list[int]:
+    """Sentence by sentence: extend while the padded cost fits."""
+    ends, start = [], 0
+    while start < len(costs):
+        end = start + 1
+        while end < len(costs) and (end + 1 - start) * costs[end] <= budget:
+            end += 1
+        ends.append(end)
+        start = end
+    return ends
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_greedy_batch_ends_against_sentence_by_sentence(seed):
+    from fadat.data.batching import greedy_batch_ends
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    costs = np.sort(rng.integers(1, int(rng.choice([5, 50, 400])), n))
+    budget = int(rng.integers(1, 600))
+    assert greedy_batch_ends(costs, budget) == _greedy_reference(costs.tolist(), budget)
+
+
+def test_shard_is_the_lazy_tail_of_batches():
+    src, tgt = lengths(500, 3)
+    for rank in range(3):
+        s = TokenBatchSampler(src, tgt, 200, 2.0, seed=4, rank=rank, world_size=3)
+        full = s.batches(2)
+        assert len(full) == s.num_batches()
+        for start in (0, 1, 7, len(full)):
+            tail = list(s.shard(2, start))
+            assert [b.tolist() for b in tail] == full[start:]
+            assert all(b.dtype == np.int64 for b in tail)
