@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import json
 import logging
 import math
@@ -451,6 +452,13 @@ def setup_distributed(device: str) -> DistInfo:
     return DistInfo(rank=rank, world_size=world, device=dev)
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident set size in MiB (``ru_maxrss``; Linux counts KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _all_reduce(tensor: torch.Tensor, info: DistInfo, op=None) -> torch.Tensor:
     if info.world_size > 1:
         dist.all_reduce(tensor, op=op or dist.ReduceOp.SUM)
@@ -734,6 +742,7 @@ class Trainer:
     """State and steps of one training run. Use :func:`train` to run it."""
 
     def __init__(self, cfg: TrainConfig, resume: bool) -> None:
+        started = time.perf_counter()
         validate_config(cfg)
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
@@ -818,6 +827,16 @@ class Trainer:
                 len(self.train_index),
                 dropped,
                 self.info.world_size,
+            )
+        # Start-up cost (data, batch plan, model, optimizer; not the imports), every rank's.
+        rss = torch.zeros(self.info.world_size, dtype=torch.float64, device=self.info.device)
+        rss[self.info.rank] = peak_rss_mib()
+        rss = _all_reduce(rss, self.info)
+        if self.info.is_main:
+            logger.info(
+                "ready after %.1f s; peak RSS per process so far: %s MiB",
+                time.perf_counter() - started,
+                ", ".join(f"{x:.0f}" for x in rss.tolist()),
             )
 
     # ---- setup helpers
@@ -1033,12 +1052,15 @@ class Trainer:
             p = self.progress
             if self.cfg.max_epochs and p.epoch > self.cfg.max_epochs:
                 return
-            keep = self.train_index
-            batches = [[int(keep[i]) for i in b] for b in self.sampler.batches(p.epoch)]
-            if not batches:
+            n = self.sampler.num_batches()
+            if not n:
                 raise InputError(f"{self.cfg.data}: the train split yields no batches")
-            for start in range(p.batch_index, len(batches), uf):
-                yield batches[start : start + uf], start + uf >= len(batches)
+            # This rank's batches from the saved position on, made one group at a time (a
+            # resumed run starts at batch_index without going through the epoch's first part).
+            shard = self.sampler.shard(p.epoch, start=p.batch_index)
+            for start in range(p.batch_index, n, uf):
+                group = [self.train_index[b].tolist() for b in itertools.islice(shard, uf)]
+                yield group, start + uf >= n
             # _advance() has moved the position to the next epoch after the last group.
 
     def _advance(self, group_size: int, epoch_done: bool) -> None:

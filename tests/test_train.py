@@ -201,6 +201,41 @@ def test_sigkill_at_random_update_then_resume_reproduces_losses(copy_data, tmp_p
     assert _losses(killed) == reference, f"killed after update {done}"
 
 
+def test_resumed_mid_epoch_run_sees_the_batches_of_an_uninterrupted_run(
+    copy_data, tmp_path, monkeypatch
+):
+    from fadat import train as train_module
+
+    seen: list[list[list[int]]] = []
+    update = train_module.Trainer.train_update
+
+    def recording(self, group, stop_flag):
+        seen.append([list(b) for b in group])
+        return update(self, group, stop_flag)
+
+    monkeypatch.setattr(train_module.Trainer, "train_update", recording)
+    common = [
+        "--data", str(copy_data), "--arch", "dat", "--preset", "tiny", "--max-tokens", "250",
+        "--update-freq", "2", "--validate-every", "0", "--valid-subset", "4", "--threads", "1",
+        "--no-progress-bar", "--seed", "5",
+    ]  # fmt: skip
+    assert main(["train", "--run-dir", str(tmp_path / "full"), "--max-epochs", "2", *common]) == 0
+    reference, seen[:] = list(seen), []
+    per_epoch = len(reference) // 2
+    assert per_epoch >= 4 and len(reference) == 2 * per_epoch
+    run = tmp_path / "resumed"
+    stops = [per_epoch // 2, per_epoch + 1, per_epoch + per_epoch // 2 + 1]  # all mid-epoch
+    assert main(["train", "--run-dir", str(run), "--max-updates", str(stops[0]), *common]) == 0
+    for stop in stops[1:]:
+        assert main(["train", "--resume", str(run), "--max-updates", str(stop)]) == 0
+        assert len(seen) == stop  # no update replayed
+    assert main(["train", "--resume", str(run), "--max-updates", str(len(reference))]) == 0
+    assert seen == reference
+    assert sorted(i for group in reference[:per_epoch] for b in group for i in b) == list(
+        range(len(BinarizedDataset(copy_data, "train")))
+    )  # one epoch is every sentence once
+
+
 def test_ctrl_c_writes_checkpoint_and_exits_130(copy_data, tmp_path):
     run = tmp_path / "run"
     args = [
