@@ -1,0 +1,196 @@
+"""Tests of ``fadat export --format ctranslate2``: the exported AT translates real bible-en-es test
+sentences into the same tokens as fadat's AT (greedy and beam 5, fp32), and bad model
+directories are one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fadat import cli
+from fadat.data.contract import EOS_ID
+from fadat.model import load_pretrained
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+from fadat.export import CTranslate2AT, export_ctranslate2  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+TEST_50 = DATA / "bible-en-es-test-50"  # .en / .es: the first 50 pairs of the test split
+
+
+@functools.cache
+def briefly_trained_at(root: str) -> dict[str, Path]:
+    """A small AT (d = 64, one encoder and one decoder layer, 500-piece vocabulary) trained
+    for 350 updates on the 50 real bible-en-es test pairs of ``tests/data`` (the first 50 of
+    the test split, as ``fadat prepare bible-en-es`` writes them from Debian's SWORD packages).
+
+    It learns them by heart, imperfectly: most outputs are the reference or close to it and end
+    with ``</s>`` before the length limit, as a trained translator's do (a model trained briefly
+    on a real training set only repeats words up to the limit, where fadat and CTranslate2
+    differ on purpose, see fadat.export).
+    """
+    from fadat.train import TrainConfig, train, write_averaged_model
+
+    root_path = Path(root)
+    root_path.mkdir(parents=True, exist_ok=True)
+    argv = ["prepare"]
+    for prefix in ("", "valid-", "test-"):
+        argv += [
+            f"--{prefix}source-file",
+            f"{TEST_50}.en",
+            f"--{prefix}target-file",
+            f"{TEST_50}.es",
+        ]
+    data = root_path / "data"
+    argv += ["--source-lang", "en", "--target-lang", "es", "--vocab-size", "500"]
+    assert cli.main([*argv, "--output", str(data)]) == 0
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(
+            TrainConfig(
+                data=str(data),
+                run_dir=str(root_path / "run"),
+                arch="at",
+                preset="tiny",
+                model={"d_model": 64, "ffn_dim": 128, "max_source_positions": 128},
+                lr=1e-2,
+                warmup=20,
+                max_updates=350,
+                max_tokens=4096,
+                dropout=0.0,
+                label_smoothing=0.0,
+                validate_every=0,
+                log_every=1000,
+                progress_bar=False,
+                seed=1,
+            )
+        )
+    finally:
+        torch.set_num_threads(threads)
+    model = root_path / "model"
+    write_averaged_model([root_path / "run" / "checkpoint_last.pt"], model, data)
+    return {"model": model, "test_src": Path(f"{TEST_50}.en")}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict[str, Path]:
+    return briefly_trained_at(str(tmp_path_factory.getbasetemp() / "export-at"))
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory) -> Path:
+    out = tmp_path_factory.getbasetemp() / "export-at-ct2"
+    assert (
+        cli.main(
+            [
+                "export",
+                "--format",
+                "ctranslate2",
+                "--model",
+                str(trained["model"]),
+                "--output",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    return out
+
+
+def _sources(trained) -> list[list[int]]:
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(trained["model"] / "spm.model"))
+    lines = trained["test_src"].read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 50
+    return [sp.encode(line) + [EOS_ID] for line in lines]
+
+
+@pytest.mark.slow
+def test_export_gives_fadats_greedy_and_beam_tokens(trained, exported):
+    torch.set_num_threads(1)
+    model = load_pretrained(trained["model"])
+    engine = CTranslate2AT(exported, compute_type="float32")
+    sources = _sources(trained)
+
+    greedy = [model.greedy(torch.tensor([s]))[0].tokens for s in sources]
+    assert engine.translate_ids(sources, beam_size=1) == greedy  # one batch of 50
+    assert [engine.translate_ids([s], beam_size=1)[0] for s in sources] == greedy
+
+    # Beam search: the same tokens whenever neither search's best hypothesis was cut by the
+    # length limit (there fadat forces </s> and CTranslate2 stops; see fadat.export).
+    natural = 0
+    for s in sources:
+        limit = int(model._max_lengths(torch.tensor([s]), 1.2, 10))
+        ours = model.beam_search(torch.tensor([s]), 5)[0].tokens
+        theirs = engine.translate_ids([s], beam_size=5)[0]
+        assert len(theirs) <= limit - 1
+        if max(len(ours), len(theirs)) < limit - 1:
+            natural += 1
+            assert theirs == ours, (s, ours, theirs)
+    assert natural >= 45, f"only {natural} of 50 beam outputs ended before the limit"
+
+    # Not trivial: outputs differ between sentences and between the decoders, and use many words.
+    beam = [engine.translate_ids([s], beam_size=5)[0] for s in sources]
+    assert len({tuple(h) for h in greedy}) == 50 and len({t for h in beam for t in h}) >= 200
+
+
+@pytest.mark.slow
+def test_export_metadata_and_quantized_copy(trained, exported, tmp_path):
+    info = json.loads((exported / "fadat_export.json").read_text(encoding="utf-8"))
+    assert info["model_config"]["model_type"] == "at" and info["quantization"] == "float32"
+    assert (exported / "spm.model").read_bytes() == (trained["model"] / "spm.model").read_bytes()
+    vocab = json.loads((exported / "shared_vocabulary.json").read_text(encoding="utf-8"))
+    assert vocab[:4] == ["<s>", "<pad>", "</s>", "<unk>"] and len(vocab) == 500
+    # int8 weights are half the size or less and still translate (not compared: quantized).
+    small = export_ctranslate2(trained["model"], tmp_path / "int8", quantization="int8")
+    assert (small / "model.bin").stat().st_size < 0.5 * (exported / "model.bin").stat().st_size
+    out = CTranslate2AT(small, compute_type="int8").translate_ids(_sources(trained)[:3], 5)
+    assert len(out) == 3 and all(isinstance(t, int) for h in out for t in h)
+
+
+def _export(argv, capsys) -> tuple[int, str]:
+    code = cli.main(["export", "--format", "ctranslate2", *argv])
+    return code, capsys.readouterr().err
+
+
+def test_export_of_a_dat_or_corrupt_directory_is_a_one_line_error(tmp_path, capsys):
+    from test_translate import random_models
+
+    models = random_models(str(tmp_path / "random"))
+    code, err = _export(["--model", str(models["dat"]), "--output", str(tmp_path / "o")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "'dat' model" in err, err
+    assert not (tmp_path / "o").exists()
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json", encoding="utf-8")
+    code, err = _export(["--model", str(broken), "--output", str(tmp_path / "o")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "config.json" in err, err
+
+    at = tmp_path / "at"
+    at.mkdir()
+    for f in Path(models["at"]).iterdir():
+        (at / f.name).write_bytes(f.read_bytes())
+    (at / "model.safetensors").write_bytes(b"\x00" * 100)
+    code, err = _export(["--model", str(at), "--output", str(tmp_path / "o")], capsys)
+    assert code == 2 and err.count("\n") == 1 and "model.safetensors" in err, err
+    assert not (tmp_path / "o").exists()
+
+    code, err = _export(
+        ["--model", str(tmp_path / "none"), "--output", str(tmp_path / "o")], capsys
+    )
+    assert code == 2 and "does not exist" in err
+
+    # A good AT directory exports; exporting again onto it needs --force.
+    code, _ = _export(["--model", str(models["at"]), "--output", str(tmp_path / "o")], capsys)
+    assert code == 0 and (tmp_path / "o" / "model.bin").is_file()
+    code, err = _export(["--model", str(models["at"]), "--output", str(tmp_path / "o")], capsys)
+    assert code == 2 and "--force" in err
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
