@@ -26,6 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "evaluate": ("fadat.evaluate", "BLEU, chrF, tokenized BLEU, latency and throughput of models"),
     "analyze": ("fadat.analysis", "confidence tables and vertex density plot of DAT models (§4.4)"),
     "show-graph": ("fadat.show_graph", "draw the DAG behind the translation of one sentence"),
+    "distill": ("fadat.distill", "re-translate a dataset's training targets with an AT (KD)"),
     "export": ("fadat.export", "export an AT model to another inference engine (CTranslate2)"),
 }
 

@@ -1,0 +1,368 @@
+"""``fadat distill``: sequence-level knowledge distillation (Kim & Rush 2016; the FA-DAT paper's
+appendix trains on distilled data).
+
+Re-translates the training sources of a prepared dataset with an AT model's beam search and
+writes a new dataset directory whose training targets are the AT's outputs. The valid and test
+splits, their raw text, the sentencepiece model and the vocabulary are copied unchanged, so
+scores stay comparable; ``meta.json`` records the provenance under ``"distilled"`` (teacher,
+decoding options, engine, source dataset and its fingerprint, time taken). Works on token ids:
+no detokenise/retokenise round trip.
+
+Resumable: sentences are translated longest first in fixed batches of ``batch_size``, and each
+finished batch is appended as one JSON line to ``OUTPUT/distill.partial.jsonl`` (flushed and
+fsynced). A re-run with the same settings skips the batches found there; a last line torn by a
+kill is dropped and its batch translated again, so an interrupted and resumed run writes the
+same files as an uninterrupted one. ``OUTPUT/meta.json`` is written last: its presence marks a
+complete dataset.
+
+Engines: ``fadat`` runs :meth:`fadat.baseline.ATModel.beam_search`; ``ctranslate2`` exports the
+teacher (:mod:`fadat.export`) and runs CTranslate2 with fadat's decoding rules, which gives the
+same tokens except where a beam reaches the length limit (see :mod:`fadat.export`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fadat.data.binarized import BinarizedDataset, read_meta, write_split
+from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
+from fadat.errors import InputError
+from fadat.model import load_pretrained, read_model_metadata, spm_model_path
+
+PARTIAL = "distill.partial.jsonl"
+ENGINES = ("auto", "fadat", "ctranslate2")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _check_teacher(model_dir: Path, data_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """The teacher's config.json after checking it is an AT with the data's vocabulary.
+
+    Raises:
+        InputError: not an AT, different vocabulary size, or a different sentencepiece model.
+    """
+    model_meta = read_model_metadata(model_dir)
+    if model_meta["model_type"] != "at":
+        raise InputError(
+            f"{model_dir}: holds a {model_meta['model_type']!r} model; distillation needs an AT"
+        )
+    vocab = model_meta["config"]["vocab_size"]
+    if vocab != meta["vocab_size"]:
+        raise InputError(
+            f"{model_dir}: vocabulary size {vocab} differs from {data_dir / 'meta.json'}'s "
+            f"{meta['vocab_size']} (the teacher was trained on other data)"
+        )
+    model_spm, data_spm = spm_model_path(model_dir), data_dir / "spm.model"
+    if model_spm is not None and data_spm.is_file() and _sha256(model_spm) != _sha256(data_spm):
+        raise InputError(
+            f"{model_spm}: differs from {data_spm} (same size, different vocabulary: the teacher "
+            "was trained on other data)"
+        )
+    return model_meta
+
+
+def _read_partial(path: Path, settings: dict[str, Any]) -> dict[int, list[list[int]]]:
+    """Finished batches ``{batch index: targets}`` of a partial file; drops a torn last line
+    (rewriting the file without it).
+
+    Raises:
+        InputError: the file was written with other settings, or a line other than the last
+            is not a batch record.
+    """
+    if not path.is_file():
+        return {}
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    complete, torn = lines[:-1], lines[-1]  # text after the last newline is a torn write
+    done: dict[int, list[list[int]]] = {}
+    for number, line in enumerate(complete, start=1):
+        try:
+            record = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise InputError(f"{path}:{number}: not a JSON record ({err})") from err
+        if number == 1:
+            if record.get("settings") != settings:
+                raise InputError(
+                    f"{path}:1: written with other settings ({record.get('settings')}); "
+                    "use another --output or delete the file"
+                )
+            continue
+        if not isinstance(record, dict) or "batch" not in record or "targets" not in record:
+            raise InputError(f"{path}:{number}: not a batch record")
+        done[int(record["batch"])] = record["targets"]
+    if torn:
+        with open(path, "r+b") as fh:
+            fh.truncate(len(data) - len(torn))
+    return done
+
+
+def _append(fh, record: dict[str, Any]) -> None:
+    fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _translator(
+    engine: str, model_dir: Path, work: Path, beam: int, length_penalty: float, threads: int
+) -> Callable[[list[list[int]]], list[list[int]]]:
+    """``sources (x </s>) -> outputs (y)`` for the chosen engine."""
+    if engine == "ctranslate2":
+        from fadat.export import CTranslate2AT, export_ctranslate2
+
+        export_ctranslate2(model_dir, work / "teacher-ctranslate2", force=True)
+        ct2 = CTranslate2AT(work / "teacher-ctranslate2", "float32", intra_threads=threads)
+        return lambda sources: ct2.translate_ids(sources, beam, length_penalty)
+    model = load_pretrained(model_dir).eval()
+
+    def run(sources: list[list[int]]) -> list[list[int]]:
+        x = pad_sequences(sources)  # (B, S)
+        with torch.inference_mode():
+            if beam > 1:
+                hyps = model.beam_search(x, beam, length_penalty)
+            else:
+                hyps = model.greedy(x, length_penalty=length_penalty)
+        return [h.tokens for h in hyps]
+
+    return run
+
+
+def resolve_engine(engine: str) -> str:
+    """``auto`` is ``ctranslate2`` when the package is installed, else ``fadat``."""
+    if engine not in ENGINES:
+        raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine != "auto":
+        return engine
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return "fadat"
+    return "ctranslate2"
+
+
+def distill(
+    model_dir: str | Path,
+    data_dir: str | Path,
+    output: str | Path,
+    *,
+    beam: int = 5,
+    length_penalty: float = 1.0,
+    batch_size: int = 64,
+    threads: int = 1,
+    engine: str = "auto",
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> Path:
+    """Write a dataset whose training targets are the AT teacher's translations.
+
+    Args:
+        model_dir: the teacher, a fadat AT model directory with the data's sentencepiece model.
+        data_dir: a prepared dataset (``fadat prepare``); its train split is re-translated.
+        output: the dataset directory to write (created; resumed when it holds a partial run).
+        beam: beam size K (1 = greedy).
+        length_penalty: α of the beam's ``log P / (|y| + 1)^α``.
+        batch_size: sentences per batch (batches are fixed by the longest-first order).
+        threads: CPU threads (torch's, or CTranslate2's intra-op threads).
+        engine: ``fadat``, ``ctranslate2`` or ``auto`` (see :func:`resolve_engine`).
+        progress: show a tqdm bar (sentences, sentences/s).
+        stop_after: translate at most this many batches in this call and return without
+            writing the dataset (for tests of resumption).
+
+    Returns:
+        ``output`` as a Path.
+
+    Raises:
+        InputError: the teacher is not an AT or has another vocabulary; missing or corrupt
+            data; ``output`` holds a run with other settings or is a complete dataset of other
+            settings; bad ``beam``/``batch_size``/``threads``.
+    """
+    model_dir, data_dir, output = Path(model_dir), Path(data_dir), Path(output)
+    if beam < 1 or batch_size < 1 or threads < 1:
+        raise InputError("--beam, --batch-size and --threads must be >= 1")
+    if output.resolve() == data_dir.resolve():
+        raise InputError(f"{output}: is the input dataset; give a new directory")
+    engine = resolve_engine(engine)
+    meta = read_meta(data_dir)
+    teacher = _check_teacher(model_dir, data_dir, meta)
+    train = BinarizedDataset(data_dir, "train")
+    n = len(train)
+    settings = {
+        "teacher": str(model_dir.resolve()),
+        "teacher_sha256": _sha256(model_dir / "model.safetensors"),
+        "data": str(data_dir.resolve()),
+        "data_fingerprint": meta.get("fingerprint"),
+        "beam": beam,
+        "length_penalty": length_penalty,
+        "max_len_a": 1.2,
+        "max_len_b": 10,
+        "batch_size": batch_size,
+        "engine": engine,
+    }
+    out_meta = output / "meta.json"
+    if out_meta.is_file():
+        old = read_meta(output).get("distilled", {}).get("settings")
+        if old == settings:
+            print(f"{output}: already distilled with these settings")
+            return output
+        raise InputError(f"{out_meta}: a complete dataset of other settings; use another --output")
+    output.mkdir(parents=True, exist_ok=True)
+    partial = output / PARTIAL
+    done = _read_partial(partial, settings)
+    # Longest first (ties by index): the slowest batches come first, so the rate shown is not
+    # optimistic, and the batches are the same in every run.
+    order = sorted(range(n), key=lambda i: (-int(train.source_lengths[i]), i))
+    batches = [order[k : k + batch_size] for k in range(0, n, batch_size)]
+    if any(len(done[b]) != len(batches[b]) for b in done if b < len(batches)) or any(
+        b >= len(batches) for b in done
+    ):
+        raise InputError(f"{partial}: batches do not match the dataset; delete the file")
+
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    bar = None
+    try:
+        translate = _translator(engine, model_dir, output, beam, length_penalty, threads)
+        todo = [b for b in range(len(batches)) if b not in done]
+        if progress:
+            from tqdm import tqdm
+
+            bar = tqdm(
+                total=n,
+                initial=sum(len(batches[b]) for b in done),
+                unit="sent",
+                dynamic_ncols=True,
+                desc="distill",
+            )
+        started = time.perf_counter()
+        translated = 0
+        with open(partial, "a", encoding="utf-8") as fh:
+            if not done and fh.tell() == 0:
+                _append(fh, {"settings": settings})
+            for count, b in enumerate(todo):
+                if stop_after is not None and count >= stop_after:
+                    return output
+                sources = [train[i][0].tolist() for i in batches[b]]
+                outputs = translate(sources)
+                targets = [[BOS_ID, *y, EOS_ID] for y in outputs]
+                _append(fh, {"batch": b, "targets": targets})
+                done[b] = targets
+                translated += len(sources)
+                if bar is not None:
+                    bar.update(len(sources))
+        seconds = time.perf_counter() - started
+    finally:
+        if bar is not None:
+            bar.close()
+        torch.set_num_threads(threads_before)
+
+    target_of: dict[int, list[int]] = {}
+    for b, ids in enumerate(batches):
+        target_of.update(zip(ids, done[b], strict=True))
+    _write_dataset(data_dir, output, meta, train, target_of)
+    lengths = [len(target_of[i]) for i in range(n)]
+    meta = dict(meta)
+    meta["splits"] = dict(meta["splits"])
+    meta["splits"]["train"] = dict(meta["splits"]["train"])
+    meta["splits"]["train"]["target_tokens"] = {
+        "mean": round(sum(lengths) / max(n, 1), 2),
+        "max": max(lengths, default=0),
+    }
+    meta["distilled"] = {
+        "settings": settings,
+        "teacher_config": teacher["config"],
+        "threads": threads,
+        "sentences": n,
+        "seconds_this_run": round(seconds, 1),
+        "sentences_per_second_this_run": round(translated / seconds, 2) if seconds else None,
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    tmp = output / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, out_meta)
+    partial.unlink()
+    shutil.rmtree(output / "teacher-ctranslate2", ignore_errors=True)
+    return output
+
+
+def _write_dataset(
+    data_dir: Path,
+    output: Path,
+    meta: dict[str, Any],
+    train: BinarizedDataset,
+    target_of: dict[int, list[int]],
+) -> None:
+    """The train split with the new targets, and every other file of ``data_dir`` copied, each
+    written under a temporary name and renamed."""
+    n = len(train)
+    with tempfile.TemporaryDirectory(dir=output) as tmp:
+        write_split(
+            tmp,
+            "train",
+            [train[i][0].tolist() for i in range(n)],
+            [target_of[i] for i in range(n)],
+            int(meta["vocab_size"]),
+        )
+        for f in Path(tmp).iterdir():
+            os.replace(f, output / f.name)
+    for f in data_dir.iterdir():
+        if f.name == "meta.json" or f.name.startswith("train."):
+            continue
+        if f.is_dir():
+            shutil.copytree(f, output / f.name, dirs_exist_ok=True)
+        else:
+            shutil.copyfile(f, output / (f.name + ".tmp"))
+            os.replace(output / (f.name + ".tmp"), output / f.name)
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``fadat distill``."""
+    parser.add_argument("--model", required=True, metavar="AT_DIR", help="the AT teacher")
+    parser.add_argument("--data", required=True, help="prepared dataset; its train split")
+    parser.add_argument("--output", required=True, metavar="DATA_KD", help="dataset to write")
+    parser.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy; default 5)")
+    parser.add_argument("--length-penalty", type=float, default=1.0)
+    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        choices=ENGINES,
+        help="fadat's beam search, or CTranslate2 (auto: CTranslate2 when installed)",
+    )
+    parser.add_argument("--no-progress-bar", action="store_true", help="no tqdm bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Distill; returns 0. Raises InputError for bad input (see :func:`distill`)."""
+    out = distill(
+        args.model,
+        args.data,
+        args.output,
+        beam=args.beam,
+        length_penalty=args.length_penalty,
+        batch_size=args.batch_size,
+        threads=args.threads,
+        engine=args.engine,
+        progress=not args.no_progress_bar,
+    )
+    info = read_meta(out).get("distilled", {})
+    rate = info.get("sentences_per_second_this_run")
+    print(f"wrote {out} ({info.get('sentences')} sentences, {rate} sentences/s this run)")
+    return 0
