@@ -40,6 +40,7 @@ from fadat.data.binarized import BinarizedDataset, read_meta, write_split
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError
 from fadat.model import load_pretrained, read_model_metadata, spm_model_path
+from fadat.outputs import check_output_dir, mark_dir
 
 PARTIAL = "distill.partial.jsonl"
 ENGINES = ("auto", "fadat", "ctranslate2")
@@ -212,13 +213,14 @@ def distill(
         "engine": engine,
     }
     out_meta = output / "meta.json"
+    check_output_dir(output, "dataset")
     if out_meta.is_file():
         old = read_meta(output).get("distilled", {}).get("settings")
         if old == settings:
             print(f"{output}: already distilled with these settings")
             return output
         raise InputError(f"{out_meta}: a complete dataset of other settings; use another --output")
-    output.mkdir(parents=True, exist_ok=True)
+    mark_dir(output, "dataset")
     partial = output / PARTIAL
     done = _read_partial(partial, settings)
     # Longest first (ties by index): the slowest batches come first, so the rate shown is not

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -44,8 +43,10 @@ from torch import Tensor
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
 from fadat.model import load_pretrained, read_model_metadata, spm_model_path
+from fadat.outputs import check_output_dir, check_replaceable, replace_dir, staging_dir
 
 FORMATS = ("ctranslate2",)
+KIND = "ctranslate2-model"  # the output directory's kind (fadat.outputs)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
 EXPORT_INFO = "fadat_export.json"
 SPECIAL_PIECES = {BOS_ID: "<s>", PAD_ID: "<pad>", EOS_ID: "</s>", UNK_ID: "<unk>"}
@@ -169,7 +170,8 @@ def export_ctranslate2(
 ) -> Path:
     """Export an AT model directory to a CTranslate2 model directory.
 
-    The directory is written under a temporary name and renamed when complete.
+    The directory is built in a staging directory and renamed into place when complete; an
+    existing ``output`` is replaced only when it is a fadat CTranslate2 export (fadat.outputs).
 
     Args:
         model_dir: a fadat AT model directory (``config.json``, ``model.safetensors``,
@@ -184,8 +186,8 @@ def export_ctranslate2(
 
     Raises:
         InputError: ctranslate2 not installed; ``model_dir`` missing, corrupt, a DAT model or
-            without a sentencepiece model; ``output`` exists and ``force`` is false; unknown
-            ``quantization``.
+            without a sentencepiece model; ``output`` is an export and ``force`` is false, or is
+            anything else than an export or an empty directory; unknown ``quantization``.
     """
     _require_ctranslate2()
     if quantization not in QUANTIZATIONS:
@@ -200,8 +202,9 @@ def export_ctranslate2(
     spm_path = spm_model_path(model_dir)
     if spm_path is None:
         raise InputError(f"{model_dir}: has no sentencepiece model (needed for the vocabulary)")
-    if output.exists() and not force:
-        raise InputError(f"{output}: exists (pass --force to replace it)")
+    if check_output_dir(output, KIND) and not force:
+        raise InputError(f"--output {output}: an existing CTranslate2 export (pass --force)")
+    check_replaceable(output, KIND)
     model = load_pretrained(model_dir)
     pieces = _vocabulary(spm_path)
     if len(pieces) != model.config.vocab_size:
@@ -211,28 +214,27 @@ def export_ctranslate2(
     spec = ctranslate2_spec(model, pieces)
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
-    tmp = output.with_name(output.name + f".tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    spec.save(str(tmp))
-    shutil.copyfile(spm_path, tmp / "spm.model")
-    info = {
-        "exported_from": str(model_dir.resolve()),
-        "model_config": meta["config"],
-        "data": meta.get("data"),
-        "quantization": quantization,
-        "fadat_decoding": (
-            "translate_batch(pieces without </s>, beam_size=K, length_penalty=α, "
-            "return_end_token=True, min_decoding_length=0, "
-            "suppress_sequences=[['<s>'], ['<pad>']], max_decoding_length=limit-1) with "
-            "limit = int(1.2·(|x|+1) + 10); see fadat.export.CTranslate2AT"
-        ),
-    }
-    (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
-    if output.exists():
-        shutil.rmtree(output)
-    os.replace(tmp, output)
+    staged = staging_dir(output)
+    try:
+        spec.save(str(staged))
+        shutil.copyfile(spm_path, staged / "spm.model")
+        info = {
+            "exported_from": str(model_dir.resolve()),
+            "model_config": meta["config"],
+            "data": meta.get("data"),
+            "quantization": quantization,
+            "fadat_decoding": (
+                "translate_batch(pieces without </s>, beam_size=K, length_penalty=α, "
+                "return_end_token=True, min_decoding_length=0, "
+                "suppress_sequences=[['<s>'], ['<pad>']], max_decoding_length=limit-1) with "
+                "limit = int(1.2·(|x|+1) + 10); see fadat.export.CTranslate2AT"
+            ),
+        }
+        (staged / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+        replace_dir(staged, output, KIND)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
     return output
 
 
