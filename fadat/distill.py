@@ -39,7 +39,7 @@ import torch
 from fadat.data.binarized import BinarizedDataset, read_meta, write_split
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError
-from fadat.model import load_pretrained, read_model_metadata, spm_model_path
+from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
 from fadat.outputs import check_output_dir, mark_dir
 
 PARTIAL = "distill.partial.jsonl"

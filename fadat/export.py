@@ -42,7 +42,7 @@ from torch import Tensor
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
-from fadat.model import load_pretrained, read_model_metadata, spm_model_path
+from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
 from fadat.outputs import check_output_dir, check_replaceable, replace_dir, staging_dir
 
 FORMATS = ("ctranslate2",)

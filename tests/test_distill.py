@@ -23,7 +23,7 @@ from fadat.baseline import ATModel
 from fadat.data.binarized import BinarizedDataset, read_meta
 from fadat.data.contract import BOS_ID, EOS_ID
 from fadat.distill import PARTIAL, distill
-from fadat.model import make_config
+from fadat.transformer import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

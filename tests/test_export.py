@@ -13,7 +13,7 @@ import torch
 
 from fadat import cli
 from fadat.data.contract import EOS_ID
-from fadat.model import load_pretrained
+from fadat.model_dir import load_pretrained
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
