@@ -6,8 +6,10 @@ batches made one at a time by ``shard``). ``reference``: the previous implementa
 as the plain version — a sort with the same tie order, a window search per batch, and every
 batch of the epoch made as Python lists of indices (``batches(epoch)``, then remapped as the
 trainer did). Both must give the same batches (checked on the first 1,000 steps of an epoch).
-Prints seconds and the growth of the peak RSS for building the plan and for having the first
-1,000 steps' batches of rank 0 of 2 (the reference makes the whole epoch's list for that).
+Prints CPU seconds (of the measuring process, all its threads: the machine may be shared, wall
+time would measure the other jobs) and the growth of the peak RSS for building the plan and for
+having the first 1,000 steps' batches of rank 0 of 2 (the reference makes the whole epoch's list
+for that).
 
     python bench/bench_batching.py --pairs 4500000
 
@@ -64,26 +66,26 @@ def run(which: str, pairs: int, max_tokens: int, world: int) -> dict:
     src, tgt = lengths(pairs)
     keep = np.arange(pairs)  # the trainer's usable indices
     base = peak_mib()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     if which == "new":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             sampler = TokenBatchSampler(src, tgt, max_tokens, 4.0, 1024, seed=1, world_size=world)
-        plan = time.perf_counter() - t0
-        t1 = time.perf_counter()
+        plan = time.process_time() - t0
+        t1 = time.process_time()
         shard = sampler.shard(1)  # made one batch at a time, as the trainer takes them
         first = [keep[b].tolist() for b in itertools.islice(shard, 1000)]
         steps = len(first) + sum(1 for _ in shard)
     else:
         costs = sentence_costs(src, tgt, 4.0, 1024)
         glob = reference_batches(costs, max_tokens * world, seed=1)
-        plan = time.perf_counter() - t0
-        t1 = time.perf_counter()
+        plan = time.process_time() - t0
+        t1 = time.process_time()
         order = np.random.default_rng([1, 1]).permutation(len(glob))
         mine = [glob[i].tolist()[0::world] for i in order]
         first = [[int(keep[i]) for i in b] for b in mine]  # the epoch's list, as before
         steps = len(first)
-    epoch = time.perf_counter() - t1
+    epoch = time.process_time() - t1
     digest = hash(tuple(tuple(b) for b in first[:1000]))
     return {
         "which": which,
@@ -115,7 +117,10 @@ def main() -> None:
     same = rows[0]["digest"] == rows[1]["digest"] and rows[0]["batches"] == rows[1]["batches"]
     print(f"{args.pairs:,} pairs, --max-tokens {args.max_tokens}, rank 0 of {args.world_size}; "
           f"same batches: {same}; other work may share the machine")  # fmt: skip
-    print("| plan | build (s) | first 1,000 steps' batches (s) | peak RSS growth (MiB) | steps |")
+    print(
+        "| plan | build (CPU s) | first 1,000 steps' batches (CPU s) | peak RSS growth (MiB) "
+        "| steps |"
+    )
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['which']} | {r['plan_s']} | {r['epoch_s']} | {r['rss_growth_mib']} | "

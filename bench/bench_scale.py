@@ -8,7 +8,9 @@ For each size (default 0.5M, 1.5M, 4.5M training pairs) this
 3. runs ``torchrun --nproc_per_node P -m fadat.cli train`` (P = 1, 2; cpu-small DA-Transformer,
    ``configs/dat-cpu-small-nll.yaml``, one thread per process) and watches it: the time from the
    launch to the first line of ``train_log.jsonl`` (the first update: Python and torch start-up,
-   data, batches, model, one update) and each training process's peak RSS (``VmHWM``) at that
+   data, batches, model, one update), the CPU seconds each training process has used by then
+   (user + system: what the start-up costs whatever else runs on the machine) and each
+   training process's peak RSS (``VmHWM``) at that
    moment, and the trainer's own record of its set-up (seconds from the start of the trainer to
    the end of data, batch plan, model and optimizer, and each process's peak RSS at that point,
    before any update); then it stops the run (each of its processes is killed by pid);
@@ -153,6 +155,12 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def status(pid: int, key: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
@@ -176,6 +184,7 @@ def run_train(data: Path, size: str, procs: int, out: Path, what: str) -> dict:
     first = run_dir / "train_log.jsonl"
     peak: dict[int, int] = {}
     seen: set[int] = set()
+    cpu: dict[int, float] = {}
     seconds = None
     try:
         while proc.poll() is None:
@@ -188,6 +197,9 @@ def run_train(data: Path, size: str, procs: int, out: Path, what: str) -> dict:
                     pass
             if first.is_file() and first.stat().st_size > 0:
                 seconds = time.time() - start
+                for p in pids:
+                    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                        cpu[p] = cpu_seconds(p)
                 break
             if time.time() - start > 900:
                 break
@@ -216,6 +228,7 @@ def run_train(data: Path, size: str, procs: int, out: Path, what: str) -> dict:
         "what": f"{what}-{procs}",
         "first_update_s": round(seconds, 1),
         "peak_rss_mib_per_process": [w // 1024 for w in workers[:procs]],
+        "cpu_s_per_process": sorted((round(c, 1) for c in cpu.values()), reverse=True),
         "setup_s": ready_s,
         "setup_rss_mib_per_process": ready_rss,
         "parameters": params,
@@ -232,6 +245,13 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _first(r: dict | None) -> str:
+    if not r:
+        return "-"
+    cpu = r.get("cpu_s_per_process")
+    return f"{r['first_update_s']} s" + (f" ({max(cpu)} s CPU)" if cpu else "")
+
+
 def _rss(r: dict | None) -> str:
     if not r:
         return "-"
@@ -242,15 +262,20 @@ def _rss(r: dict | None) -> str:
 
 def table(results: dict[tuple[str, str], dict]) -> str:
     rows = [
-        "| pairs | prepare wall | prepare peak RSS | dataset | first update 1 proc | "
-        "peak RSS 1 proc (set-up / first update) | first update 2 procs | "
-        "peak RSS per proc, 2 procs (set-up / first update) | same on 3,000 pairs: 1 / 2 procs |",
+        "| pairs | prepare wall | prepare peak RSS | dataset | first update, 1 proc (wall, CPU) | "
+        "peak RSS 1 proc (set-up / first update) | first update, 2 procs | "
+        "peak RSS per proc, 2 procs (set-up / first update) | same on 3,000 pairs: 1; 2 procs |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for size in SIZES:
         p = results.get((size, "prepare"))
         t1, t2 = results.get((size, "train-1")), results.get((size, "train-2"))
-        b1, b2 = results.get((size, "tiny-1")), results.get((size, "tiny-2"))
+        b1 = results.get((size, "tiny-1")) or next(
+            (r for (_, w), r in results.items() if w == "tiny-1"), None
+        )
+        b2 = results.get((size, "tiny-2")) or next(
+            (r for (_, w), r in results.items() if w == "tiny-2"), None
+        )
         if not p:
             continue
         cells = [
@@ -258,11 +283,11 @@ def table(results: dict[tuple[str, str], dict]) -> str:
             f"{p['seconds'] / 60:.1f} min (spm {p['spm_seconds']:.0f} s)",
             f"{p['peak_rss_mib']} MiB",
             f"{p['dataset_mib']} MiB",
-            f"{t1['first_update_s']} s" if t1 else "-",
+            _first(t1),
             _rss(t1),
-            f"{t2['first_update_s']} s" if t2 else "-",
+            _first(t2),
             _rss(t2),
-            f"{_rss(b1)}; {_rss(b2)}",
+            f"{_first(b1)}, {_rss(b1)}; {_first(b2)}, {_rss(b2)}",
         ]
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
@@ -277,6 +302,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="fadat prepare --threads")
     parser.add_argument("--procs", default="1,2", help="torchrun process counts")
     parser.add_argument("--table", action="store_true", help="only print the table")
+    parser.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="skip the 3,000-pair runs (the same at every size: one size's are enough)",
+    )
     args = parser.parse_args()
     root, out = Path(args.root), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -289,15 +320,16 @@ def main() -> None:
         data = root / f"d{size}"
         if "train" in steps and (data / "meta.json").is_file():
             tiny = root / f"d{size}-tiny"
-            if not (tiny / "meta.json").is_file():
+            if args.baseline and not (tiny / "meta.json").is_file():
                 spm_model = ("--spm-model", str(data / "spm.model"))
                 subprocess.run(
                     prepare_args(root / f"c{size}", tiny, "--tiny", *spm_model),
                     check=True,
                     env=env(),
                 )
+            runs = (("train", data), ("tiny", tiny)) if args.baseline else (("train", data),)
             for procs in map(int, args.procs.split(",")):
-                for what, d in (("train", data), ("tiny", tiny)):
+                for what, d in runs:
                     if (size, f"{what}-{procs}") not in done(out):
                         record(out, run_train(d, size, procs, out, what))
     print("Other work shared the machine during these runs (see 'others' in results.jsonl).")
