@@ -39,6 +39,7 @@ from fadat import outputs
 from fadat.data.contract import PAD_ID, pad_sequences
 from fadat.data.spm import decode as spm_decode
 from fadat.errors import InputError
+from fadat.options import nonnegative_int
 from fadat.scoring import DEFAULT_STRATEGIES, bucket_labels
 
 # ---------------------------------------------------------------------------------------------
@@ -573,7 +574,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="lookahead",
         help="strategy scored per reference-length bucket (default: lookahead)",
     )
-    parser.add_argument("--subset", type=int, default=0, help="only the first N sentences")
+    parser.add_argument(
+        "--subset", type=nonnegative_int, default=0, help="only the first N sentences"
+    )
     parser.add_argument(
         "-o",
         "--output-dir",

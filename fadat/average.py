@@ -12,13 +12,16 @@ from pathlib import Path
 
 from fadat import outputs
 from fadat.errors import InputError
+from fadat.options import positive_int
 from fadat.train import best_checkpoints, load_yaml_config, write_averaged_model
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``fadat average``."""
     parser.add_argument("--run", metavar="RUN_DIR", help="run directory of fadat train")
-    parser.add_argument("--best", type=int, default=5, help="average the K best (default 5)")
+    parser.add_argument(
+        "--best", type=positive_int, default=5, help="average the K best (default 5)"
+    )
     parser.add_argument(
         "--checkpoints", nargs="+", metavar="PT", help="average these checkpoint files instead"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from fadat.errors import InputError
 
@@ -31,10 +32,23 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with fadat's error line: ``fadat: error: <problem>`` (one line, exit 2) instead
+    of the usage text followed by the problem."""
+
+    def error(self, message: str) -> NoReturn:
+        raise InputError(f"{message} (see {self.prog} --help)")
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line (a library's multi-line error text joined by spaces)."""
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The ``fadat`` parser. Only ``verb``'s module is imported (to add its arguments), so
     ``fadat translate`` does not pay for importing training or plotting code."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fadat",
         description="Non-autoregressive MT with Directed Acyclic Transformers (DA-T, FA-DAT).",
     )
@@ -55,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(verb).parse_args(argv)
         return int(importlib.import_module(args._module).run(args) or 0)
     except InputError as err:
-        print(f"fadat: error: {err}", file=sys.stderr)
+        print(f"fadat: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("fadat: interrupted", file=sys.stderr)

@@ -57,6 +57,7 @@ from torch import nn
 from fadat import outputs
 from fadat.errors import InputError
 from fadat.model_dir import load_model, model_device, model_labels, resolve_device
+from fadat.options import finite_float, finite_float_list, nonnegative_int, positive_int
 from fadat.scoring import (
     DEFAULT_STRATEGIES,
     bleu_metric,
@@ -396,12 +397,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
 
     tuning: dict[str, Any] = {}
     if args.tune_length_penalty:
-        try:
-            grid = [float(v) for v in args.length_penalty_grid.split(",") if v.strip()]
-        except ValueError as err:
-            raise InputError(f"--length-penalty-grid: {err}") from err
-        if not grid:
-            raise InputError("--length-penalty-grid is empty")
+        grid = list(args.length_penalty_grid)  # finite numbers (fadat.options)
         valid_sources, valid_refs = load_split(
             args.data, args.tune_split, args.tune_subset or args.subset
         )
@@ -610,10 +606,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated DAT strategies (default greedy,lookahead,joint-viterbi); "
         "AT models always run greedy and beam search",
     )
-    parser.add_argument("--subset", type=int, default=0, help="only the first N sentences")
-    parser.add_argument("--at-beam-size", type=int, default=5, help="AT beam size (default 5)")
     parser.add_argument(
-        "--at-length-penalty", type=float, default=1.0, help="AT beam length penalty α"
+        "--subset", type=nonnegative_int, default=0, help="only the first N sentences"
+    )
+    parser.add_argument(
+        "--at-beam-size", type=positive_int, default=5, help="AT beam size (default 5)"
+    )
+    parser.add_argument(
+        "--at-length-penalty", type=finite_float, default=1.0, help="AT beam length penalty α"
     )
     parser.add_argument(
         "--tune-length-penalty",
@@ -622,18 +622,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--length-penalty-grid",
+        type=finite_float_list,
         default=",".join(f"{v:g}" for v in DEFAULT_GRID),
         help="candidate β_v values (default 0.6,0.8,1,1.2,1.4)",
     )
     parser.add_argument("--tune-split", default="valid", help="split for tuning (default valid)")
     parser.add_argument(
-        "--tune-subset", type=int, default=0, help="first N tuning sentences (0 = --subset)"
+        "--tune-subset",
+        type=nonnegative_int,
+        default=0,
+        help="first N tuning sentences (0 = --subset)",
     )
     parser.add_argument(
-        "--batch-size", type=int, default=64, help="sentences per batch for throughput (64)"
+        "--batch-size",
+        type=positive_int,
+        default=64,
+        help="sentences per batch for throughput (64)",
     )
     parser.add_argument(
-        "--max-tokens", type=int, default=0, help="optional batch budget too (0 = none)"
+        "--max-tokens", type=nonnegative_int, default=0, help="optional batch budget too (0 = none)"
     )
     parser.add_argument(
         "--latency",
@@ -642,16 +649,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measure batch-1 latency (default on)",
     )
     parser.add_argument(
-        "--latency-subset", type=int, default=0, help="latency on the first N sentences only"
+        "--latency-subset",
+        type=nonnegative_int,
+        default=0,
+        help="latency on the first N sentences only",
     )
-    parser.add_argument("--warmup", type=int, default=20, help="warm-up sentences (20)")
-    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (2)")
+    parser.add_argument("--warmup", type=nonnegative_int, default=20, help="warm-up sentences (20)")
+    parser.add_argument(
+        "--threads", type=nonnegative_int, default=2, help="torch intra-op threads (2)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     parser.add_argument(
         "--baseline", default=None, help="system for speed-ups and significance (default AT beam)"
     )
     parser.add_argument(
-        "--bootstrap", type=int, default=1000, help="paired bootstrap resamples (0 = skip)"
+        "--bootstrap",
+        type=nonnegative_int,
+        default=1000,
+        help="paired bootstrap resamples (0 = skip)",
     )
     parser.add_argument("--report", default="report.json", help="report path (report.json)")
     parser.add_argument("--save-hypotheses", default=None, help="write hypotheses to this dir")

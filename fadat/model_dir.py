@@ -140,11 +140,14 @@ def read_model_metadata(directory: str | Path) -> dict[str, Any]:
             ``format_version``, invalid ``config``.
     """
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise InputError(f"{directory}: a file, not a model directory (config.json, ...)")
     if not directory.is_dir():
         raise InputError(f"model directory {directory} does not exist")
     path = directory / CONFIG_NAME
     if not path.is_file():
-        raise InputError(f"{path}: missing (not a fadat model directory)")
+        what = "not a file" if path.exists() else "missing"
+        raise InputError(f"{path}: {what} (not a fadat model directory)")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -179,7 +182,8 @@ def spm_model_path(directory: str | Path) -> Path | None:
         return None
     path = Path(directory) / name
     if not path.is_file():
-        raise InputError(f"{path}: sentencepiece model named in config.json is missing")
+        what = "not a file" if path.exists() else "missing"
+        raise InputError(f"{path}: sentencepiece model named in config.json is {what}")
     return path
 
 
@@ -199,7 +203,7 @@ def _load(
     model: nn.Module = model_class(config.model_type)(config)
     path = Path(directory) / WEIGHTS_NAME
     if not path.is_file():
-        raise InputError(f"{path}: missing")
+        raise InputError(f"{path}: {'not a file' if path.exists() else 'missing'}")
     try:
         state = load_file(str(path), device=str(map_location))
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
@@ -218,6 +222,14 @@ def _load(
                 f"{path}: {name} has shape {tuple(tensor.shape)}, the config expects "
                 f"{tuple(expected_state[name].shape)}"
             )
+        # Damage the header does not show: a wrong dtype, or values that are not numbers.
+        if tensor.is_floating_point() != expected_state[name].is_floating_point():
+            raise InputError(
+                f"{path}: {name} is stored as {tensor.dtype}, the model expects "
+                f"{expected_state[name].dtype} (damaged weights)"
+            )
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise InputError(f"{path}: {name} holds NaN or infinite values (damaged weights)")
     model.to(map_location)
     # load_state_dict copies into the existing parameters, so the tie (one Parameter used by the
     # embedding and the output projection) is kept.
@@ -240,10 +252,12 @@ def load_pretrained(directory: str | Path, map_location: str | torch.device = "c
 
     Raises:
         InputError: missing directory; missing or corrupt config.json or model.safetensors;
-            unknown ``model_type`` or ``format_version``; invalid config; weights whose names or
-            shapes do not match the config. The message names the file.
+            unknown ``model_type`` or ``format_version``; invalid config; weights whose names,
+            shapes or dtypes do not match the config, or that hold NaN or infinite values. The
+            message names the file.
     """
     return _load(directory, map_location, expected=None)
+
 
 def resolve_device(name: str | torch.device | None) -> torch.device:
     """Parse ``--device`` (``cpu``, ``cuda``, ``cuda:1``, ``mps``…).

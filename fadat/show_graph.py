@@ -26,6 +26,7 @@ import torch
 
 from fadat import outputs
 from fadat.errors import InputError
+from fadat.options import positive_int, probability
 from fadat.translate import add_decoding_arguments
 
 SUFFIXES = (".png", ".svg")
@@ -263,18 +264,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="decoding strategy whose path is highlighted (default: lookahead)",
     )
     parser.add_argument(
-        "--top-k", type=int, default=3, metavar="K", help="tokens listed per vertex (default: 3)"
+        "--top-k",
+        type=positive_int,
+        default=3,
+        metavar="K",
+        help="tokens listed per vertex (default: 3)",
     )
     parser.add_argument(
         "--min-passing",
-        type=float,
+        type=probability,
         default=0.05,
         metavar="P",
         help="draw vertices with at least this passing probability (default: 0.05)",
     )
     parser.add_argument(
         "--min-flow",
-        type=float,
+        type=probability,
         default=0.05,
         metavar="P",
         help="draw transitions used by at least this share of paths (default: 0.05)",

@@ -183,8 +183,10 @@ def parse_duration(value: str | float | int) -> float:
     return seconds
 
 
-def _coerce(name: str, value: Any) -> Any:
-    """Check/convert one YAML or flag value to the type of TrainConfig.<name>."""
+def _coerce(name: str, value: Any, label: str = "") -> Any:
+    """Check/convert one YAML or flag value to the type of TrainConfig.<name>; messages name it
+    as ``label`` (default ``config key <name>``)."""
+    label = label or f"config key {name}"
     default = {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
     example = (
         default.default
@@ -201,33 +203,43 @@ def _coerce(name: str, value: Any) -> Any:
         try:
             parse_glancing_schedule(value)
         except ValueError as err:
-            raise InputError(f"config key glat_p: {err}") from None
+            raise InputError(f"{label}: {err}") from None
         return str(value)
     if name == "adam_betas":
-        if not (isinstance(value, (list, tuple)) and len(value) == 2):
-            raise InputError(f"config key adam_betas must be a pair, got {value!r}")
+        if not (
+            isinstance(value, (list, tuple))
+            and len(value) == 2
+            and all(_finite_number(v) and 0 <= v < 1 for v in value)
+        ):
+            raise InputError(f"{label} must be two numbers in [0, 1), got {value!r}")
         return (float(value[0]), float(value[1]))
     if name == "model":
         if not isinstance(value, dict):
-            raise InputError(f"config key model must be a mapping, got {value!r}")
+            raise InputError(f"{label} must be a mapping, got {value!r}")
         return dict(value)
     if isinstance(example, bool):
         if not isinstance(value, bool):
-            raise InputError(f"config key {name} must be true or false, got {value!r}")
+            raise InputError(f"{label} must be true or false, got {value!r}")
         return value
     if isinstance(example, int):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise InputError(f"config key {name} must be an integer, got {value!r}")
+            raise InputError(f"{label} must be an integer, got {value!r}")
         return value
     if isinstance(example, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"config key {name} must be a number, got {value!r}")
+            raise InputError(f"{label} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise InputError(f"{label} must be a finite number, got {value!r}")
         return float(value)
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise InputError(f"config key {name} must be a string, got {value!r}")
+        raise InputError(f"{label} must be a string, got {value!r}")
     return value
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def load_yaml_config(path: str | Path) -> dict[str, Any]:
@@ -236,13 +248,21 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
     Raises:
         InputError: missing file, invalid YAML, not a mapping, unknown key or wrongly typed value.
     """
+    from fadat.data.prepare import read_lines  # the checked reader of text files
+
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"config file {path} is a directory")
     if not path.is_file():
         raise InputError(f"config file {path} does not exist")
+    text = "\n".join(read_lines(path))  # InputError: unreadable, NUL byte, invalid UTF-8
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise InputError(f"{path}: invalid YAML ({str(err).splitlines()[0]})") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise InputError(f"{where}: invalid YAML ({problem})") from None
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -292,6 +312,12 @@ def validate_config(cfg: TrainConfig) -> None:
         (cfg.keep_best >= 1, "--keep-best must be >= 1"),
         (cfg.valid_subset >= 0, "--valid-subset must be >= 0"),
         (cfg.weight_decay >= 0, "weight_decay must be >= 0"),
+        (cfg.warmup_init_lr >= 0, "warmup_init_lr must be >= 0"),
+        (cfg.adam_eps > 0, "adam_eps must be > 0"),
+        (cfg.max_tokens_valid >= 0, "--max-tokens-valid must be >= 0 (0 = --max-tokens)"),
+        (cfg.seed >= 0, f"--seed must be >= 0, got {cfg.seed}"),
+        (cfg.threads >= 0, f"--threads must be >= 0 (0 = torch's default), got {cfg.threads}"),
+        (cfg.log_every >= 1, f"--log-every must be >= 1, got {cfg.log_every}"),
     ]
     for ok, message in checks:
         if not ok:
@@ -402,12 +428,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         InputError: missing, unreadable/corrupt, or not a fadat training checkpoint.
     """
     path = Path(path)
+    if path.is_dir():
+        raise InputError(f"checkpoint {path} is a directory, expected a .pt file")
     if not path.is_file():
         raise InputError(f"checkpoint {path} does not exist")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for torn or foreign files
-        raise InputError(f"{path}: cannot read checkpoint ({type(err).__name__}: {err})") from None
+        # torch's messages run over many lines; the first says what went wrong.
+        first = next((line for line in str(err).splitlines() if line.strip()), "")
+        raise InputError(
+            f"{path}: cannot read checkpoint ({type(err).__name__}: {first[:200]})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise InputError(f"{path}: not a fadat training checkpoint")
     return state
@@ -491,6 +523,8 @@ def _load_data(cfg: TrainConfig):
     from fadat.data.binarized import BinarizedDataset
 
     data_dir = Path(cfg.data)
+    if data_dir.exists() and not data_dir.is_dir():
+        raise InputError(f"--data {data_dir}: a file, not a data directory of fadat prepare")
     if not data_dir.is_dir():
         raise InputError(f"data directory {data_dir} does not exist")
     train = BinarizedDataset(data_dir, "train")
@@ -1296,6 +1330,9 @@ def best_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
     """
     run_dir = Path(run_dir)
     index_path = run_dir / BEST_INDEX
+    if not run_dir.is_dir():
+        what = "is a file, not" if run_dir.exists() else "does not exist: expected"
+        raise InputError(f"--run {run_dir} {what} a run directory of fadat train")
     if not index_path.is_file():
         raise InputError(f"{index_path} does not exist (no validated checkpoints in {run_dir})")
     try:
@@ -1515,7 +1552,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     for key in CONFIG_FIELDS:
         value = getattr(args, key, None)
         if value is not None:
-            explicit[key] = _coerce(key, value)
+            explicit[key] = _coerce(key, value, "--" + key.replace("_", "-"))
     if args.resume:
         run_dir = Path(args.resume)
         saved_path = run_dir / CONFIG_FILE
@@ -1535,7 +1572,19 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     for key in ("data", "run_dir"):
         if not values.get(key):
             raise InputError(f"--{key.replace('_', '-')} is required")
-    return config_from_dict(values, args.config or "flags"), False
+    cfg = config_from_dict(values, args.config or "flags")
+    validate_config(cfg)
+    if not cfg.init_from:
+        # The preset and the YAML's model section, checked before any data is read (the
+        # vocabulary size is a placeholder: the data's is used later).
+        from fadat.transformer import make_config
+
+        try:
+            make_config(cfg.preset, 8, model_type=cfg.arch, dropout=cfg.dropout, **cfg.model)
+        except InputError as err:
+            where = f"{args.config}: " if args.config and cfg.model else ""
+            raise InputError(f"{where}{err}") from None
+    return cfg, False
 
 
 def run(args: argparse.Namespace) -> int:

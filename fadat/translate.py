@@ -23,7 +23,7 @@ import argparse
 import math
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +36,13 @@ from fadat import outputs
 from fadat.data.contract import EOS_ID, pad_sequences
 from fadat.errors import InputError
 from fadat.model_dir import check_vocabulary, load_model, model_device
+from fadat.options import (
+    finite_float,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
 
 #: Default per-batch budget (see :func:`batch_cost`).
 DEFAULT_MAX_TOKENS = 4096
@@ -104,6 +111,8 @@ def check_strategy(
         InputError: unknown strategy for this model, an option the strategy does not take,
             an invalid value, or an ``nbest`` the strategy cannot give.
     """
+    if not isinstance(strategy, str):
+        raise InputError(f"strategy must be a string, got {type(strategy).__name__}")
     known = model.strategies()
     if strategy not in known:
         raise InputError(
@@ -114,12 +123,33 @@ def check_strategy(
     if unknown:
         flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
         raise InputError(f"strategy {strategy!r} does not take {flags}")
-    if nbest < 1:
-        raise InputError(f"--nbest must be >= 1, got {nbest}")
+    check_option_values(options)
+    if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
+        raise InputError(f"--nbest must be an integer >= 1, got {nbest!r}")
     try:
         model.check_options(strategy, options, nbest)
     except ValueError as err:
         raise InputError(f"strategy {strategy!r}: {err}") from err
+
+
+def check_option_values(options: dict[str, Any]) -> None:
+    """Check the type and range of each known decoding option (as the CLI flags' types do, so a
+    Python caller gets the same answer as a command-line user; ``None`` = the default).
+
+    Raises:
+        InputError: a value that is not a number, NaN or infinite, not an integer where one is
+            needed, or below the option's minimum.
+    """
+    for name, value in options.items():
+        check = _OPTION_TYPES.get(name)
+        if check is None or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputError(f"option {name}: expected a number, got {type(value).__name__}")
+        try:
+            check(str(value))
+        except argparse.ArgumentTypeError as err:
+            raise InputError(f"option {name}: {err}") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -347,6 +377,10 @@ class Translator:
         Raises:
             InputError: as :func:`load_model`.
         """
+        if not isinstance(directory, str | Path):
+            raise InputError(
+                f"directory must be a path (str or pathlib.Path), got {type(directory).__name__}"
+            )
         model, sp = load_model(directory, device)
         return cls(model, sp)
 
@@ -357,62 +391,114 @@ class Translator:
 
     def translate(
         self,
-        sentences: Sequence[str],
+        sentences: str | Sequence[str],
         strategy: str | None = None,
         *,
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         **options: Any,
-    ) -> list[str]:
+    ) -> str | list[str]:
         """Translate raw sentences; one detokenised string per sentence, in order.
 
         Args:
-            sentences: raw text.
+            sentences: one sentence (a ``str``: its translation is returned as a ``str``) or a
+                sequence of sentences (a list of translations is returned).
             strategy: see :func:`strategy_options`; default lookahead (DAT) or beam (AT).
             max_tokens: per-batch budget (see :func:`translate_lines`).
             **options: the strategy's options, e.g. ``beta=1.0``, ``length_penalty=1.1``.
 
         Raises:
-            InputError: unknown strategy or option, invalid value.
+            InputError: ``sentences`` is neither a string nor a sequence of strings; unknown
+                strategy or option, invalid value.
         """
+        lines, single = _sentences(sentences, "sentences")
         results = translate_lines(
             self.model,
             self.sp,
-            sentences,
+            lines,
             strategy=strategy,
             options=options,
-            max_tokens=max_tokens,
+            max_tokens=_max_tokens(max_tokens),
         )
-        return [hyps[0].text for hyps in results]
+        texts = [hyps[0].text for hyps in results]
+        return texts[0] if single else texts
 
     def translate_nbest(
         self,
-        sentences: Sequence[str],
+        sentences: str | Sequence[str],
         nbest: int,
         strategy: str | None = None,
         *,
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
         **options: Any,
-    ) -> list[list[Translation]]:
-        """Up to ``nbest`` :class:`Translation` per sentence (DAT ``sample`` for ``nbest > 1``)."""
-        return translate_lines(
+    ) -> list[Translation] | list[list[Translation]]:
+        """Up to ``nbest`` :class:`Translation` per sentence (DAT ``sample`` for ``nbest > 1``);
+        for one sentence given as a ``str``, its list alone.
+
+        Raises:
+            InputError: as :meth:`translate`, or ``nbest`` is not an integer >= 1.
+        """
+        lines, single = _sentences(sentences, "sentences")
+        results = translate_lines(
             self.model,
             self.sp,
-            sentences,
+            lines,
             strategy=strategy,
             options=options,
             nbest=nbest,
-            max_tokens=max_tokens,
+            max_tokens=_max_tokens(max_tokens),
         )
+        return results[0] if single else results
 
     def score(
         self,
-        sources: Sequence[str],
-        targets: Sequence[str],
+        sources: str | Sequence[str],
+        targets: str | Sequence[str],
         *,
         max_tokens: int | None = DEFAULT_MAX_TOKENS,
-    ) -> list[PairScore]:
-        """``log P(y|x)`` of each pair (see :func:`score_pairs`)."""
-        return score_pairs(self.model, self.sp, sources, targets, max_tokens=max_tokens)
+    ) -> PairScore | list[PairScore]:
+        """``log P(y|x)`` of each pair (see :func:`score_pairs`); one :class:`PairScore` for a
+        source and a target given as strings.
+
+        Raises:
+            InputError: a source or target that is not a string, one string against a
+                sequence, or different numbers of sources and targets.
+        """
+        src, single_src = _sentences(sources, "sources")
+        tgt, single_tgt = _sentences(targets, "targets")
+        if single_src != single_tgt:
+            raise InputError("give sources and targets both as strings or both as sequences")
+        scores = score_pairs(self.model, self.sp, src, tgt, max_tokens=_max_tokens(max_tokens))
+        return scores[0] if single_src else scores
+
+
+def _sentences(value: Any, name: str) -> tuple[list[str], bool]:
+    """``(lines, was_one_string)`` from a string or a sequence of strings.
+
+    Raises:
+        InputError: anything else (bytes, None, a number, a sequence holding a non-string).
+    """
+    if isinstance(value, str):
+        return [value], True
+    if isinstance(value, bytes | bytearray) or not isinstance(value, Iterable):
+        raise InputError(
+            f"{name} must be a string or a sequence of strings, got {type(value).__name__}"
+        )
+    lines = list(value)
+    for i, item in enumerate(lines):
+        if not isinstance(item, str):
+            raise InputError(f"{name}[{i}] is a {type(item).__name__}, expected a string")
+    return lines, False
+
+
+def _max_tokens(value: Any) -> int | None:
+    """``max_tokens`` of the Python API: ``None`` or an integer >= 0 (0 = unlimited).
+
+    Raises:
+        InputError: another type or a negative value.
+    """
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise InputError(f"max_tokens must be None or an integer >= 0, got {value!r}")
+    return value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -427,8 +513,8 @@ def read_lines(path: str | None) -> list[str]:
     stdin).
 
     Raises:
-        InputError: the file cannot be read, or a line is not valid UTF-8 (the message names the
-            file, the 1-based line and the byte offset within the line).
+        InputError: the file cannot be read, holds a NUL byte, or a line is not valid UTF-8 (the
+            message names the file, the 1-based line and the byte offset within the line).
     """
     name = "<stdin>" if path in (None, "-") else str(path)
     try:
@@ -440,6 +526,10 @@ def read_lines(path: str | None) -> list[str]:
         raise InputError(f"{name}: cannot read ({err.strerror or err})") from err
     if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not text
         data = data[3:]
+    nul = data.find(b"\x00")
+    if nul >= 0:  # text has none: a binary file
+        line = data.count(b"\n", 0, nul) + 1
+        raise InputError(f"{name}: line {line}: NUL byte (not a text file?)")
     raw = data.split(b"\n")
     if raw and raw[-1] == b"":
         raw.pop()
@@ -499,24 +589,41 @@ def stderr_warner(source_name: str) -> Warn:
     return warn
 
 
-#: CLI flag → decoder keyword (``--length-penalty`` is ``alpha`` for the DAG beam search).
-_OPTION_FLAGS: dict[str, tuple[type, str]] = {
-    "beta": (float, "β: weight of the token log-probability (lookahead, sample)"),
+#: CLI flag → (value type, help); ``--length-penalty`` is ``alpha`` for the DAG beam search.
+#: The types reject NaN, infinities and sizes below their minimum (:mod:`fadat.options`); the
+#: decoders check their own ranges (``top_p`` in (0, 1], ...) in :func:`check_strategy`.
+_OPTION_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "beta": (finite_float, "β: weight of the token log-probability (lookahead, sample)"),
     "length_penalty": (
-        float,
+        finite_float,
         "length penalty: β_v of (joint-)viterbi, α of AT beam search and of DAG beam search",
     ),
-    "temperature": (float, "τ: transition temperature (sample)"),
-    "top_cand_n": (int, "candidates per vertex (sample, beam, lookahead with n-gram bans)"),
-    "top_p": (float, "nucleus / candidate mass (sample, beam, lookahead with n-gram bans)"),
-    "seed": (int, "RNG seed (sample)"),
-    "beam_size": (int, "beam size (beam; AT default 5, DAG default 100)"),
-    "max_beam_per_length": (int, "states kept per prefix length (DAG beam)"),
-    "no_consecutive_repeated_ngram": (int, "ban consecutive repeated n-grams up to this n"),
-    "no_repeated_ngram": (int, "ban repeating any n-gram of this order"),
-    "max_length": (int, "largest output length k (viterbi, joint-viterbi)"),
-    "max_len_a": (float, "AT output limit a·|x|+b: a"),
-    "max_len_b": (int, "AT output limit a·|x|+b: b"),
+    "temperature": (positive_float, "τ: transition temperature (sample)"),
+    "top_cand_n": (
+        positive_int,
+        "candidates per vertex (sample, beam, lookahead with n-gram bans)",
+    ),
+    "top_p": (finite_float, "nucleus / candidate mass (sample, beam, lookahead with n-gram bans)"),
+    "seed": (nonnegative_int, "RNG seed (sample)"),
+    "beam_size": (positive_int, "beam size (beam; AT default 5, DAG default 100)"),
+    "max_beam_per_length": (positive_int, "states kept per prefix length (DAG beam)"),
+    "no_consecutive_repeated_ngram": (
+        nonnegative_int,
+        "ban consecutive repeated n-grams up to this n",
+    ),
+    "no_repeated_ngram": (nonnegative_int, "ban repeating any n-gram of this order"),
+    "max_length": (positive_int, "largest output length k (viterbi, joint-viterbi)"),
+    "max_len_a": (nonnegative_float, "AT output limit a·|x|+b: a"),
+    "max_len_b": (nonnegative_int, "AT output limit a·|x|+b: b"),
+}
+
+
+#: Decoder keyword → value type, for :func:`check_option_values`.
+_OPTION_TYPES: dict[str, Callable[[str], Any]] = {
+    **{name: kind for name, (kind, _) in _OPTION_FLAGS.items()},
+    "alpha": finite_float,
+    "gamma": finite_float,
+    "max_successors": positive_int,
 }
 
 
@@ -542,11 +649,14 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     """``--device``, ``--threads``, ``--max-tokens``."""
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
     parser.add_argument(
-        "--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)"
+        "--threads",
+        type=nonnegative_int,
+        default=0,
+        help="torch intra-op threads (0 = torch's default)",
     )
     parser.add_argument(
         "--max-tokens",
-        type=int,
+        type=nonnegative_int,
         default=DEFAULT_MAX_TOKENS,
         help="batch budget in padded graph vertices (DAT) or source tokens (AT); "
         f"default {DEFAULT_MAX_TOKENS}",
@@ -582,7 +692,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "AT: greedy, beam (default)",
     )
     parser.add_argument(
-        "--nbest", type=int, default=1, help="hypotheses per line (> 1: DAT sample only)"
+        "--nbest",
+        type=positive_int,
+        default=1,
+        help="hypotheses per line (> 1: DAT sample only)",
     )
     parser.add_argument(
         "--print-scores",

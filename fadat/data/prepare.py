@@ -53,6 +53,7 @@ from fadat import outputs
 from fadat.data import binarized, spm
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
+from fadat.options import positive_int
 
 FORMAT_VERSION = 1
 BUILTIN = ("bible-en-es", "lohelp-en-de", "lohelp-en-es")
@@ -141,7 +142,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--target-lang", help="target language code")
     s = parser.add_argument_group("sentencepiece and filtering")
     s.add_argument("--spm-model", help="reuse this sentencepiece model instead of training one")
-    s.add_argument("--vocab-size", type=int, default=8000, help="joint vocabulary (default 8000)")
+    s.add_argument(
+        "--vocab-size", type=positive_int, default=8000, help="joint vocabulary (default 8000)"
+    )
     s.add_argument("--model-type", default="bpe", choices=("bpe", "unigram", "char", "word"))
     s.add_argument(
         "--spm-sample-pairs",
@@ -152,13 +155,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     s.add_argument(
         "--max-source-positions",
-        type=int,
+        type=positive_int,
         default=1024,
         help="drop pairs whose source (with </s>) is longer (default 1024)",
     )
     s.add_argument(
         "--max-target-positions",
-        type=int,
+        type=positive_int,
         default=1024,
         help="drop pairs whose target (with <s> </s>) is longer (default 1024)",
     )
@@ -833,6 +836,16 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"--chunk-pairs must be at least 1, got {args.chunk_pairs}")
     if args.spm_sample_pairs < 0:
         raise InputError(f"--spm-sample-pairs must be >= 0, got {args.spm_sample_pairs}")
+    # A source holds at least x </s>, a target <s> y </s>.
+    for flag, value, least in (
+        ("--max-source-positions", args.max_source_positions, 2),
+        ("--max-target-positions", args.max_target_positions, 3),
+    ):
+        if value < least:
+            raise InputError(f"{flag} must be >= {least} (room for one token), got {value}")
+    if args.spm_model and not Path(args.spm_model).is_file():
+        what = "is a directory" if Path(args.spm_model).is_dir() else "does not exist"
+        raise InputError(f"--spm-model {args.spm_model}: {what}, expected a sentencepiece model")
     if args.corpus and (args.source_file or args.target_file or args.tsv):
         raise InputError(f"give either the built-in corpus {args.corpus} or input files, not both")
     if args.corpus is None and args.direction:
