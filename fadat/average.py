@@ -11,9 +11,10 @@ import argparse
 from pathlib import Path
 
 from fadat import outputs
+from fadat.checkpoints import best_checkpoints, write_averaged_model
 from fadat.errors import InputError
 from fadat.options import positive_int
-from fadat.train import best_checkpoints, load_yaml_config, write_averaged_model
+from fadat.train_config import load_yaml_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,11 +1,31 @@
-"""Loss math on the network's outputs that the objectives share: the reference tokens'
-log-probabilities straight from the logits (:func:`target_logprobs`, with a hand-written backward).
+"""The loss math the objectives share, on the network's outputs: the reference tokens'
+log-probabilities straight from the logits (:func:`target_logprobs`, with a hand-written
+backward), the DAG negative log-likelihood with force-emit, the FA-DAT fuzzy alignment loss and
+the label-smoothed cross-entropy.
+
+Every loss returns a :class:`LossOutput` whose ``loss_sum`` is a SUM over the sentences (or, for
+the cross-entropy, the target tokens) of one micro-batch, with the count it is to be divided by.
+The trainer divides by the count of the whole update (all micro-batches, all ranks), so one
+process with a global batch and several processes with its shards compute the same gradient.
+Sources: docs/reference-behaviour.md ("DAG likelihood", "Fuzzy alignment loss"); the FA-DAT
+paper's loss ``L = −BP · p′_n``.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
+
+from fadat import dag
+from fadat.data.contract import PAD_ID
+
+if TYPE_CHECKING:
+    from fadat.glancing import GlanceResult
 
 
 def _vertex_targets(targets: Tensor, size: int) -> Tensor:
@@ -108,3 +128,239 @@ def target_logprobs(
     if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= logits.shape[-1]):
         raise ValueError(f"target ids must lie in [0, {logits.shape[-1]})")
     return _TargetLogProbs.apply(logits, targets, block, inplace_backward)
+
+
+def widen(x: torch.Tensor) -> torch.Tensor:
+    """fp16/bf16 → fp32; fp32 and fp64 unchanged (tests use fp64)."""
+    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+
+
+# Losses on the DAG outputs
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LossOutput:
+    """One micro-batch's contribution.
+
+    Attributes:
+        loss_sum: scalar fp32 tensor (with grad): the SUM of per-sentence (or per-token) losses.
+        count: number of sentences (DAG objectives) or target tokens (AT) that ``loss_sum``
+            sums over; the trainer divides by the update's total count.
+        stats: additive statistics for logging (sums over this micro-batch), e.g.
+            ``invalid_too_long``, ``invalid_nonfinite``, ``glanced``, ``precision_sum``.
+    """
+
+    loss_sum: torch.Tensor
+    count: int
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def force_emit_match(
+    match: torch.Tensor, path: torch.Tensor, glanced: torch.Tensor
+) -> torch.Tensor:
+    """Force-emit, anchor-spec §2 [v1] (FA-DAT): a glanced vertex j aligned to target t* may only
+    emit y_{t*}; column j of ``match`` keeps row t* (detached) and is −inf elsewhere. Other
+    vertices may still emit y_{t*}.
+
+    Args:
+        match: ``(B, T, L)`` fp32 log-probabilities ``log p(y_t | v_j)``.
+        path: ``(B, L)`` int64 target index per vertex (−1 off the path).
+        glanced: ``(B, L)`` bool glanced vertices (all on the path).
+
+    Returns:
+        ``(B, T, L)`` fp32.
+    """
+    t = torch.arange(match.shape[1], device=match.device)  # (T,)
+    pinned = (t[None, :, None] == path[:, None, :]) & glanced[:, None, :]  # (B, T, L)
+    column = glanced[:, None, :].expand_as(match)  # (B, T, L)
+    out = torch.where(column & ~pinned, torch.full_like(match, -math.inf), match)
+    return torch.where(pinned, match.detach(), out)  # (B, T, L)
+
+
+def nll_loss(
+    token_logprobs: torch.Tensor,
+    links: torch.Tensor,
+    targets: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    glance: GlanceResult | None = None,
+    force_emit: bool = True,
+) -> LossOutput:
+    """DAG negative log-likelihood (anchor-spec §2; paper §2.2 ``L = −log P(y|x)``).
+
+    Per sentence ``ℓ_b = −log P(y_b|x_b) / T_b``. Sentences that cannot be aligned (T_b > L_b,
+    cause ``too_long``) or whose log-likelihood is not finite (cause ``nonfinite``) contribute 0
+    and stay in the count, as the reference. Too-long sentences are removed before the DP so that
+    their −inf never reaches the backward pass.
+
+    Args:
+        token_logprobs: ``(B, L, V)`` fp32 log-probabilities.
+        links: ``(B, L, L)`` fp32 log transition probabilities.
+        targets: ``(B, T)`` int64 ``<s> y </s>``, right-padded.
+        graph_lengths: ``(B,)`` int64 L_b.
+        target_lengths: ``(B,)`` int64 T_b.
+        glance: the glancing decision of pass 1; with ``force_emit`` the glanced vertices are
+            pinned to their oracle token (anchor-spec §2 [v1]).
+        force_emit: apply force-emit to glanced vertices.
+
+    :func:`nll_loss_from_logits` is the same loss from the output-projection logits (the
+    training step's path: no ``(B, L, V)`` fp32 log-softmax).
+
+    Returns:
+        :class:`LossOutput` with ``loss_sum = Σ_b ℓ_b``, ``count = B``, the invalid counts and
+        ``underflow_recomputed`` (sentences the DP recomputed in float64, see fadat.dag).
+    """
+    return _nll(
+        lambda rows, tgt: dag.gather_match(widen(token_logprobs[rows]), tgt),
+        links,
+        targets,
+        graph_lengths,
+        target_lengths,
+        glance,
+        force_emit,
+    )
+
+
+def nll_loss_from_logits(
+    logits: torch.Tensor,
+    links: torch.Tensor,
+    targets: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    glance: GlanceResult | None = None,
+    force_emit: bool = True,
+    inplace_backward: bool = False,
+) -> LossOutput:
+    """:func:`nll_loss` with ``token_logprobs = log_softmax(logits)``, computed through
+    :func:`fadat.losses.target_logprobs` (``logits`` ``(B, L, V)`` in any float dtype; the other
+    arguments and the result as :func:`nll_loss`). With ``inplace_backward`` the backward
+    overwrites ``logits`` with their gradient (see ``target_logprobs``): for a caller that
+    owns them, as the training step does."""
+
+    return _nll(
+        lambda rows, tgt: target_logprobs(
+            fit_rows(logits, rows), tgt, inplace_backward=inplace_backward
+        ),
+        links,
+        targets,
+        graph_lengths,
+        target_lengths,
+        glance,
+        force_emit,
+    )
+
+
+
+def fit_rows(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``logits[rows]`` for the sorted ``(B',)`` indices of the sentences that fit their graph;
+    ``logits`` itself when all do (the usual case), without a ``(B, L, V)`` copy."""
+    return logits if len(rows) == len(logits) else logits[rows]
+
+
+def _nll(
+    match_of: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    links: torch.Tensor,
+    targets: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    glance: GlanceResult | None,
+    force_emit: bool,
+) -> LossOutput:
+    """The body of :func:`nll_loss`; ``match_of(rows, targets[rows, :T'])`` gives the
+    ``(B', T', L)`` match of the sentences that fit."""
+    batch = targets.shape[0]
+    fits = target_lengths <= graph_lengths  # (B,)
+    loss_sum = links.new_zeros(())
+    nonfinite = underflow = 0
+    if bool(fits.any()):
+        rows = fits.nonzero().squeeze(1)
+        width = int(target_lengths[rows].max())
+        match = match_of(rows, targets[rows, :width])  # (B', T', L)
+        if glance is not None and force_emit:
+            match = force_emit_match(match, glance.path[rows], glance.glanced[rows])
+        ll, dag_stats = dag.dag_log_likelihood_from_match(
+            match, widen(links[rows]), graph_lengths[rows], target_lengths[rows], return_stats=True
+        )  # (B',)
+        underflow = dag_stats.underflow_recomputed
+        finite = torch.isfinite(ll)  # (B',)
+        nonfinite = int((~finite).sum())
+        per_sentence = -ll / target_lengths[rows].to(ll.dtype)  # (B',)
+        loss_sum = torch.where(finite, per_sentence, torch.zeros_like(per_sentence)).sum()
+    stats = {
+        "invalid_too_long": float(batch - int(fits.sum())),
+        "invalid_nonfinite": float(nonfinite),
+        "underflow_recomputed": float(underflow),
+    }
+    return LossOutput(loss_sum=loss_sum, count=batch, stats=stats)
+
+
+def fuzzy_loss(
+    token_logprobs: torch.Tensor,
+    links: torch.Tensor,
+    targets: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+    order: int = 2,
+) -> LossOutput:
+    """FA-DAT fuzzy alignment loss ``ℓ_b = −BP_b · p′_n,b`` (anchor-spec §4; paper eq. loss).
+
+    The n-gram statistics come from :func:`fadat.dag.fuzzy_alignment` (single order n, clipped
+    expected matches over expected n-gram count, BP from expected length vs T_b, both counting
+    ``<s>``/``</s>``). No force-emit, no log, as the reference. Non-finite scores contribute 0
+    (cause ``nonfinite``).
+
+    Args:
+        token_logprobs: ``(B, L, V)`` fp32 log-probabilities.
+        links: ``(B, L, L)`` fp32 log transition probabilities.
+        targets: ``(B, T)`` int64.
+        graph_lengths: ``(B,)`` int64.
+        target_lengths: ``(B,)`` int64.
+        order: the n-gram order n (default 2).
+
+    Returns:
+        :class:`LossOutput` with ``loss_sum = Σ_b −BP_b·p_b``, ``count = B``, and sums of
+        precision, BP and length ratio ``E|A| / T`` for logging.
+    """
+    result = dag.fuzzy_alignment(
+        widen(token_logprobs), widen(links), targets, graph_lengths, target_lengths, order=order
+    )
+    score = result.score  # (B,) = BP · p
+    finite = torch.isfinite(score)  # (B,)
+    per_sentence = torch.where(finite, -score, torch.zeros_like(score))  # (B,)
+    ratio = result.expected_length / target_lengths.to(result.expected_length.dtype)  # (B,)
+    stats = {
+        "invalid_too_long": 0.0,
+        "invalid_nonfinite": float((~finite).sum()),
+        "precision_sum": float(result.precision.detach().nan_to_num().sum()),
+        "bp_sum": float(result.brevity_penalty.detach().nan_to_num().sum()),
+        "length_ratio_sum": float(ratio.detach().nan_to_num().sum()),
+    }
+    return LossOutput(loss_sum=per_sentence.sum(), count=targets.shape[0], stats=stats)
+
+
+# --------------------------------------------------------------------------------------------
+# The autoregressive baseline
+# --------------------------------------------------------------------------------------------
+
+
+def label_smoothed_nll(
+    token_logprobs: torch.Tensor, gold: torch.Tensor, epsilon: float = 0.1
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Label-smoothed cross-entropy per token, as fairseq's ``label_smoothed_cross_entropy``:
+    ``(1 − ε − ε/(V−1))·nll + ε/(V−1)·Σ_v −log p_v``.
+
+    Args:
+        token_logprobs: ``(B, T, V)`` fp32 log-probabilities.
+        gold: ``(B, T)`` int64 gold next tokens, ``<pad>`` where there is none.
+        epsilon: smoothing mass ε in [0, 1).
+
+    Returns:
+        ``(loss, nll)``: two ``(B, T)`` fp32 tensors, zero at pad positions.
+    """
+    nll = -token_logprobs.gather(-1, gold.unsqueeze(-1)).squeeze(-1)  # (B, T)
+    smooth = -token_logprobs.sum(dim=-1)  # (B, T)
+    eps_i = epsilon / (token_logprobs.shape[-1] - 1)
+    loss = (1.0 - epsilon - eps_i) * nll + eps_i * smooth  # (B, T)
+    keep = gold != PAD_ID  # (B, T)
+    return loss.masked_fill(~keep, 0.0), nll.masked_fill(~keep, 0.0)

@@ -28,10 +28,12 @@ from pathlib import Path
 import torch
 
 from fadat.architectures import model_class
+from fadat.checkpoints import load_checkpoint
 from fadat.data.binarized import BinarizedDataset
 from fadat.objectives import ObjectiveConfig, compute_loss
-from fadat.train import config_from_dict, load_checkpoint, load_yaml_config, validate
+from fadat.train_config import config_from_dict, load_yaml_config, objective_config
 from fadat.transformer import ModelConfig
+from fadat.validation import validate
 
 
 def _group(name: str) -> str:
@@ -113,13 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         model = model_class(config.model_type)(config)
         model.load_state_dict(state["model"])
         valid = BinarizedDataset(cfg.data, "valid")
-        objective = ObjectiveConfig(
-            name=cfg.objective or "nll",
-            glancing_ratio=0.0,
-            force_emit=cfg.force_emit,
-            ngram_order=cfg.ngram_order,
-            label_smoothing=cfg.label_smoothing,
-        )
+        objective = objective_config(cfg, glancing_ratio=0.0)
         results = {}
         for name, enabled in (("fp32", False), ("bf16", True)):  # BLEU below: the fp32 one
             autocast = dict(device_type="cpu", dtype=torch.bfloat16, enabled=enabled)

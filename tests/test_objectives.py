@@ -12,23 +12,24 @@ import torch
 
 from fadat import dag
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, make_batch
-from fadat.losses import target_logprobs
-from fadat.model import DATModel
-from fadat.objectives import (
-    ObjectiveConfig,
+from fadat.glancing import (
     choose_glanced,
-    compute_loss,
     decode_with_seed,
-    force_emit_match,
-    fuzzy_loss,
     glance,
     glance_count,
-    label_smoothed_nll,
-    nll_loss,
-    nll_loss_from_logits,
     oracle_tokens,
     parse_glancing_schedule,
 )
+from fadat.losses import (
+    force_emit_match,
+    fuzzy_loss,
+    label_smoothed_nll,
+    nll_loss,
+    nll_loss_from_logits,
+    target_logprobs,
+)
+from fadat.model import DATModel
+from fadat.objectives import ObjectiveConfig, compute_loss
 from fadat.transformer import make_config
 
 # ---------------------------------------------------------------------------------- schedule

@@ -12,23 +12,25 @@ import numpy as np
 import pytest
 import torch
 
-from fadat.errors import InputError
-from fadat.model import DATModel
-from fadat.train import (
+from fadat.checkpoints import (
     CHECKPOINT_FORMAT,
-    TrainConfig,
-    add_arguments,
     atomic_save,
     average_checkpoints,
     capture_rng_state,
+    load_checkpoint,
+    restore_rng_state,
+)
+from fadat.errors import InputError
+from fadat.model import DATModel
+from fadat.train import inverse_sqrt_lr
+from fadat.train_config import (
+    TrainConfig,
+    add_arguments,
     config_from_dict,
     config_to_dict,
-    inverse_sqrt_lr,
-    load_checkpoint,
     load_yaml_config,
     parse_duration,
     resolve_config,
-    restore_rng_state,
     validate_config,
 )
 from fadat.transformer import make_config

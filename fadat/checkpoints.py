@@ -1,0 +1,390 @@
+"""The run directory's files: training checkpoints (written atomically, read with
+``torch.load(weights_only=True)``: only tensors, numbers, strings, lists and dicts, no pickle of
+arbitrary objects), the RNG states they carry for exact resumption, the index of the best
+checkpoints, and checkpoint averaging into a model directory (``fadat average``; the papers
+report best-5 averages)::
+
+    RUN_DIR/config.yaml            resolved training config
+    RUN_DIR/train_log.jsonl        one JSON line per update
+    RUN_DIR/valid_log.jsonl        one JSON line per validation
+    RUN_DIR/checkpoint_last.pt     model, optimizer, scheduler, grad scaler, RNG, data position
+    RUN_DIR/checkpoint_best_uNNNNNNNN.pt   the best ``--keep-best`` checkpoints by validation BLEU
+    RUN_DIR/best.json              index of the best checkpoints (file, BLEU, update)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fadat.architectures import model_class
+from fadat.errors import InputError
+
+CHECKPOINT_FORMAT = "fadat-train-checkpoint-1"
+LAST_NAME = "checkpoint_last.pt"
+BEST_INDEX = "best.json"
+CONFIG_FILE = "config.yaml"
+TRAIN_LOG = "train_log.jsonl"
+VALID_LOG = "valid_log.jsonl"
+
+
+def capture_rng_state() -> dict[str, torch.Tensor]:
+    """The python, numpy and torch (CPU, CUDA) RNG states as tensors only, so that
+    ``torch.load(weights_only=True)`` reads them back.
+
+    Returns:
+        dict of tensors: ``python`` int64 (626,), ``python_gauss`` float64 (2,), ``numpy`` int64
+        (624,), ``numpy_meta`` float64 (3,), ``torch`` uint8, ``cuda`` uint8 (n_devices, k) if any.
+    """
+    version, internal, gauss = random.getstate()
+    np_name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "python": torch.tensor([version, *internal], dtype=torch.int64),
+        "python_gauss": torch.tensor(
+            [0.0 if gauss is None else 1.0, 0.0 if gauss is None else gauss], dtype=torch.float64
+        ),
+        "numpy": torch.from_numpy(np.asarray(keys, dtype=np.int64).copy()),
+        "numpy_meta": torch.tensor([pos, has_gauss, cached], dtype=torch.float64),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.stack(torch.cuda.get_rng_state_all())
+    return state
+
+
+def restore_rng_state(state: dict[str, torch.Tensor]) -> None:
+    """Inverse of :func:`capture_rng_state`.
+
+    Raises:
+        InputError: a state of the wrong form (corrupt checkpoint).
+    """
+    try:
+        py = [int(v) for v in state["python"].tolist()]
+        has_gauss, gauss = state["python_gauss"].tolist()
+        random.setstate((py[0], tuple(py[1:]), gauss if has_gauss else None))
+        pos, np_has_gauss, cached = state["numpy_meta"].tolist()
+        keys = state["numpy"].numpy().astype(np.uint32)
+        np.random.set_state(("MT19937", keys, int(pos), int(np_has_gauss), float(cached)))
+        torch.set_rng_state(state["torch"].to(torch.uint8).cpu())
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(list(state["cuda"].to(torch.uint8).cpu()))
+    except (KeyError, ValueError, TypeError, RuntimeError) as err:
+        raise InputError(f"checkpoint holds an invalid RNG state ({err})") from None
+
+
+
+
+def atomic_save(obj: dict[str, Any], path: str | Path) -> None:
+    """``torch.save`` to ``path.tmp``, fsync, then rename over ``path`` (never a torn file)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a training checkpoint with ``torch.load(weights_only=True)`` on CPU.
+
+    Raises:
+        InputError: missing, unreadable/corrupt, or not a fadat training checkpoint.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"checkpoint {path} is a directory, expected a .pt file")
+    if not path.is_file():
+        raise InputError(f"checkpoint {path} does not exist")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises many types for torn or foreign files
+        # torch's messages run over many lines; the first says what went wrong.
+        first = next((line for line in str(err).splitlines() if line.strip()), "")
+        raise InputError(
+            f"{path}: cannot read checkpoint ({type(err).__name__}: {first[:200]})"
+        ) from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise InputError(f"{path}: not a fadat training checkpoint")
+    return state
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path.tmp`` and rename it over ``path``."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def truncate_log(path: Path, update: int) -> None:
+    """Keep the log lines of updates ≤ ``update`` (a killed run may have logged updates after its
+    last checkpoint, or a torn last line)."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and int(record.get("update", -1)) <= update:
+            kept.append(line)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+
+
+@dataclass
+class Progress:
+    """Where the run is: data position and counters (stored in checkpoint_last)."""
+
+    epoch: int = 1
+    batch_index: int = 0  # next micro-batch of the epoch's list
+    update: int = 0
+    elapsed: float = 0.0  # training seconds over all sessions
+    best: list[dict[str, Any]] = field(default_factory=list)  # [{"file", "bleu", "update"}]
+    bad_validations: int = 0
+    last_validated: int = -1
+    skipped_updates: int = 0
+
+
+def last_state(
+    arch: str,
+    train_config: dict[str, Any],
+    world_size: int,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+    progress: Progress,
+    rng: list[dict[str, torch.Tensor]],
+) -> dict[str, Any]:
+    """The content of checkpoint_last: everything an exact resumption needs (``rng``: every
+    rank's RNG state, :func:`capture_rng_state`)."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "arch": arch,
+        "model_config": model.config.to_dict(),
+        "train_config": train_config,
+        "world_size": world_size,
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "optimizer": optimizer.state_dict(),
+        "scaler": scaler.state_dict(),
+        "scheduler": {
+            "kind": "inverse_sqrt",
+            "lr": train_config["lr"],
+            "warmup": train_config["warmup"],
+            "warmup_init_lr": train_config["warmup_init_lr"],
+            "update": progress.update,
+        },
+        "progress": dataclasses.asdict(progress),
+        "rng": rng,
+    }
+
+
+def restore_last(
+    state: dict[str, Any],
+    where: Path,
+    train_config: dict[str, Any],
+    fixed_keys: set[str],
+    info: Any,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler,
+) -> Progress:
+    """Load checkpoint_last's ``state`` into the model, optimizer, grad scaler and this rank's
+    RNG; returns the run's :class:`Progress`.
+
+    Args:
+        state: from :func:`load_checkpoint`.
+        where: its path (for messages).
+        train_config: the resumed run's config as a dict.
+        fixed_keys: config keys that must equal the saved ones.
+        info: the :class:`fadat.distributed.DistInfo` of this process.
+
+    Raises:
+        InputError: a changed fixed key, another number of processes, or a corrupt state.
+    """
+    saved = state.get("train_config", {})
+    for key in sorted(fixed_keys):
+        mine = train_config[key]
+        if key in saved and saved[key] != mine:
+            raise InputError(
+                f"{where}: config key {key!r} was {saved[key]!r}, now {mine!r}; "
+                "a resumed run must keep its config"
+            )
+    if state.get("world_size") != info.world_size:
+        raise InputError(
+            f"{where}: written by {state.get('world_size')} processes, resumed with "
+            f"{info.world_size}; the data order depends on it"
+        )
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        p = state["progress"]
+        progress = Progress(
+            epoch=int(p["epoch"]),
+            batch_index=int(p["batch_index"]),
+            update=int(p["update"]),
+            elapsed=float(p["elapsed"]),
+            best=[dict(b) for b in p["best"]],
+            bad_validations=int(p["bad_validations"]),
+            last_validated=int(p["last_validated"]),
+            skipped_updates=int(p["skipped_updates"]),
+        )
+        restore_rng_state(state["rng"][info.rank])
+    except (KeyError, RuntimeError, ValueError, TypeError, IndexError) as err:
+        raise InputError(f"{where}: corrupt or incompatible checkpoint ({err})") from None
+    return progress
+
+
+def rank_best(
+    best: list[dict[str, Any]], bleu: float, update: int, k: int
+) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Insert a validation into the best list: ``(its checkpoint name, the ``k`` best, the
+    dropped ones)``, by BLEU (ties: the earlier update stays ahead)."""
+    name = f"checkpoint_best_u{update:08d}.pt"
+    candidates = best + [{"file": name, "bleu": bleu, "update": update}]
+    candidates.sort(key=lambda b: (-b["bleu"], b["update"]))
+    return name, candidates[:k], candidates[k:]
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoint averaging
+# --------------------------------------------------------------------------------------------
+
+
+def best_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
+    """The ``k`` best checkpoints of a run by validation BLEU (from ``best.json``).
+
+    Raises:
+        InputError: no run directory, no best.json, fewer than ``k`` listed or missing files.
+    """
+    run_dir = Path(run_dir)
+    index_path = run_dir / BEST_INDEX
+    if not run_dir.is_dir():
+        what = "is a file, not" if run_dir.exists() else "does not exist: expected"
+        raise InputError(f"--run {run_dir} {what} a run directory of fadat train")
+    if not index_path.is_file():
+        raise InputError(f"{index_path} does not exist (no validated checkpoints in {run_dir})")
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        entries = sorted(index["checkpoints"], key=lambda b: (-b["bleu"], b["update"]))
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise InputError(f"{index_path}: corrupt ({err})") from None
+    if len(entries) < k:
+        raise InputError(f"{index_path}: lists {len(entries)} checkpoints, --best {k} requested")
+    paths = [run_dir / e["file"] for e in entries[:k]]
+    for path in paths:
+        if not path.is_file():
+            raise InputError(f"{path}: listed in {index_path} but missing")
+    return paths
+
+
+def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Arithmetic mean of the model weights of several checkpoints (floating tensors averaged in
+    fp64 and cast back; integer tensors floor-divided).
+
+    Args:
+        paths: training checkpoints (``checkpoint_best_*.pt`` or ``checkpoint_last.pt``).
+
+    Returns:
+        ``(state_dict, first checkpoint's metadata without weights)``.
+
+    Raises:
+        InputError: no paths, unreadable files, or checkpoints of different models.
+    """
+    if not paths:
+        raise InputError("no checkpoints to average")
+    total: dict[str, torch.Tensor] = {}
+    first_meta: dict[str, Any] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for i, path in enumerate(paths):
+        state = load_checkpoint(path)
+        weights = state.get("model")
+        if not isinstance(weights, dict):
+            raise InputError(f"{path}: holds no model weights")
+        meta = {k: v for k, v in state.items() if k not in ("model", "optimizer", "rng")}
+        if i == 0:
+            first_meta = meta
+            dtypes = {k: v.dtype for k, v in weights.items()}
+            total = {
+                k: v.to(torch.float64) if v.is_floating_point() else v.clone()
+                for k, v in weights.items()
+            }
+            continue
+        if meta.get("model_config") != first_meta.get("model_config") or set(weights) != set(total):
+            raise InputError(f"{path}: a different model than {paths[0]}")
+        for k, v in weights.items():
+            if v.shape != total[k].shape:
+                raise InputError(
+                    f"{path}: {k} has shape {tuple(v.shape)}, expected {tuple(total[k].shape)}"
+                )
+            total[k] += v.to(total[k].dtype)
+    n = len(paths)
+    averaged = {
+        k: (v / n).to(dtypes[k])
+        if dtypes[k].is_floating_point
+        else torch.div(v, n, rounding_mode="floor")
+        for k, v in total.items()
+    }
+    return averaged, first_meta
+
+
+def write_averaged_model(
+    paths: list[str | Path],
+    output: str | Path,
+    data_dir: str | Path | None,
+    weights_dtype: str = "float32",
+) -> Path:
+    """Average ``paths`` and write a model directory with ``save_pretrained``, the data's
+    sentencepiece model and its licence/attribution (from ``DATA/meta.json``); the weights are
+    stored as ``weights_dtype`` (see :func:`fadat.model_dir.save_model_directory`).
+
+    Returns:
+        The output directory.
+
+    Raises:
+        InputError: as :func:`average_checkpoints`, or a missing data directory / spm model.
+    """
+    from fadat.transformer import ModelConfig
+
+    state, meta = average_checkpoints(paths)
+    config = ModelConfig.from_dict(dict(meta["model_config"]))
+    model = model_class(config.model_type)(config)
+    model.load_state_dict(state)
+    data = Path(data_dir or meta.get("data") or meta.get("train_config", {}).get("data", ""))
+    spm = data / "spm.model"
+    if not spm.is_file():
+        raise InputError(f"sentencepiece model {spm} not found (give --data DIR)")
+    extra: dict[str, Any] = {
+        "training": {
+            "averaged": [str(Path(p).name) for p in paths],
+            "bleu": [load_bleu(p) for p in paths],
+        }
+    }
+    meta_path = data / "meta.json"
+    if meta_path.is_file():
+        try:
+            data_meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise InputError(f"{meta_path}: not valid JSON ({err})") from None
+        extra["data"] = {
+            k: data_meta[k]
+            for k in ("licence", "license", "attribution", "source_lang", "target_lang", "corpus")
+            if k in data_meta
+        }
+    model.save_pretrained(output, spm_model=spm, extra=extra, weights_dtype=weights_dtype)
+    return Path(output)
+
+
+def load_bleu(path: str | Path) -> float | None:
+    """Validation BLEU stored in a best checkpoint (``None`` for checkpoint_last)."""
+    bleu = load_checkpoint(path).get("bleu")
+    return None if bleu is None else float(bleu)

@@ -1,0 +1,148 @@
+"""The DA-Transformer's objectives: the DAG negative log-likelihood (``nll``, with glancing and
+force-emit) and FA-DAT's fuzzy alignment loss (``fuzzy``). Both run the same forward: the encoder
+once, the glancing pass 1 without gradient (when the ratio is > 0), pass 2 under the same dropout
+seed (docs/reference-behaviour.md, "Glancing"); the loss is taken on pass 2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from fadat.data.contract import Batch
+from fadat.glancing import GlanceResult, decode_with_seed, glance, no_autocast
+from fadat.losses import LossOutput, fuzzy_loss, nll_loss_from_logits, widen
+from fadat.objectives.base import Objective, Option
+
+FORCE_EMIT = Option(
+    "force_emit", bool, True, "do not pin glanced vertices to their oracle token"
+)
+NGRAM_ORDER = Option(
+    "ngram_order",
+    int,
+    2,
+    "n of the fuzzy alignment loss (default 2)",
+    check=lambda v: v >= 1,
+    problem="ngram_order must be >= 1",
+)
+#: Statistics of both DAG objectives (sums over a micro-batch).
+STATISTICS = ("glanced", "invalid_too_long", "invalid_nonfinite", "underflow_recomputed")
+
+
+def forward(
+    model: nn.Module, batch: Batch, glancing_ratio: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, GlanceResult | None]:
+    """Pass 2 (with glancing pass 1 first when ``glancing_ratio > 0``).
+
+    Returns:
+        ``(logits (B, L, V) in the autocast dtype, links (B, L, L), graph_lengths (B,),
+        the glancing decision or None)``.
+    """
+    graph_lengths = model.graph_lengths(batch.source_lengths)  # (B,)
+    encoder_out = model.encode(batch.source)
+    plain = model.decoder_input_tokens(graph_lengths)  # (B, L)
+    # One seed for both passes: identical dropout masks. Drawn from the global RNG so that a
+    # resumed run draws the same seeds.
+    seed = int(torch.randint(0, 2**62, (1,)).item())
+    glanced = None
+    decoder_tokens = plain
+    if glancing_ratio > 0:
+        glanced = glance(
+            model,
+            encoder_out,
+            batch.target,
+            graph_lengths,
+            batch.target_lengths,
+            glancing_ratio,
+            seed,
+        )
+        decoder_tokens = glanced.decoder_tokens
+    logits, links = decode_with_seed(model, encoder_out, decoder_tokens, seed, logits=True)
+    return logits, links, graph_lengths, glanced
+
+
+def _finish(out: LossOutput, batch: Batch, glanced: GlanceResult | None) -> LossOutput:
+    out.stats["glanced"] = float(glanced.num_glanced.sum()) if glanced is not None else 0.0
+    out.stats["target_tokens"] = float(batch.target_lengths.sum())
+    out.stats["sentences"] = float(len(batch))
+    return out
+
+
+def nll_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
+    """The DAG NLL of pass 2, straight from the logits (:func:`fadat.losses.nll_loss_from_logits`,
+    force-emit on the glanced vertices unless ``force_emit`` is off)."""
+    logits, links, graph_lengths, glanced = forward(model, batch, settings.glancing_ratio)
+    with no_autocast(logits.device):
+        out = nll_loss_from_logits(
+            logits,
+            widen(links),
+            batch.target,
+            graph_lengths,
+            batch.target_lengths,
+            glance=glanced,
+            force_emit=settings.force_emit,
+            inplace_backward=True,  # the logits of this step are used by nothing else
+        )
+    return _finish(out, batch, glanced)
+
+
+def fuzzy_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
+    """FA-DAT's fuzzy alignment loss of pass 2 (:func:`fadat.losses.fuzzy_loss`)."""
+    logits, links, graph_lengths, glanced = forward(model, batch, settings.glancing_ratio)
+    with no_autocast(logits.device):
+        out = fuzzy_loss(
+            torch.log_softmax(widen(logits), dim=-1),
+            widen(links),
+            batch.target,
+            graph_lengths,
+            batch.target_lengths,
+            order=settings.ngram_order,
+        )
+    out.stats.setdefault("underflow_recomputed", 0.0)
+    return _finish(out, batch, glanced)
+
+
+def log_dag(stats: dict[str, float]) -> dict[str, Any]:
+    """The log fields of both DAG objectives."""
+    return {
+        "glancing_ratio": stats["glancing_ratio"],
+        "glanced": int(stats["glanced"]),
+        "invalid_too_long": int(stats["invalid_too_long"]),
+        "invalid_nonfinite": int(stats["invalid_nonfinite"]),
+        "underflow_recomputed": int(stats["underflow_recomputed"]),
+    }
+
+
+def log_fuzzy(stats: dict[str, float]) -> dict[str, Any]:
+    """:func:`log_dag` plus the means of precision, brevity penalty and length ratio."""
+    sentences = max(stats["sentences"], 1.0)
+    return {
+        **log_dag(stats),
+        "precision": stats["precision_sum"] / sentences,
+        "bp": stats["bp_sum"] / sentences,
+        "length_ratio": stats["length_ratio_sum"] / sentences,
+    }
+
+
+NLL = Objective(
+    name="nll",
+    architecture="dat",
+    step=nll_step,
+    options=(FORCE_EMIT,),
+    statistics=STATISTICS,
+    log=log_dag,
+    glancing="0.5:0.1@200k",  # the reference recipe's NLL stage: 0.5 → 0.1 over 200k updates
+    default_for=True,
+)
+
+FUZZY = Objective(
+    name="fuzzy",
+    architecture="dat",
+    step=fuzzy_step,
+    options=(NGRAM_ORDER,),
+    statistics=(*STATISTICS, "precision_sum", "bp_sum", "length_ratio_sum"),
+    log=log_fuzzy,
+    glancing="0.1",  # FA-DAT fine-tuning keeps 0.1
+)

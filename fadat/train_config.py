@@ -1,0 +1,461 @@
+"""The training configuration of ``fadat train``: :class:`TrainConfig` (its core fields plus the
+options every registered objective declares), reading it from YAML and flags, validating it, and
+the ``fadat train`` flags.
+
+Resolution order: defaults < ``--config`` YAML (or the saved config of ``--resume``) < explicit
+flags. Keys use underscores or dashes. A resumed run may change only :data:`RESUMABLE_KEYS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fadat.architectures import ARCHITECTURES
+from fadat.errors import InputError
+from fadat.glancing import parse_glancing_schedule
+from fadat.objectives import OBJECTIVES, ObjectiveConfig, all_options, default_objective
+
+CONFIG_FILE = "config.yaml"
+LAST_NAME = "checkpoint_last.pt"
+
+
+@dataclass(frozen=True)
+class _CoreConfig:
+    """The fields of :class:`TrainConfig` that are not objective options."""
+
+    data: str
+    run_dir: str
+    arch: str = "dat"
+    preset: str = "tiny"
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig overrides
+    objective: str = ""  # "" = the architecture's default objective (nll for dat, CE for at)
+    lr: float = 5e-4
+    warmup: int = 4000
+    warmup_init_lr: float = 1e-7
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.01
+    max_tokens: int = 4096
+    max_tokens_valid: int = 0  # 0 = max_tokens
+    update_freq: int = 1
+    clip_norm: float = 0.1
+    dropout: float = 0.1
+    upsample_ratio: float = 0.0  # λ of a fresh DAT model; 0 = the preset's
+    glat_p: str = ""  # "" = the objective's default schedule (nll "0.5:0.1@200k", fuzzy "0.1")
+    max_updates: int = 0
+    max_epochs: int = 0
+    max_time: float = 0.0
+    patience: int = 0
+    validate_every: int = 1000
+    save_every: int = 0  # 0 = validate_every
+    valid_subset: int = 0  # 0 = whole valid split
+    keep_best: int = 5
+    decode_beta: float = 1.0
+    seed: int = 1
+    bf16: bool = False
+    fp16: bool = False
+    init_from: str = ""
+    init_encoder_from: str = ""  # DAT/AT model dir: encoder + shared embedding of a fresh model
+    init_decoder_layers: bool = False  # with init_encoder_from: the decoder layers too
+    device: str = "cpu"
+    threads: int = 0
+    log_every: int = 10
+    progress_bar: bool = True
+
+    def resolved_objective(self) -> str:
+        """``objective``, else the one registered as the default of ``arch``."""
+        return self.objective or default_objective(self.arch)
+
+    def resolved_glat_p(self) -> str:
+        """The glancing schedule: as given, else the objective's default (the reference
+        recipes: the NLL stage anneals 0.5 → 0.1 over 200k updates, fuzzy fine-tuning keeps
+        0.1; docs/reference-behaviour.md, "Glancing")."""
+        if self.glat_p:
+            return self.glat_p
+        objective = OBJECTIVES.get(self.resolved_objective())
+        return objective.glancing if objective is not None else "0"
+
+
+#: The resolved training configuration (saved as ``RUN_DIR/config.yaml``): the core fields
+#: above and one field per objective option (:func:`fadat.objectives.all_options`: e.g.
+#: ``force_emit``, ``ngram_order``, ``label_smoothing``), so that a new objective's options are
+#: config keys and flags without touching this file.
+#:
+#: Units: learning rates per update, ``warmup``/``max_updates``/``validate_every`` in updates,
+#: ``max_time`` in seconds (0 = no limit), ``max_tokens`` per rank and micro-batch (graph/target
+#: tokens as counted by ``TokenBatchSampler``). Zero means "no limit" for the stop criteria.
+TrainConfig = dataclasses.make_dataclass(
+    "TrainConfig",
+    [(o.name, o.type, field(default=o.default)) for o in all_options()],
+    bases=(_CoreConfig,),
+    frozen=True,
+    namespace={"__module__": __name__},
+)
+TrainConfig.__doc__ = "Resolved training configuration (core fields and objective options)."
+
+CONFIG_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+_OPTIONS = {o.name: o for o in all_options()}
+
+# Keys that may change when a run is resumed (stop criteria, logging, hardware); every other key
+# must match the saved config.
+RESUMABLE_KEYS = {
+    "max_updates",
+    "max_epochs",
+    "max_time",
+    "patience",
+    "validate_every",
+    "save_every",
+    "valid_subset",
+    "max_tokens_valid",
+    "device",
+    "threads",
+    "log_every",
+    "progress_bar",
+    "keep_best",
+}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds from ``"90"``, ``"90s"``, ``"30m"``, ``"2h"`` or a number.
+
+    Raises:
+        InputError: malformed or negative duration.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smh]?)\s*", str(value))
+        if m is None:
+            raise InputError(f"bad duration {value!r} (use e.g. 90, 90s, 30m, 2h)")
+        seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    if seconds < 0 or math.isnan(seconds):
+        raise InputError(f"duration must be >= 0, got {value!r}")
+    return seconds
+
+
+
+def _coerce(name: str, value: Any, label: str = "") -> Any:
+    """Check/convert one YAML or flag value to the type of TrainConfig.<name>; messages name it
+    as ``label`` (default ``config key <name>``)."""
+    label = label or f"config key {name}"
+    default = {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
+    example = (
+        default.default
+        if default.default is not dataclasses.MISSING
+        else (
+            default.default_factory() if default.default_factory is not dataclasses.MISSING else ""
+        )
+    )
+    if name == "max_time":
+        return parse_duration(value)
+    if name == "glat_p":
+        if value is None or value == "":
+            return ""
+        try:
+            parse_glancing_schedule(value)
+        except ValueError as err:
+            raise InputError(f"{label}: {err}") from None
+        return str(value)
+    if name == "adam_betas":
+        if not (
+            isinstance(value, (list, tuple))
+            and len(value) == 2
+            and all(_finite_number(v) and 0 <= v < 1 for v in value)
+        ):
+            raise InputError(f"{label} must be two numbers in [0, 1), got {value!r}")
+        return (float(value[0]), float(value[1]))
+    if name == "model":
+        if not isinstance(value, dict):
+            raise InputError(f"{label} must be a mapping, got {value!r}")
+        return dict(value)
+    if isinstance(example, bool):
+        if not isinstance(value, bool):
+            raise InputError(f"{label} must be true or false, got {value!r}")
+        return value
+    if isinstance(example, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InputError(f"{label} must be an integer, got {value!r}")
+        return value
+    if isinstance(example, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise InputError(f"{label} must be a number, got {value!r}")
+        if not math.isfinite(value):
+            raise InputError(f"{label} must be a finite number, got {value!r}")
+        return float(value)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"{label} must be a string, got {value!r}")
+    return value
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load_yaml_config(path: str | Path) -> dict[str, Any]:
+    """Read a training YAML file (keys of :class:`TrainConfig`, dashes or underscores).
+
+    Raises:
+        InputError: missing file, invalid YAML, not a mapping, unknown key or wrongly typed value.
+    """
+    from fadat.data.prepare import read_lines  # the checked reader of text files
+
+    path = Path(path)
+    if path.is_dir():
+        raise InputError(f"config file {path} is a directory")
+    if not path.is_file():
+        raise InputError(f"config file {path} does not exist")
+    text = "\n".join(read_lines(path))  # InputError: unreadable, NUL byte, invalid UTF-8
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise InputError(f"{where}: invalid YAML ({problem})") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: expected a mapping of config keys")
+    out = {}
+    for key, value in raw.items():
+        name = str(key).replace("-", "_")
+        if name not in CONFIG_FIELDS:
+            raise InputError(f"{path}: unknown config key {key!r}")
+        try:
+            out[name] = _coerce(name, value)
+        except InputError as err:
+            raise InputError(f"{path}: {err}") from None
+    return out
+
+
+
+def validate_config(cfg: TrainConfig) -> None:
+    """Reject impossible combinations early with one clear message.
+
+    Raises:
+        InputError: the problem.
+    """
+    if cfg.arch not in ARCHITECTURES:
+        raise InputError(f"--arch must be one of {', '.join(ARCHITECTURES)}, got {cfg.arch!r}")
+    objective = cfg.resolved_objective()
+    if objective not in OBJECTIVES:
+        raise InputError(f"unknown objective {objective!r}; choose from {sorted(OBJECTIVES)}")
+    if OBJECTIVES[objective].architecture != cfg.arch:
+        raise InputError(f"objective {objective!r} does not train --arch {cfg.arch}")
+    if cfg.bf16 and cfg.fp16:
+        raise InputError("--bf16 and --fp16 exclude each other")
+    if cfg.init_from and cfg.init_encoder_from:
+        raise InputError("--init-from and --init-encoder-from exclude each other")
+    if cfg.init_decoder_layers and not cfg.init_encoder_from:
+        raise InputError("--init-decoder-layers needs --init-encoder-from")
+    checks = [
+        (cfg.lr > 0, "--lr must be > 0"),
+        (cfg.warmup >= 0, "--warmup must be >= 0"),
+        (cfg.max_tokens > 0, "--max-tokens must be > 0"),
+        (cfg.update_freq >= 1, "--update-freq must be >= 1"),
+        (cfg.clip_norm >= 0, "--clip-norm must be >= 0 (0 = off)"),
+        (0 <= cfg.dropout < 1, "--dropout must be in [0, 1)"),
+        (cfg.upsample_ratio >= 0, "--upsample-ratio must be >= 0 (0 = the preset's)"),
+        (min(cfg.max_updates, cfg.max_epochs, cfg.patience) >= 0, "stop criteria must be >= 0"),
+        (cfg.validate_every >= 0 and cfg.save_every >= 0, "intervals must be >= 0"),
+        (cfg.keep_best >= 1, "--keep-best must be >= 1"),
+        (cfg.valid_subset >= 0, "--valid-subset must be >= 0"),
+        (cfg.weight_decay >= 0, "weight_decay must be >= 0"),
+        (cfg.warmup_init_lr >= 0, "warmup_init_lr must be >= 0"),
+        (cfg.adam_eps > 0, "adam_eps must be > 0"),
+        (cfg.max_tokens_valid >= 0, "--max-tokens-valid must be >= 0 (0 = --max-tokens)"),
+        (cfg.seed >= 0, f"--seed must be >= 0, got {cfg.seed}"),
+        (cfg.threads >= 0, f"--threads must be >= 0 (0 = torch's default), got {cfg.threads}"),
+        (cfg.log_every >= 1, f"--log-every must be >= 1, got {cfg.log_every}"),
+    ]
+    checks += [
+        (o.check is None or o.check(getattr(cfg, o.name)), o.problem) for o in all_options()
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise InputError(message)
+    if not (cfg.max_updates or cfg.max_epochs or cfg.max_time):
+        raise InputError("give a stop criterion: --max-updates, --max-epochs or --max-time")
+
+
+def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    d = dataclasses.asdict(cfg)
+    d["adam_betas"] = list(cfg.adam_betas)
+    return d
+
+
+def config_from_dict(d: dict[str, Any], where: str) -> TrainConfig:
+    unknown = sorted(set(d) - CONFIG_FIELDS)
+    if unknown:
+        raise InputError(f"{where}: unknown config keys {unknown}")
+    values = {k: _coerce(k, v) for k, v in d.items()}
+    try:
+        return TrainConfig(**values)
+    except TypeError as err:
+        raise InputError(f"{where}: {err}") from None
+
+
+
+def objective_config(cfg: TrainConfig, glancing_ratio: float) -> ObjectiveConfig:
+    """The settings of one update's step: the objective, the scheduled glancing ratio and the
+    objective options of ``cfg``."""
+    return ObjectiveConfig(
+        name=cfg.resolved_objective(),
+        glancing_ratio=glancing_ratio,
+        **{name: getattr(cfg, name) for name in _OPTIONS},
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+# flag -> (config key, type, help). Every flag defaults to None so that only explicit flags
+# override the YAML file and the defaults.
+_FLAGS: list[tuple[str, str, Any, str]] = [
+    ("--data", "data", str, "binarized data directory (from fadat prepare)"),
+    ("--run-dir", "run_dir", str, "run directory (config, logs, checkpoints)"),
+    ("--arch", "arch", str, f"architecture: {', '.join(ARCHITECTURES)} (dat: DA-Transformer)"),
+    ("--preset", "preset", str, "model preset: tiny, cpu-small, base"),
+    ("--objective", "objective", str, f"objective: {', '.join(OBJECTIVES)}"),
+    ("--lr", "lr", float, "peak learning rate (default 5e-4)"),
+    ("--warmup", "warmup", int, "warm-up updates of the inverse-sqrt schedule"),
+    ("--max-tokens", "max_tokens", int, "token budget per micro-batch and process"),
+    ("--max-tokens-valid", "max_tokens_valid", int, "token budget for validation batches"),
+    ("--update-freq", "update_freq", int, "micro-batches accumulated per update"),
+    ("--clip-norm", "clip_norm", float, "gradient-norm clipping (0 = off; default 0.1)"),
+    ("--dropout", "dropout", float, "dropout (default 0.1)"),
+    (
+        "--upsample-ratio",
+        "upsample_ratio",
+        float,
+        "λ: graph size L = λ·|x| of a fresh DAT model (DA-Transformer's --upsample-scale; "
+        "default: the preset's)",
+    ),
+    ("--weight-decay", "weight_decay", float, "AdamW decoupled weight decay (default 0.01)"),
+    (
+        "--glat-p",
+        "glat_p",
+        str,
+        'glancing ratio schedule, e.g. "0.5:0.1@200k" (nll default) or "0.1" (fuzzy default)',
+    ),
+    ("--max-updates", "max_updates", int, "stop after this many updates"),
+    ("--max-epochs", "max_epochs", int, "stop after this many epochs"),
+    ("--max-time", "max_time", str, "stop after this training time (90s, 30m, 2h)"),
+    ("--patience", "patience", int, "stop after N validations without a better BLEU"),
+    ("--validate-every", "validate_every", int, "validate every N updates (0 = at the end)"),
+    ("--save-every", "save_every", int, "write checkpoint_last every N updates"),
+    ("--valid-subset", "valid_subset", int, "validate on the first N sentences (0 = all)"),
+    ("--keep-best", "keep_best", int, "keep the best K checkpoints by BLEU"),
+    ("--decode-beta", "decode_beta", float, "β of lookahead decoding in validation"),
+    ("--seed", "seed", int, "random seed"),
+    ("--init-from", "init_from", str, "model directory to take initial weights from"),
+    (
+        "--init-encoder-from",
+        "init_encoder_from",
+        str,
+        "model directory (DAT or AT) whose encoder and embedding start a fresh model",
+    ),
+    ("--device", "device", str, "cpu or cuda"),
+    ("--threads", "threads", int, "torch CPU threads (0 = torch default)"),
+    ("--log-every", "log_every", int, "write an update line to train.log every N updates"),
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``fadat train`` (fairseq-style names)."""
+    parser.add_argument("--config", help="YAML file of config keys (flags override it)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    for flag, key, typ, help_text in _FLAGS:
+        parser.add_argument(flag, dest=key, type=typ, default=None, help=help_text)
+    parser.add_argument(
+        "--bf16", dest="bf16", action="store_true", default=None, help="bf16 autocast"
+    )
+    parser.add_argument(
+        "--fp16",
+        dest="fp16",
+        action="store_true",
+        default=None,
+        help="fp16 autocast + grad scaling",
+    )
+    parser.add_argument(
+        "--init-decoder-layers",
+        dest="init_decoder_layers",
+        action="store_true",
+        default=None,
+        help="with --init-encoder-from: copy the decoder layers too",
+    )
+    for option in all_options():  # the objectives' own flags
+        if option.type is bool:
+            action = "store_false" if option.default else "store_true"
+            parser.add_argument(
+                option.flag, dest=option.name, action=action, default=None, help=option.help
+            )
+        else:
+            parser.add_argument(
+                option.flag, dest=option.name, type=option.type, default=None, help=option.help
+            )
+    parser.add_argument(
+        "--no-progress-bar",
+        dest="progress_bar",
+        action="store_false",
+        default=None,
+        help="no tqdm bar",
+    )
+
+
+def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
+    """Defaults < saved config (``--resume``) or ``--config`` YAML < explicit flags.
+
+    Raises:
+        InputError: unknown YAML keys, bad values, or flags that conflict with a resumed run.
+    """
+    explicit = {}
+    for key in CONFIG_FIELDS:
+        value = getattr(args, key, None)
+        if value is not None:
+            explicit[key] = _coerce(key, value, "--" + key.replace("_", "-"))
+    if args.resume:
+        run_dir = Path(args.resume)
+        saved_path = run_dir / CONFIG_FILE
+        if not (run_dir / LAST_NAME).is_file():
+            raise InputError(f"cannot resume: {run_dir / LAST_NAME} does not exist")
+        saved = load_yaml_config(saved_path)
+        for key, value in explicit.items():
+            if key not in RESUMABLE_KEYS and key != "run_dir" and saved.get(key) != value:
+                raise InputError(
+                    f"--resume {run_dir}: {key} is {saved.get(key)!r} in the run, "
+                    f"{value!r} given; only stop criteria, logging and device may change"
+                )
+        values = {**saved, **explicit, "run_dir": str(run_dir)}
+        return config_from_dict(values, str(saved_path)), True
+    values = load_yaml_config(args.config) if args.config else {}
+    values.update(explicit)
+    for key in ("data", "run_dir"):
+        if not values.get(key):
+            raise InputError(f"--{key.replace('_', '-')} is required")
+    cfg = config_from_dict(values, args.config or "flags")
+    validate_config(cfg)
+    if not cfg.init_from:
+        # The preset and the YAML's model section, checked before any data is read (the
+        # vocabulary size is a placeholder: the data's is used later).
+        from fadat.transformer import make_config
+
+        try:
+            make_config(cfg.preset, 8, model_type=cfg.arch, dropout=cfg.dropout, **cfg.model)
+        except InputError as err:
+            where = f"{args.config}: " if args.config and cfg.model else ""
+            raise InputError(f"{where}{err}") from None
+    return cfg, False
+
+
