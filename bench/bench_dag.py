@@ -34,10 +34,12 @@ import sys
 import time
 from collections import Counter
 
-# Huge pages for torch's large allocations, as the `fadat` command sets them (fadat/__init__.py);
-# torch reads this once, so it must precede the torch import. Both sides of every comparison
-# run in this process and share the setting.
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+# The memory settings the `fadat` command makes (fadat.process.tune_memory: huge pages for torch's
+# large allocations, glibc keeping freed blocks); torch reads the huge-page setting once, so it
+# must precede the torch import. Both sides of every comparison run in this process and share it.
+from fadat.process import tune_memory  # noqa: E402
+
+tune_memory()
 
 import torch  # noqa: E402
 

@@ -12,7 +12,7 @@ encoder, decoder, token head + log-softmax, links head, objective
   ``fadat.losses.target_logprobs`` (row-blocked fp32 log-softmax, hand-written backward; no
   ``(B, L, V)`` fp32 log-softmax; its backward writes the logits' gradient into their own
   storage), so the log-softmax is timed under "objective"; and the cheaper dropout masks of
-  ``fadat.transformer.dropout`` (``FAST_DROPOUT``), as ``fadat train`` uses;
+  ``fadat.transformer.dropout`` (``ModelConfig.fast_dropout``), as ``fadat train`` uses;
 - ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
   head compiled in place (``nn.Module.compile``, dynamic shapes); the compile time is measured and
   reported; a variant whose compilation fails falls back to eager and says so.
@@ -44,14 +44,16 @@ import sys
 import time
 from collections.abc import Callable
 
-# Huge pages for torch's large allocations, as the `fadat` command sets them (fadat/__init__.py);
-# torch reads this once, so it must precede the torch import (THP_MEM_ALLOC_ENABLE=0 to compare).
-os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+# The memory settings the `fadat` command makes (fadat.process.tune_memory: huge pages for torch's
+# large allocations, THP_MEM_ALLOC_ENABLE=0 to compare; glibc keeping freed blocks); torch reads
+# the huge-page setting once, so it must precede the torch import.
+from fadat.process import tune_memory  # noqa: E402
+
+tune_memory()
 
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-import fadat.transformer  # noqa: E402
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size  # noqa: E402
 from fadat.model import DATModel  # noqa: E402
 from fadat.transformer import make_config  # noqa: E402
@@ -126,8 +128,6 @@ class Step:
         self.bf16 = bf16
         self.objective = objective
         self.fused = fused
-        # The fused variant is the `fadat train` path, cheaper dropout masks included.
-        self.fast_dropout = fused
         # fused AdamW (one kernel for all parameters) where this torch supports it on the device
         try:
             self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
@@ -141,7 +141,6 @@ class Step:
 
     def forward(self, source, s_len):
         m = self.model
-        fadat.transformer.FAST_DROPOUT = self.fast_dropout
         gl = m.graph_lengths(s_len)
         toks = m.decoder_input_tokens(gl)
         with self.autocast():
@@ -151,7 +150,6 @@ class Step:
 
     def __call__(self, source, s_len, target, t_len) -> dict[str, float]:
         m = self.model
-        fadat.transformer.FAST_DROPOUT = self.fast_dropout
         times = {}
         t = time.perf_counter()
 
@@ -201,7 +199,10 @@ def compile_in_place(model: DATModel) -> None:
 def prepare_variant(name: str, args, ratio: float, objective: Callable, batch) -> dict:
     """Build the model of one variant and warm it up (compilation included in the warm-up)."""
     torch.manual_seed(0)
-    config = make_config(args.preset, args.vocab, upsample_ratio=ratio)
+    # The fused variant is the `fadat train` path, cheaper dropout masks included.
+    config = make_config(
+        args.preset, args.vocab, upsample_ratio=ratio, fast_dropout="fused" in name
+    )
     model = DATModel(config).train()
     note = ""
     compiled = name.endswith("compile")

@@ -110,7 +110,7 @@ class ATModel(PretrainedMixin, nn.Module):
             )
         positions = torch.arange(start, start + t, device=tokens.device)
         x = self.embed_scale * self.encoder.embed_tokens(tokens) + self.embed_positions(positions)
-        x = dropout(x, self.config.dropout, self.training)  # (B, T, d)
+        x = dropout(x, self.config.dropout, self.training, self.config.fast_dropout)  # (B, T, d)
         memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
         for i, layer in enumerate(self.layers):
             x = layer(

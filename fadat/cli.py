@@ -13,6 +13,7 @@ import sys
 from typing import NoReturn
 
 from fadat.errors import InputError
+from fadat.process import tune_memory
 
 # verb -> (module, one-line help). Only the module of the verb that runs is imported.
 VERBS: dict[str, tuple[str, str]] = {
@@ -62,7 +63,12 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``fadat`` console script; returns the process exit code."""
+    """Entry point of the ``fadat`` console script; returns the process exit code.
+
+    Opts the process into :func:`fadat.process.tune_memory` (huge pages for torch's large CPU
+    allocations, glibc keeping freed blocks) before any verb imports torch.
+    """
+    tune_memory()
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         verb = next((a for a in argv if not a.startswith("-")), None)

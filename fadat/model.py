@@ -266,7 +266,7 @@ class DATModel(PretrainedMixin, nn.Module):
         x = self.embed_scale * emb + self.embed_positions(positions)
         if self.config.copy_source:
             x = x + uniform_copy(encoder_out, decoder_tokens)  # (B, L, d)
-        x = dropout(x, self.config.dropout, self.training)  # (B, L, d)
+        x = dropout(x, self.config.dropout, self.training, self.config.fast_dropout)  # (B, L, d)
         self_mask = _key_mask(decoder_tokens.eq(PAD_ID))  # (B, 1, 1, L): bidirectional
         memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
         for layer in self.layers:

@@ -64,11 +64,16 @@ class ModelConfig:
             ``--no-scale-embedding`` turns it off). Off, the N(0, init_std) learned positions
             are as large as the token embeddings from the first update instead of sqrt(d)
             times smaller, which matters for the NAT decoder whose inputs are all ``<unk>``.
-        copy_source: DAT only, not in the reference (anchor-spec §1.2 says DA-T has no source
-            copy; an issue-7 learning-speed option, default off): add to the input of every
-            ``<unk>`` vertex j the final encoder state of source position
-            ``round(j·(S_b − 1)/(L_b − 1))`` (uniform copy, Gu et al. 2018), so that each vertex
-            sees source content from the first update.
+        copy_source: DAT only, not in the reference (whose decoder input has no source copy;
+            a learning-speed option, default off): add to the input of every ``<unk>`` vertex j
+            the final encoder state of source position ``round(j·(S_b − 1)/(L_b − 1))``
+            (uniform copy, Gu et al. 2018), so that each vertex sees source content from the
+            first update.
+        cpu_attention: how attention runs on CPU under bf16/fp16 autocast (:data:`CPU_ATTENTION`):
+            ``"math"`` (default, fastest measured here), ``"fp32"`` or ``"sdpa"``; no effect in
+            fp32 or on other devices.
+        fast_dropout: dropout masks from 16-bit random thresholds on CPU (:func:`dropout`);
+            False = ``F.dropout``. Changes the masks, not the expected result.
     """
 
     model_type: str = "dat"
@@ -92,6 +97,8 @@ class ModelConfig:
     init_std: float = 0.02
     scale_embedding: bool = True
     copy_source: bool = False
+    cpu_attention: str = "math"
+    fast_dropout: bool = True
 
     def __post_init__(self) -> None:
         _check_field_types(self)
@@ -139,6 +146,8 @@ class ModelConfig:
             )
         if self.init_std <= 0:
             problems.append("init_std must be > 0")
+        if self.cpu_attention not in ("math", "fp32", "sdpa"):
+            problems.append(f"cpu_attention must be math, fp32 or sdpa, got {self.cpu_attention!r}")
         if self.copy_source and self.model_type != "dat":
             problems.append("copy_source applies to model_type 'dat' only")
         if problems:
@@ -284,48 +293,30 @@ class EncoderOut(NamedTuple):
         )
 
 
-# How attention runs on CPU under bf16/fp16 autocast (issue 4). PyTorch's fused low-precision
-# SDPA kernels are slow on CPUs without AMX, and fp32 SDPA pays the casts. Measured on the
-# 2-core development machine, 2 threads, fwd+bwd of one attention at B = 32, 4 heads, d_h = 64:
-# L = 140 self-attention 40.0 ms (bf16 SDPA) / 27.7 (fp32 SDPA) / 18.8 (``"math"``); L = 140
-# queries on 35 keys 42.1 / 14.3 / 5.7; L = 280 self-attention 127.7 / 90.4 / 74.9.
-#   "math": two batched matmuls in the autocast dtype around an fp32 softmax (the scores are
-#           rounded to the autocast dtype before the softmax, as an eager autocast model does);
-#   "fp32": fp32 SDPA, the result cast back;
-#   "sdpa": the low-precision SDPA kernel.
-# fp32 inputs and other devices always use SDPA.
-CPU_LOW_PRECISION_ATTENTION = "math"
+def _sdpa_attention(q, k, v, attn_mask, dropout_p, is_causal, fast_dropout) -> Tensor:
+    """torch's ``scaled_dot_product_attention`` (its low-precision kernel under autocast)."""
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+    )
 
 
-def _attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    attn_mask: Tensor | None = None,
-    dropout_p: float = 0.0,
-    is_causal: bool = False,
-) -> Tensor:
-    """``scaled_dot_product_attention`` on ``(B, h, T, d_h)`` tensors (``attn_mask`` bool, True =
-    may attend), with the CPU low-precision path of :data:`CPU_LOW_PRECISION_ATTENTION`; returns
-    the result in ``q``'s dtype. Raises ValueError for an unknown mode."""
-    mode = CPU_LOW_PRECISION_ATTENTION
-    if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16) or mode == "sdpa":
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal
+def _fp32_attention(q, k, v, attn_mask, dropout_p, is_causal, fast_dropout) -> Tensor:
+    """fp32 SDPA, the result cast back to ``q``'s dtype."""
+    with torch.autocast(device_type="cpu", enabled=False):
+        out = F.scaled_dot_product_attention(
+            q.float(),
+            k.float(),
+            v.float(),
+            attn_mask=attn_mask,
+            dropout_p=dropout_p,
+            is_causal=is_causal,
         )
-    if mode == "fp32":
-        with torch.autocast(device_type="cpu", enabled=False):
-            out = F.scaled_dot_product_attention(
-                q.float(),
-                k.float(),
-                v.float(),
-                attn_mask=attn_mask,
-                dropout_p=dropout_p,
-                is_causal=is_causal,
-            )
-        return out.to(q.dtype)
-    if mode != "math":
-        raise ValueError(f"CPU_LOW_PRECISION_ATTENTION must be math, fp32 or sdpa, not {mode!r}")
+    return out.to(q.dtype)
+
+
+def _math_attention(q, k, v, attn_mask, dropout_p, is_causal, fast_dropout) -> Tensor:
+    """Two batched matmuls in the autocast dtype around an fp32 softmax (the scores are rounded
+    to the autocast dtype before the softmax, as an eager autocast model does)."""
     with torch.autocast(device_type="cpu", enabled=False):
         scores = torch.matmul(q * q.shape[-1] ** -0.5, k.transpose(-1, -2))  # (B, h, T, S)
         if is_causal:
@@ -336,8 +327,37 @@ def _attention(
         if attn_mask is not None:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         probs = torch.softmax(scores, dim=-1, dtype=torch.float32)
-        probs = dropout(probs, dropout_p, dropout_p > 0.0).to(q.dtype)
+        probs = dropout(probs, dropout_p, dropout_p > 0.0, fast_dropout).to(q.dtype)
         return torch.matmul(probs, v)
+
+
+#: How attention runs on CPU under bf16/fp16 autocast (``ModelConfig.cpu_attention``). torch's
+#: fused low-precision SDPA kernels are slow on CPUs without AMX, and fp32 SDPA pays the casts.
+#: Measured on the 2-core development machine, 2 threads, fwd+bwd of one attention at B = 32,
+#: 4 heads, d_h = 64: L = 140 self-attention 40.0 ms (``"sdpa"``) / 27.7 (``"fp32"``) / 18.8
+#: (``"math"``); L = 140 queries on 35 keys 42.1 / 14.3 / 5.7; L = 280 self-attention 127.7 /
+#: 90.4 / 74.9. fp32 inputs and other devices always use SDPA.
+CPU_ATTENTION = {"math": _math_attention, "fp32": _fp32_attention, "sdpa": _sdpa_attention}
+
+
+def _attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    mode: str = "math",
+    fast_dropout: bool = True,
+) -> Tensor:
+    """``scaled_dot_product_attention`` on ``(B, h, T, d_h)`` tensors (``attn_mask`` bool, True =
+    may attend), with the CPU low-precision implementation ``mode`` of :data:`CPU_ATTENTION`;
+    returns the result in ``q``'s dtype. Raises ValueError for an unknown mode."""
+    if q.device.type != "cpu" or q.dtype not in (torch.bfloat16, torch.float16):
+        return _sdpa_attention(q, k, v, attn_mask, dropout_p, is_causal, fast_dropout)
+    if mode not in CPU_ATTENTION:
+        raise ValueError(f"cpu_attention must be one of {', '.join(CPU_ATTENTION)}, not {mode!r}")
+    return CPU_ATTENTION[mode](q, k, v, attn_mask, dropout_p, is_causal, fast_dropout)
 
 
 def _key_mask(padding_mask: Tensor) -> Tensor:
@@ -348,10 +368,19 @@ def _key_mask(padding_mask: Tensor) -> Tensor:
 class SelfAttention(nn.Module):
     """Multi-head self-attention with a fused QKV projection and an optional key/value cache."""
 
-    def __init__(self, d_model: int, heads: int, attention_dropout: float) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        attention_dropout: float,
+        mode: str = "math",
+        fast_dropout: bool = True,
+    ) -> None:
         super().__init__()
         self.heads = heads
         self.attention_dropout = attention_dropout
+        self.mode = mode  # ModelConfig.cpu_attention
+        self.fast_dropout = fast_dropout
         self.in_proj = nn.Linear(d_model, 3 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
 
@@ -389,6 +418,8 @@ class SelfAttention(nn.Module):
             attn_mask=attn_mask,
             dropout_p=self.attention_dropout if self.training else 0.0,
             is_causal=causal and attn_mask is None,
+            mode=self.mode,
+            fast_dropout=self.fast_dropout,
         )  # (B, h, T, d_h)
         return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
 
@@ -396,10 +427,19 @@ class SelfAttention(nn.Module):
 class CrossAttention(nn.Module):
     """Multi-head attention from decoder states to encoder states; K/V cacheable across steps."""
 
-    def __init__(self, d_model: int, heads: int, attention_dropout: float) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        heads: int,
+        attention_dropout: float,
+        mode: str = "math",
+        fast_dropout: bool = True,
+    ) -> None:
         super().__init__()
         self.heads = heads
         self.attention_dropout = attention_dropout
+        self.mode = mode  # ModelConfig.cpu_attention
+        self.fast_dropout = fast_dropout
         self.q_proj = nn.Linear(d_model, d_model)
         self.kv_proj = nn.Linear(d_model, 2 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
@@ -430,12 +470,12 @@ class CrossAttention(nn.Module):
             v,
             attn_mask=memory_mask,
             dropout_p=self.attention_dropout if self.training else 0.0,
+            mode=self.mode,
+            fast_dropout=self.fast_dropout,
         )  # (B, h, T, d_h)
         return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
 
 
-# Cheaper dropout masks on CPU (issue 4): set to False for torch's own F.dropout everywhere.
-FAST_DROPOUT = True
 _DROPOUT_LEVELS = 1 << 16  # resolution of the dropout probability: 16-bit random thresholds
 
 
@@ -461,7 +501,7 @@ class _FastDropout(torch.autograd.Function):
         return grad.masked_fill(drop, 0.0).mul_(ctx.scale), None
 
 
-def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+def dropout(x: Tensor, p: float, training: bool, fast: bool = True) -> Tensor:
     """Inverted dropout, as ``F.dropout(x, p, training)``, with cheaper masks on CPU.
 
     torch's CPU dropout draws one Bernoulli sample per element (6.8 ms for a (3840, 256) fp32
@@ -471,19 +511,21 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     others are scaled by the inverse of that keep rate; the mask is kept as bool for the
     backward. Same generator (torch's default) as ``F.dropout``, so seeding, ``fork_rng`` and
     the RNG states of checkpoints work alike; the masks differ from ``F.dropout``'s. Used on CPU
-    when :data:`FAST_DROPOUT` is true (default); other devices use ``F.dropout`` (fused there).
+    when ``fast`` (``ModelConfig.fast_dropout``, default); other devices use ``F.dropout``
+    (fused there).
 
     Args:
         x: any float tensor.
         p: drop probability in [0, 1).
         training: apply dropout only when true.
+        fast: the cheaper CPU masks; False = ``F.dropout``.
 
     Returns:
         A tensor shaped and typed like ``x``.
     """
     if not training or p == 0.0:
         return x
-    if not FAST_DROPOUT or x.device.type != "cpu" or x.numel() == 0:
+    if not fast or x.device.type != "cpu" or x.numel() == 0:
         return F.dropout(x, p, training)
     return _FastDropout.apply(x, p)
 
@@ -499,10 +541,23 @@ class TransformerLayer(nn.Module):
         self.dropout = config.dropout
         self.activation_dropout = config.activation_dropout
         self.activation = _ACTIVATIONS[config.activation]
-        self.self_attn = SelfAttention(d, config.attention_heads, config.attention_dropout)
+        self.fast_dropout = config.fast_dropout
+        self.self_attn = SelfAttention(
+            d,
+            config.attention_heads,
+            config.attention_dropout,
+            config.cpu_attention,
+            config.fast_dropout,
+        )
         self.self_attn_norm = nn.LayerNorm(d)
         if cross_attention:
-            self.cross_attn = CrossAttention(d, config.attention_heads, config.attention_dropout)
+            self.cross_attn = CrossAttention(
+                d,
+                config.attention_heads,
+                config.attention_dropout,
+                config.cpu_attention,
+                config.fast_dropout,
+            )
             self.cross_attn_norm = nn.LayerNorm(d)
         else:
             self.cross_attn = None
@@ -512,12 +567,12 @@ class TransformerLayer(nn.Module):
 
     def _residual(self, x: Tensor, norm: nn.LayerNorm, sublayer: typing.Callable) -> Tensor:
         if self.pre_norm:
-            return x + dropout(sublayer(norm(x)), self.dropout, self.training)
-        return norm(x + dropout(sublayer(x), self.dropout, self.training))
+            return x + dropout(sublayer(norm(x)), self.dropout, self.training, self.fast_dropout)
+        return norm(x + dropout(sublayer(x), self.dropout, self.training, self.fast_dropout))
 
     def _ffn(self, x: Tensor) -> Tensor:
         h = self.activation(self.fc1(x))  # (B, T, ffn)
-        return self.fc2(dropout(h, self.activation_dropout, self.training))
+        return self.fc2(dropout(h, self.activation_dropout, self.training, self.fast_dropout))
 
     def forward(
         self,
@@ -600,7 +655,7 @@ class Encoder(nn.Module):
         padding_mask = source.eq(PAD_ID)  # (B, S)
         positions = torch.arange(s, device=source.device)
         x = self.embed_scale * self.embed_tokens(source) + self.embed_positions(positions)
-        x = dropout(x, self.config.dropout, self.training)  # (B, S, d)
+        x = dropout(x, self.config.dropout, self.training, self.config.fast_dropout)  # (B, S, d)
         mask = _key_mask(padding_mask)  # (B, 1, 1, S)
         for layer in self.layers:
             x = layer(x, self_mask=mask)

@@ -3,6 +3,7 @@ graph sizes, masking, dropout determinism, autocast dtypes, the model directory 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -317,18 +318,20 @@ def test_cpu_low_precision_attention_modes_match_fp32_model(monkeypatch):
     lengths = model.graph_lengths(torch.tensor([4, 2]))
     fp32 = model(src, lengths)
     for mode in ("math", "fp32", "sdpa"):
-        monkeypatch.setattr(fm, "CPU_LOW_PRECISION_ATTENTION", mode)
+        other = DATModel(dataclasses.replace(model.config, cpu_attention=mode)).eval()
+        other.load_state_dict(model.state_dict())
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            out = model(src, lengths)
+            out = other(src, lengths)
         for a, c in zip(out, fp32, strict=True):
             finite = torch.isfinite(c)
             assert torch.equal(torch.isfinite(a), finite), mode
             # within bf16 rounding of the fp32 model
             torch.testing.assert_close(a[finite], c[finite], rtol=0.05, atol=0.05)
-    monkeypatch.setattr(fm, "CPU_LOW_PRECISION_ATTENTION", "nope")
-    with pytest.raises(ValueError, match="CPU_LOW_PRECISION_ATTENTION"):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            model(src, lengths)
+    q = torch.zeros(1, 1, 2, 4, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="cpu_attention"):
+        fm._attention(q, q, q, mode="nope")
+    with pytest.raises(InputError, match="cpu_attention"):
+        dataclasses.replace(model.config, cpu_attention="nope")
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -337,7 +340,6 @@ def test_math_attention_equals_sdpa_in_value_and_gradient(monkeypatch, causal):
     top-left causal alignment with more keys than queries, and the gradients of q, k, v."""
     import fadat.transformer as fm
 
-    monkeypatch.setattr(fm, "CPU_LOW_PRECISION_ATTENTION", "math")
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 3, 5, 8, generator=g).bfloat16().requires_grad_()
     k = torch.randn(2, 3, 7, 8, generator=g).bfloat16().requires_grad_()
@@ -445,8 +447,7 @@ def test_fast_dropout_switch_falls_back_to_torch(monkeypatch):
     import fadat.transformer as fm
 
     x = torch.ones(64, 64)
-    monkeypatch.setattr(fm, "FAST_DROPOUT", False)
     torch.manual_seed(0)
-    ours = fm.dropout(x, 0.3, True)
+    ours = fm.dropout(x, 0.3, True, fast=False)
     torch.manual_seed(0)
     assert torch.equal(ours, torch.nn.functional.dropout(x, 0.3, True))

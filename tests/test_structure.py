@@ -28,3 +28,22 @@ def test_circle_finder_finds_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert structure.circles(graph) == [["a", "b", "c"]]
     assert structure.circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_import_fadat_leaves_the_process_alone():
+    """`import fadat` (and its modules) sets no environment variable and no malloc option; the
+    command line opts in through fadat.process.tune_memory."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os; os.environ.pop('THP_MEM_ALLOC_ENABLE', None); "
+        "import fadat, fadat.translate, fadat.train; "
+        "print(os.environ.get('THP_MEM_ALLOC_ENABLE')); "
+        "from fadat.process import tune_memory; print(tune_memory()['huge_pages'])"
+    )
+    root = SCRIPT.parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
+    ).stdout.split()
+    assert out == ["None", "True"]
