@@ -5,14 +5,14 @@ for both sides (links preferring jumps of ≈ L/T like a trained model's, one pe
 token per target position), it times forward + backward of
 
 - likelihood: ``fadat.dag.dag_log_likelihood`` vs a per-target-step
-  ``logsumexp(f[:, :, None] + links, 1)`` loop under autograd (anchor-spec §2 torch reference),
-  end to end from ``token_logprobs`` (both sides pay the same gather and dense (B, L, V)
-  gradient) and, as ``likelihood_dp``, the DP alone from a ``match`` leaf;
+  ``logsumexp(f[:, :, None] + links, 1)`` loop under autograd (docs/reference-behaviour.md, "DAG
+  likelihood" torch reference), end to end from ``token_logprobs`` (both sides pay the same gather
+  and dense (B, L, V) gradient) and, as ``likelihood_dp``, the DP alone from a ``match`` leaf;
 - alignment: ``fadat.dag.best_alignment`` vs a per-step max-product DP with back-pointers
   (``torch.max`` with indices) and a back-pointer walk (forward only: no gradient);
 - fuzzy: ``fadat.dag.fuzzy_alignment`` (n = 2) vs Algorithm 1 as in the FA-DAT code: a
   ``torch.cat`` loop for the passing probabilities, a Python n-gram table and a gather from
-  ``probs.unsqueeze(1).expand(B, K, L, V)`` (anchor-spec §4).
+  ``probs.unsqueeze(1).expand(B, K, L, V)`` (docs/reference-behaviour.md, "Fuzzy alignment loss").
 
 Statistic: median over ≥ 7 interleaved (ours, reference) pairs of the time ratio, after one
 warm-up call of each. Memory: peak RSS increase of one call, each in a fresh subprocess (peak
@@ -99,7 +99,8 @@ def ref_log_likelihood(logp, links, targets, glen, tlen):
 
 
 def ref_log_likelihood_from_match(match, links, glen, tlen):
-    """The anchor-spec §2 torch reference DP on a (B, T, L) match tensor."""
+    """The docs/reference-behaviour.md, "DAG likelihood" torch reference DP on a (B, T, L) match
+    tensor."""
     batch, _, size = match.shape
     f = torch.full((batch, size), float("-inf"))
     f = torch.cat([match[:, 0, :1], f[:, 1:]], 1)

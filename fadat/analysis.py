@@ -206,18 +206,21 @@ def vertex_density(
 
 
 def load_dat_model(
-    directory: str | Path, device: str | torch.device | None = "cpu"
+    directory: str | Path,
+    device: str | torch.device | None = "cpu",
+    upsample_ratio: float | None = None,
 ) -> tuple[Any, Any]:
-    """Load a DAT model directory and its sentencepiece model (:func:`fadat.translate.load_model`).
+    """Load a DAT model directory and its sentencepiece model (:func:`fadat.model_dir.load_model`,
+    ``upsample_ratio`` the decoding λ).
 
     Raises:
-        InputError: as :func:`fadat.translate.load_model`, or the directory holds an AT model
+        InputError: as :func:`fadat.model_dir.load_model`, or the directory holds an AT model
             (it has no graph to analyse).
     """
     from fadat.model import DATModel
     from fadat.model_dir import load_model
 
-    model, sp = load_model(directory, device)
+    model, sp = load_model(directory, device, upsample_ratio)
     if not isinstance(model, DATModel):
         raise InputError(
             f"{directory}: holds a {model.config.model_type.upper()} model; "
@@ -613,7 +616,7 @@ def run(args: argparse.Namespace) -> int:
     _, target_lang = read_languages(args.data)
     reports = []
     for directory, name in zip(args.model, names, strict=True):
-        model, sp = load_dat_model(directory, args.device)
+        model, sp = load_dat_model(directory, args.device, args.upsample_ratio)
         accepted = strategy_options(model)
         # Every strategy takes the user's flags that it accepts (as fadat evaluate does).
         options = {

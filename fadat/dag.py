@@ -2,14 +2,16 @@
 
 A graph of ``L_b`` vertices carries token distributions ``token_logprobs`` and transitions
 ``links``; a path starts at vertex 0, ends at vertex ``L_b − 1`` and visits strictly increasing
-vertices (paper §2.2, anchor-spec §2). Conventions shared by every function:
+vertices (paper §2.2, docs/reference-behaviour.md, "DAG likelihood"). Conventions shared by every
+function:
 
 - ``token_logprobs``: ``(B, L, V)`` float, ``log P(token | vertex)``.
 - ``links``: ``(B, L, L)`` float, ``log E[i, j]``; −inf where ``j ≤ i`` or ``j ≥ L_b``; every row
   ``i < L_b − 1`` log-sums to 0. Entries outside the valid triangle are ignored (masked here), so
   padding may hold anything finite or −inf.
 - ``targets``: ``(B, T)`` int64, ``targets[b, :T_b]`` is the reference (the objectives pass
-  ``<s> y </s>``, so ``T_b`` counts both; anchor-spec §2, §4); entries beyond ``T_b`` are ignored.
+  ``<s> y </s>``, so ``T_b`` counts both; docs/reference-behaviour.md, "DAG likelihood" / "Fuzzy
+  alignment loss"); entries beyond ``T_b`` are ignored.
 - ``graph_lengths`` ``(B,)`` and ``target_lengths`` ``(B,)``: int64, ``1 ≤ L_b ≤ L``,
   ``1 ≤ T_b ≤ T``.
 
@@ -164,10 +166,11 @@ def _passing_from_transitions(trans: torch.Tensor) -> torch.Tensor:
 def passing_probabilities(links: torch.Tensor, graph_lengths: torch.Tensor) -> torch.Tensor:
     """Probability that each vertex lies on a random path of the DAG (paper Eq. 16).
 
-    ``p_0 = 1`` and ``p_v = Σ_{u<v} p_u E[u, v]``, computed as the unit-triangular solve
-    ``p = e₀ᵀ (I − E)⁻¹`` instead of the reference's O(L) Python loop (anchor-spec §4,
-    "Passing probability"). Differentiable: the backward is one more triangular solve and an
-    outer product (``_PassingFn``). Transition probabilities below ~2e−38 in float32 count as 0.
+    ``p_0 = 1`` and ``p_v = Σ_{u<v} p_u E[u, v]``, computed as the unit-triangular solve ``p = e₀ᵀ
+    (I − E)⁻¹`` instead of the reference's O(L) Python loop (docs/reference-behaviour.md, "Fuzzy
+    alignment loss", "Passing probability"). Differentiable: the backward is one more triangular
+    solve and an outer product (``_PassingFn``). Transition probabilities below ~2e−38 in float32
+    count as 0.
 
     Args:
         links: ``(B, L, L)`` float32/float64, ``log E[i, j]`` (entries outside ``i < j < L_b``
@@ -192,7 +195,8 @@ def passing_probabilities(links: torch.Tensor, graph_lengths: torch.Tensor) -> t
 
 
 def gather_match(token_logprobs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Log-probability of each reference token at each vertex (anchor-spec §2 "match").
+    """Log-probability of each reference token at each vertex (docs/reference-behaviour.md, "DAG
+    likelihood" "match").
 
     Args:
         token_logprobs: ``(B, L, V)`` float, ``log P(token | vertex)``.
@@ -532,12 +536,12 @@ def dag_log_likelihood_from_match(
 ) -> torch.Tensor | tuple[torch.Tensor, LikelihoodStats]:
     """log P(y | x) marginalised over all paths with exactly ``T_b`` vertices, from ``match``.
 
-    Paper Eq. 3 / anchor-spec §2 forward DP: ``f_0 = match[0, 0]`` at vertex 0,
-    ``f_t[j] = logsumexp_i(f_{t−1}[i] + links[i, j]) + match[t, j]``,
-    ``log P = f_{T_b−1}[L_b−1]``. Computed as a scaled forward algorithm in exp space (one
-    batched matvec per target step) with a hand-written backward (forward–backward posteriors;
-    the link gradient is one batched matmul), so autograd never stores O(T·B·L²). The training
-    loop edits ``match`` (force-emit, anchor-spec §2) before calling this.
+    Paper Eq. 3 / docs/reference-behaviour.md, "DAG likelihood" forward DP: ``f_0 = match[0, 0]`` at
+    vertex 0, ``f_t[j] = logsumexp_i(f_{t−1}[i] + links[i, j]) + match[t, j]``, ``log P =
+    f_{T_b−1}[L_b−1]``. Computed as a scaled forward algorithm in exp space (one batched matvec per
+    target step) with a hand-written backward (forward–backward posteriors; the link gradient is one
+    batched matmul), so autograd never stores O(T·B·L²). The training loop edits ``match``
+    (force-emit, docs/reference-behaviour.md, "DAG likelihood") before calling this.
 
     Float32 underflow guard: a sentence whose end-vertex share of the scaled forward mass (or
     any scaled forward·backward product in the backward) is below ``sqrt(finfo.tiny)`` is
@@ -577,7 +581,8 @@ def dag_log_likelihood(
     target_lengths: torch.Tensor,
     return_stats: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, LikelihoodStats]:
-    """log P(y | x) of the DAG (paper Eq. 3; anchor-spec §2), batched.
+    """log P(y | x) of the DAG (paper Eq. 3; docs/reference-behaviour.md, "DAG likelihood"),
+    batched.
 
     ``dag_log_likelihood_from_match(gather_match(token_logprobs, targets), ...)``; see that
     function for the algorithm, the underflow guard and the statistics.
@@ -618,7 +623,8 @@ def best_alignment_from_match(
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
 ) -> torch.Tensor:
-    """Most probable path for the reference, from ``match`` (anchor-spec §3 step 2).
+    """Most probable path for the reference, from ``match`` (docs/reference-behaviour.md, "Glancing"
+    step 2).
 
     Max-product version of the §2 DP in log space: the forward keeps values only
     (``amax`` per step, much cheaper than ``max`` with indices on CPU); the arg-max is recomputed
@@ -688,7 +694,8 @@ def best_alignment(
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
 ) -> torch.Tensor:
-    """Most probable path's target index for each vertex (used by glancing, anchor-spec §3).
+    """Most probable path's target index for each vertex (used by glancing,
+    docs/reference-behaviour.md, "Glancing").
 
     ``best_alignment_from_match(gather_match(token_logprobs, targets), ...)``.
 
@@ -742,7 +749,8 @@ class FuzzyAlignment(NamedTuple):
 def reference_ngrams(
     targets: torch.Tensor, target_lengths: torch.Tensor, order: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Distinct n-grams of each reference and their counts, with tensor ops (anchor-spec §4).
+    """Distinct n-grams of each reference and their counts, with tensor ops
+    (docs/reference-behaviour.md, "Fuzzy alignment loss").
 
     Windows of ``targets[b, :T_b]`` (``<s>``/``</s>`` included) are packed into one int64 key
     per (sentence, n-gram) when that fits (else rows are compared with ``unique(dim=0)``),
@@ -824,10 +832,10 @@ def fuzzy_alignment(
     """FA-DAT's fuzzy n-gram alignment between the DAG and the reference (paper §3).
 
     Algorithm 1 with the passing probabilities of Eq. 16 from a triangular solve; the expected
-    n-gram counts of Eq. 18 as ``(p ⊙ G_1) E ⊙ G_2 … E ⊙ G_n`` for all distinct reference
-    n-grams at once (one (B, N, L)×(B, L, L) matmul per order); the token probabilities are
-    gathered only for the reference n-grams' tokens, never via a (B, N, L, V) expansion
-    (anchor-spec §4). Follows the reference code where the paper is silent: a single order n,
+    n-gram counts of Eq. 18 as ``(p ⊙ G_1) E ⊙ G_2 … E ⊙ G_n`` for all distinct reference n-grams at
+    once (one (B, N, L)×(B, L, L) matmul per order); the token probabilities are gathered only for
+    the reference n-grams' tokens, never via a (B, N, L, V) expansion (docs/reference-behaviour.md,
+    "Fuzzy alignment loss"). Follows the reference code where the paper is silent: a single order n,
     ``<s>``/``</s>`` inside n-grams and in both lengths, ``T_b`` from ``target_lengths``,
     probabilities in the input dtype (float32 in training, not fp16); transition probabilities below
     the normal range (≈ 2e−38 in float32) are flushed to 0.

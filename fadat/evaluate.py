@@ -7,8 +7,9 @@ One process, one test set, one device, one thread setting for every model and st
 - **Quality** against the raw references that ``fadat prepare`` wrote (every reference stream:
   es→en Bible has WEB and KJV): sacreBLEU corpus BLEU (default ``13a`` tokenizer, or the target
   language's, e.g. ``zh``) with its signature, chrF with its signature, and *tokenized BLEU*, the
-  NAT papers' number (anchor-spec §6): hypotheses and references tokenised with sacremoses'
-  ``MosesTokenizer`` (target language, no escaping) and scored with ``tokenize="none"``.
+  NAT papers' number (docs/reference-behaviour.md, "Evaluation"): hypotheses and references
+  tokenised with sacremoses' ``MosesTokenizer`` (target language, no escaping) and scored with
+  ``tokenize="none"``.
 - **Length buckets** (paper Table 5): tokenized BLEU of the sentences whose first reference has
   ``< 20``, ``20–40``, ``40–60``, ``≥ 60`` tokens (13a tokens, as ``fadat analyze`` buckets,
   :func:`fadat.analysis.length_buckets`).
@@ -19,8 +20,9 @@ One process, one test set, one device, one thread setting for every model and st
   system of the same strategy (the paper's FA-DAT vs DA-Transformer stars).
   A system whose outputs equal the baseline's is shown as ``same`` (sacreBLEU reports
   ``p = 1/(samples+1)`` for identical systems) and listed in its ``identical_to``.
-- **Latency** (anchor-spec §6 ``--batch-size 1``): raw string in → detokenised string out through
-  :func:`fadat.translate.translate_lines` at batch size 1, median over the test sentences, after
+- **Latency** (docs/reference-behaviour.md, "Evaluation"; the reference's ``--batch-size 1``):
+  raw string in → detokenised string out through :func:`fadat.translate.translate_lines` at
+  batch size 1, median over the test sentences, after
   ``--warmup`` (20) untimed sentences; systems are interleaved sentence by sentence (the order
   rotates each sentence) so drifts of the machine hit every system alike.
 - **Throughput**: sentences/s of the whole test set in batches of ``--batch-size`` (64)
@@ -71,6 +73,7 @@ from fadat.scoring import (
 )
 from fadat.translate import (
     add_decoding_arguments,
+    add_upsample_argument,
     apply_threads,
     check_strategy,
     decoding_options,
@@ -365,7 +368,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     labels = model_labels(args.model)
     models = []
     for label, directory in zip(labels, args.model, strict=True):
-        model, sp = load_model(directory, device)
+        model, sp = load_model(directory, device, args.upsample_ratio)
         models.append((label, model, sp))
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies and any(not m.autoregressive for _, m, _ in models):
@@ -659,6 +662,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--threads", type=nonnegative_int, default=2, help="torch intra-op threads (2)"
     )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    add_upsample_argument(parser)
     parser.add_argument(
         "--baseline", default=None, help="system for speed-ups and significance (default AT beam)"
     )

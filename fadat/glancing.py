@@ -21,7 +21,7 @@ from fadat.data.contract import PAD_ID
 from fadat.losses import fit_rows, target_logprobs, widen
 
 # --------------------------------------------------------------------------------------------
-# Glancing-ratio schedule (anchor-spec §3, ``--glat-p "v0:v1@N"``)
+# Glancing-ratio schedule (docs/reference-behaviour.md, "Glancing", ``--glat-p "v0:v1@N"``)
 # --------------------------------------------------------------------------------------------
 
 
@@ -43,7 +43,7 @@ class GlancingSchedule:
         """Ratio at update ``update`` (0-based count of finished updates).
 
         Between knots (a, pa) and (b, pb): ``a + (b − a)·(u − pa)/(pb − pa + 1)`` (the reference's
-        ``+ 1``, anchor-spec §3 and §9.11); after the last knot its value.
+        ``+ 1``, docs/reference-behaviour.md, "Glancing"); after the last knot its value.
         """
         if update < 0:
             raise ValueError(f"update count must be >= 0, got {update}")
@@ -56,7 +56,8 @@ class GlancingSchedule:
 
 
 def _parse_count(text: str, spec: str) -> int:
-    # The reference only expands "k" (to "000"), anchor-spec §3; "m" is added for convenience.
+    # The reference only expands "k" (to "000"), docs/reference-behaviour.md, "Glancing"; "m" is
+    # added for convenience.
     match = re.fullmatch(r"(\d+)([km]?)", text.strip())
     if match is None:
         raise ValueError(f"bad update count {text!r} in glancing schedule {spec!r}")
@@ -64,7 +65,7 @@ def _parse_count(text: str, spec: str) -> int:
 
 
 def parse_glancing_schedule(spec: str | float) -> GlancingSchedule:
-    """Parse a glancing-ratio schedule (anchor-spec §3).
+    """Parse a glancing-ratio schedule (docs/reference-behaviour.md, "Glancing").
 
     Syntax: a single ratio ``"0.1"`` (constant), or ``"v0:v1@N"`` (linear from v0 at update 0 to
     v1 at update N, then constant), or more knots ``"v0:v1@N1:v2@N2"`` (positions increasing).
@@ -107,14 +108,15 @@ def parse_glancing_schedule(spec: str | float) -> GlancingSchedule:
 
 
 # --------------------------------------------------------------------------------------------
-# Glancing (anchor-spec §3)
+# Glancing (docs/reference-behaviour.md, "Glancing")
 # --------------------------------------------------------------------------------------------
 
 
 def glance_count(
     target_lengths: torch.Tensor, num_correct: torch.Tensor, ratio: float
 ) -> torch.Tensor:
-    """Number of glanced tokens per sentence, ``number-random`` strategy (anchor-spec §3.4).
+    """Number of glanced tokens per sentence, ``number-random`` strategy
+    (docs/reference-behaviour.md, "Glancing").
 
     Args:
         target_lengths: ``(B,)`` int64, T_b including ``<s>`` and ``</s>``.
@@ -134,7 +136,7 @@ def choose_glanced(
     """Choose ``counts[b]`` aligned vertices of sentence b uniformly at random.
 
     As the reference: Gaussian scores on aligned vertices (−100 elsewhere), keep those at or
-    above the N-th largest score (anchor-spec §3.4).
+    above the N-th largest score (docs/reference-behaviour.md, "Glancing").
 
     Args:
         path: ``(B, L)`` int64 target index aligned to each vertex, −1 off the path.
@@ -170,7 +172,7 @@ def oracle_tokens(targets: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class GlanceResult:
-    """What the glancing pass decided (anchor-spec §3).
+    """What the glancing pass decided (docs/reference-behaviour.md, "Glancing").
 
     Attributes:
         decoder_tokens: ``(B, L)`` int64 input of pass 2 (pass-1 input with glanced ``<unk>``
@@ -208,7 +210,7 @@ def decode_with_seed(
 ):
     """Run ``model.decode`` (``model.decode_logits`` with ``logits=True``) with the global RNG
     seeded to ``seed`` and restored afterwards, so two calls with the same seed draw identical
-    dropout masks (anchor-spec §3.1, §3.5)."""
+    dropout masks (docs/reference-behaviour.md, "Glancing")."""
     with torch.random.fork_rng(devices=_rng_devices(decoder_tokens.device)):
         torch.manual_seed(seed)
         if logits:
@@ -225,9 +227,9 @@ def glance(
     ratio: float,
     seed: int,
 ) -> GlanceResult:
-    """Glancing pass 1 (anchor-spec §3.1–3.4): decode the plain input without gradient under the
-    dropout seed ``seed``, align the target with the best path of the DAG, count correct tokens,
-    and choose ``floor((T − #correct)·p + 0.5)`` aligned vertices to reveal.
+    """Glancing pass 1 (docs/reference-behaviour.md, "Glancing"): decode the plain input without
+    gradient under the dropout seed ``seed``, align the target with the best path of the DAG, count
+    correct tokens, and choose ``floor((T − #correct)·p + 0.5)`` aligned vertices to reveal.
 
     The random choice of vertices uses the global torch RNG (after pass 1, outside the seeded
     block), so a resumed run with restored RNG states chooses the same vertices.

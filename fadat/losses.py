@@ -97,8 +97,8 @@ def target_logprobs(
     """Log-probabilities of the reference tokens at every vertex, straight from the logits.
 
     Equals ``fadat.dag.gather_match(log_softmax(logits.float(), -1), targets)`` (the "match" of
-    anchor-spec §2) without materialising the ``(B, L, V)`` fp32 log-softmax or its gradient:
-    the training step's largest memory traffic on CPU.
+    docs/reference-behaviour.md, "DAG likelihood") without materialising the ``(B, L, V)`` fp32
+    log-softmax or its gradient: the training step's largest memory traffic on CPU.
 
     Args:
         logits: ``(B, L, V)`` fp32, bf16, fp16 or fp64 output-projection logits.
@@ -159,9 +159,9 @@ class LossOutput:
 def force_emit_match(
     match: torch.Tensor, path: torch.Tensor, glanced: torch.Tensor
 ) -> torch.Tensor:
-    """Force-emit, anchor-spec §2 [v1] (FA-DAT): a glanced vertex j aligned to target t* may only
-    emit y_{t*}; column j of ``match`` keeps row t* (detached) and is −inf elsewhere. Other
-    vertices may still emit y_{t*}.
+    """Force-emit, docs/reference-behaviour.md, "Force-emit" (FA-DAT): a glanced vertex j aligned to
+    target t* may only emit y_{t*}; column j of ``match`` keeps row t* (detached) and is −inf
+    elsewhere. Other vertices may still emit y_{t*}.
 
     Args:
         match: ``(B, T, L)`` fp32 log-probabilities ``log p(y_t | v_j)``.
@@ -187,7 +187,8 @@ def nll_loss(
     glance: GlanceResult | None = None,
     force_emit: bool = True,
 ) -> LossOutput:
-    """DAG negative log-likelihood (anchor-spec §2; paper §2.2 ``L = −log P(y|x)``).
+    """DAG negative log-likelihood (docs/reference-behaviour.md, "DAG likelihood"; paper §2.2 ``L =
+    −log P(y|x)``).
 
     Per sentence ``ℓ_b = −log P(y_b|x_b) / T_b``. Sentences that cannot be aligned (T_b > L_b,
     cause ``too_long``) or whose log-likelihood is not finite (cause ``nonfinite``) contribute 0
@@ -201,7 +202,7 @@ def nll_loss(
         graph_lengths: ``(B,)`` int64 L_b.
         target_lengths: ``(B,)`` int64 T_b.
         glance: the glancing decision of pass 1; with ``force_emit`` the glanced vertices are
-            pinned to their oracle token (anchor-spec §2 [v1]).
+            pinned to their oracle token (docs/reference-behaviour.md, "Force-emit").
         force_emit: apply force-emit to glanced vertices.
 
     :func:`nll_loss_from_logits` is the same loss from the output-projection logits (the
@@ -303,7 +304,8 @@ def fuzzy_loss(
     target_lengths: torch.Tensor,
     order: int = 2,
 ) -> LossOutput:
-    """FA-DAT fuzzy alignment loss ``ℓ_b = −BP_b · p′_n,b`` (anchor-spec §4; paper eq. loss).
+    """FA-DAT fuzzy alignment loss ``ℓ_b = −BP_b · p′_n,b`` (docs/reference-behaviour.md, "Fuzzy
+    alignment loss"; paper eq. loss).
 
     The n-gram statistics come from :func:`fadat.dag.fuzzy_alignment` (single order n, clipped
     expected matches over expected n-gram count, BP from expected length vs T_b, both counting

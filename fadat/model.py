@@ -51,7 +51,8 @@ from fadat.transformer import (
 
 
 def transition_mask(graph_lengths: Tensor, size: int, max_transition_length: int = -1) -> Tensor:
-    """Valid transitions ``v_i -> v_j``: ``i < j < L_b`` and ``j − i ≤ m`` (anchor-spec §1.3).
+    """Valid transitions ``v_i -> v_j``: ``i < j < L_b`` and ``j − i ≤ m``
+    (docs/reference-behaviour.md, "Links").
 
     Args:
         graph_lengths: ``(B,)`` int64 graph sizes ``L_b`` (≤ ``size``).
@@ -77,7 +78,8 @@ def transition_log_probs(
     max_transition_length: int = -1,
 ) -> Tensor:
     """The links: log transition probabilities of the DAG, a gated mixture of H heads
-    (anchor-spec §1.3 ``extract_links``; paper Eq. 2 with multi-head transitions).
+    (docs/reference-behaviour.md, "Links" ``extract_links``; paper Eq. 2 with multi-head
+    transitions).
 
     ``links[b,i,j] = log Σ_h softmax_h(gate[b,i])_h · softmax_{j valid}(S[b,i,j,h])`` with
     ``S[b,i,j,h] = <Q[b,i,h], K[b,j,h]> / sqrt(d_h)``,
@@ -116,7 +118,8 @@ def transition_log_probs(
 
 class LinksHead(nn.Module):
     """Projects vertex features ``[h_j; P_link(j)]`` (2d) to per-head queries and keys (d) and gate
-    logits (H) and returns the links (anchor-spec §1.3, ``--links-feature feature:position``)."""
+    logits (H) and returns the links (docs/reference-behaviour.md, "Links", ``--links-feature
+    feature:position``)."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -168,7 +171,7 @@ def uniform_copy(encoder_out: EncoderOut, decoder_tokens: Tensor) -> Tensor:
 
 class DATModel(PretrainedMixin, nn.Module):
     """DA-Transformer: encoder, non-autoregressive decoder over L graph vertices, token head and
-    links head (anchor-spec §1; paper §2.2, Eq. 1–2).
+    links head (docs/reference-behaviour.md, "Network"; paper §2.2, Eq. 1–2).
 
     Attributes:
         config: the :class:`ModelConfig` (``model_type == "dat"``).
@@ -204,7 +207,8 @@ class DATModel(PretrainedMixin, nn.Module):
         return self.encoder(source)
 
     def graph_lengths(self, source_lengths: Tensor, decoding: bool = False) -> Tensor:
-        """Graph sizes ``L_b = clip(int(λ·|x </s>|), 2, max_target_positions)`` (anchor-spec §1.2).
+        """Graph sizes ``L_b = clip(int(λ·|x </s>|), 2, max_target_positions)``
+        (docs/reference-behaviour.md, "Graph size").
 
         Args:
             source_lengths: ``(B,)`` int64 source lengths including ``</s>``.
@@ -218,7 +222,8 @@ class DATModel(PretrainedMixin, nn.Module):
         return sizes.to(source_lengths.device) if isinstance(source_lengths, Tensor) else sizes
 
     def decoder_input_tokens(self, graph_lengths: Tensor) -> Tensor:
-        """Decoder input ids ``[<s>, <unk> × (L_b − 2), </s>, <pad> …]`` (anchor-spec §1.2).
+        """Decoder input ids ``[<s>, <unk> × (L_b − 2), </s>, <pad> …]``
+        (docs/reference-behaviour.md, "Graph size").
 
         Args:
             graph_lengths: ``(B,)`` int64, every ``L_b ≥ 2``.
@@ -282,7 +287,8 @@ class DATModel(PretrainedMixin, nn.Module):
 
     def token_head(self, states: Tensor) -> Tensor:
         """``(B, L, d)`` states -> ``(B, L, V)`` fp32 token log-probs: the tied, bias-free output
-        projection, logits cast to fp32 before the log-softmax (anchor-spec §1.4)."""
+        projection, logits cast to fp32 before the log-softmax (docs/reference-behaviour.md,
+        "Network")."""
         return torch.log_softmax(self.token_logits(states).float(), dim=-1)  # (B, L, V) fp32
 
     def decode_logits(

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     """``fadat score``: returns the exit code."""
     apply_threads(args.threads)
     check_output(args.output)
-    model, sp = load_model(args.model, args.device)
+    model, sp = load_model(args.model, args.device, args.upsample_ratio)
     sources, targets, name = read_pairs(args)
     scores = score_pairs(
         model, sp, sources, targets, max_tokens=args.max_tokens, warn=stderr_warner(name)

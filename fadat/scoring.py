@@ -29,7 +29,7 @@ DEFAULT_STRATEGIES: tuple[str, ...] = ("greedy", "lookahead", "joint-viterbi")
 
 def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
     """Moses-tokenise each line (sacremoses, ``escape=False``: no ``&amp;`` entities), the
-    tokenisation of the NAT papers' tokenized BLEU (anchor-spec §6)."""
+    tokenisation of the NAT papers' tokenized BLEU (docs/reference-behaviour.md, "Evaluation")."""
     tokenizer = MosesTokenizer(lang=lang)
     return [tokenizer.tokenize(line, return_str=True, escape=False) for line in lines]
 

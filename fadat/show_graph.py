@@ -1,13 +1,13 @@
 """``fadat show-graph``: draw the directed acyclic graph behind one translation.
 
 Each drawn vertex is a box listing its most probable tokens with their probabilities; its fill
-colour gives its passing probability (the probability that a path drawn from the transitions
-visits it, :func:`fadat.dag.passing_probabilities`). Drawn edges are the strongest transitions,
-ranked by their *flow* ``P(pass i) · E[i, j]`` (the probability that a random path uses the
-edge), and the decoded path is highlighted in red. This is the picture of DA-Transformer's
-graph demo (anchor-spec §6 "Visualisation": per-vertex passing probability, top-5 tokens,
-transition matrix, the vertices chosen for the output), laid out with networkx's layered layout
-(``multipartite_layout`` over topological generations; networkx comes with torch) and drawn
+colour gives its passing probability (the probability that a path drawn from the transitions visits
+it, :func:`fadat.dag.passing_probabilities`). Drawn edges are the strongest transitions, ranked by
+their *flow* ``P(pass i) · E[i, j]`` (the probability that a random path uses the edge), and the
+decoded path is highlighted in red. This is the picture of DA-Transformer's graph demo
+(docs/reference-behaviour.md, "Evaluation" "Visualisation": per-vertex passing probability, top-5
+tokens, transition matrix, the vertices chosen for the output), laid out with networkx's layered
+layout (``multipartite_layout`` over topological generations; networkx comes with torch) and drawn
 with matplotlib (Agg backend); ``.png`` and ``.svg`` outputs.
 
 :func:`graph_view` holds the numbers (tested); :func:`draw_graph` only draws them.
@@ -27,7 +27,7 @@ import torch
 from fadat import outputs
 from fadat.errors import InputError
 from fadat.options import positive_int, probability
-from fadat.translate import add_decoding_arguments
+from fadat.translate import add_decoding_arguments, add_upsample_argument
 
 SUFFIXES = (".png", ".svg")
 
@@ -285,6 +285,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="draw transitions used by at least this share of paths (default: 0.05)",
     )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
+    add_upsample_argument(parser)
     add_decoding_arguments(parser)
 
 
@@ -305,7 +306,7 @@ def run(args: argparse.Namespace) -> int:
     for name in ("min_passing", "min_flow"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise InputError(f"--{name.replace('_', '-')} must be in [0, 1]")
-    model, sp = load_dat_model(args.model, args.device)
+    model, sp = load_dat_model(args.model, args.device, args.upsample_ratio)
     options = decoding_options(args, model, args.strategy)
     check_strategy(model, args.strategy, options)
     ((_, token_logprobs, links, graph_lengths),) = model_outputs(

@@ -186,7 +186,7 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
 
 def _load_encoder(model: torch.nn.Module, directory: str, decoder_layers: bool = False) -> None:
     """Copy the encoder (with the shared token embedding, which is also the tied output
-    projection) of the DAT or AT model in ``directory`` into ``model`` (issue 7: initialising a
+    projection) of the DAT or AT model in ``directory`` into ``model`` (initialising a
     DA-Transformer from a trained AT baseline); with ``decoder_layers`` also the decoder layers
     (self-attention, cross-attention, FFN; the AT's causal mask is not a weight). The decoder's
     position table and the links head stay freshly initialised.

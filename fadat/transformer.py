@@ -38,7 +38,8 @@ from fadat.errors import InputError
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """Sizes and options of a DAT or AT model (anchor-spec §1.1; unknown keys are rejected).
+    """Sizes and options of a DAT or AT model (docs/reference-behaviour.md, "Network"; unknown keys
+    are rejected).
 
     Attributes:
         model_type: ``"dat"`` (DA-Transformer) or ``"at"`` (autoregressive baseline).
@@ -601,13 +602,13 @@ class TransformerLayer(nn.Module):
 
 def embedding_scale(config: ModelConfig) -> float:
     """The factor token embeddings are multiplied by: sqrt(d), or 1 with
-    ``scale_embedding=False`` (anchor-spec §1.1)."""
+    ``scale_embedding=False`` (docs/reference-behaviour.md, "Network")."""
     return math.sqrt(config.d_model) if config.scale_embedding else 1.0
 
 
 def _init_bert(module: nn.Module, std: float) -> None:
-    """BERT init (anchor-spec §1.1, ``--apply-bert-init``): N(0, std) weights, zero biases, zero
-    padding row; LayerNorms keep (1, 0)."""
+    """BERT init (docs/reference-behaviour.md, "Network", ``--apply-bert-init``): N(0, std) weights,
+    zero biases, zero padding row; LayerNorms keep (1, 0)."""
     if isinstance(module, nn.Linear):
         nn.init.normal_(module.weight, mean=0.0, std=std)
         if module.bias is not None:
@@ -622,7 +623,8 @@ def _init_bert(module: nn.Module, std: float) -> None:
 class Encoder(nn.Module):
     """Transformer encoder; owns the token embedding shared with the decoder and output layer.
 
-    Shared by :class:`DATModel` and :class:`fadat.baseline.ATModel` (anchor-spec §1.1).
+    Shared by :class:`DATModel` and :class:`fadat.baseline.ATModel` (docs/reference-behaviour.md,
+    "Network").
     """
 
     def __init__(self, config: ModelConfig) -> None:

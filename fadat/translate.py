@@ -85,7 +85,8 @@ class PairScore:
 
     @property
     def nll_per_token(self) -> float:
-        """``−log_prob / tokens`` (anchor-spec §2 normalises the DAG NLL by ``T`` likewise)."""
+        """``−log_prob / tokens`` (docs/reference-behaviour.md, "DAG likelihood" normalises the DAG
+        NLL by ``T`` likewise)."""
         return -self.log_prob / self.tokens
 
 
@@ -371,8 +372,11 @@ class Translator:
         self.sp = sp
 
     @classmethod
-    def from_pretrained(cls, directory: str | Path, device: str = "cpu") -> Translator:
-        """Load a model directory (DAT or AT) onto ``device``.
+    def from_pretrained(
+        cls, directory: str | Path, device: str = "cpu", upsample_ratio: float | None = None
+    ) -> Translator:
+        """Load a model directory (DAT or AT) onto ``device``; ``upsample_ratio`` replaces the
+        decoding λ of a DAT (see :func:`fadat.model_dir.load_model`).
 
         Raises:
             InputError: as :func:`load_model`.
@@ -381,7 +385,7 @@ class Translator:
             raise InputError(
                 f"directory must be a path (str or pathlib.Path), got {type(directory).__name__}"
             )
-        model, sp = load_model(directory, device)
+        model, sp = load_model(directory, device, upsample_ratio)
         return cls(model, sp)
 
     @property
@@ -645,8 +649,21 @@ def decoding_options(args: argparse.Namespace, model: nn.Module, strategy: str) 
     return options
 
 
+def add_upsample_argument(parser: argparse.ArgumentParser) -> None:
+    """``--upsample-ratio``: λ of the decoding graph (DA-Transformer's --decode-upsample-scale)."""
+    parser.add_argument(
+        "--upsample-ratio",
+        type=positive_float,
+        default=None,
+        metavar="λ",
+        help="DAT graph size L = λ·|x| at decoding (DA-Transformer's --decode-upsample-scale; "
+        "default: the model's)",
+    )
+
+
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--device``, ``--threads``, ``--max-tokens``."""
+    """``--device``, ``--threads``, ``--max-tokens``, ``--upsample-ratio``."""
+    add_upsample_argument(parser)
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
     parser.add_argument(
         "--threads",
@@ -724,7 +741,7 @@ def run(args: argparse.Namespace) -> int:
     """``fadat translate``: read, translate, write; returns the exit code."""
     apply_threads(args.threads)
     check_output(args.output)
-    model, sp = load_model(args.model, args.device)
+    model, sp = load_model(args.model, args.device, args.upsample_ratio)
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
     check_strategy(model, strategy, options, args.nbest)

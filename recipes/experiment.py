@@ -1,4 +1,4 @@
-"""Paper-comparison experiments (issue 8), resumable across sessions.
+"""Paper-comparison experiments (RESULTS.md), resumable across sessions.
 
 An experiment file (``recipes/experiments/*.yaml``) names a dataset, integer variables (N, M),
 seeds and an ordered list of training stages; a stage may start from another stage's averaged

@@ -1,4 +1,5 @@
-"""Learning-speed harness (issue 7): train DA-Transformer variants for a fixed wall-clock budget.
+"""Learning-speed harness: train DA-Transformer variants for a fixed wall-clock budget (RESULTS.md,
+"Learning speed on 2 CPU cores").
 
 Each variant of ``recipes/learning_speed.yaml`` is one change against ``base``. ``run`` trains a
 variant from scratch into ``RUNS/VARIANT`` for ``--budget`` of training time (validation

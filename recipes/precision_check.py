@@ -1,4 +1,5 @@
-"""Valid loss of training checkpoints evaluated in fp32 and under bf16 autocast (issue 4).
+"""Valid loss of training checkpoints evaluated in fp32 and under bf16 autocast (RESULTS.md: bf16
+against fp32).
 
 Separates the two ways a bf16 run's logged valid loss can differ from an fp32 run's: the model
 it trained (compare the fp32 evaluations) and the precision of the evaluation itself (compare

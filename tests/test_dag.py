@@ -21,7 +21,8 @@ NEG_INF = float("-inf")
 
 
 def link_logprobs(scores: torch.Tensor, graph_lengths: torch.Tensor) -> torch.Tensor:
-    """Masked log_softmax over destinations (anchor-spec §1.3): −inf outside i < j < L_b."""
+    """Masked log_softmax over destinations (docs/reference-behaviour.md, "Links"): −inf outside i <
+    j < L_b."""
     size = scores.shape[1]
     idx = torch.arange(size)
     valid = (idx[None, :, None] < idx[None, None, :]) & (
@@ -216,8 +217,8 @@ def test_log_likelihood_no_path_gives_neg_inf_and_zero_gradient():
     ours = dag.dag_log_likelihood(logp, links, targets, glen, tlen)
     assert not torch.isnan(ours).any()
     dead = tlen > glen
-    # The trainer zeroes such entries (anchor-spec §2); the backward must not produce NaN even
-    # when it is handed the full vector.
+    # The trainer zeroes such entries (docs/reference-behaviour.md, "DAG likelihood"); the backward
+    # must not produce NaN even when it is handed the full vector.
     g_logits, g_scores = torch.autograd.grad(ours.sum(), (logits, scores))
     assert torch.isfinite(g_logits).all() and torch.isfinite(g_scores).all()
     assert (g_logits[dead] == 0).all() and (g_scores[dead] == 0).all()
@@ -328,7 +329,8 @@ def test_log_likelihood_from_edited_match():
 
 
 def logspace_reference(match, links):
-    """Plain float64 log-space forward DP under autograd (the anchor-spec §2 torch reference).
+    """Plain float64 log-space forward DP under autograd (the docs/reference-behaviour.md, "DAG
+    likelihood" torch reference).
 
     −inf is replaced by −1e5 (exp underflows to exactly 0 in float64) so that logsumexp's
     gradient stays NaN-free on unreachable vertices."""

@@ -1,5 +1,6 @@
-"""Tests of fadat.model: links head vs. a plain transcription of anchor-spec §1.3, decoder inputs,
-graph sizes, masking, dropout determinism, autocast dtypes, the model directory format."""
+"""Tests of fadat.model: links head vs. a plain transcription of docs/reference-behaviour.md,
+"Links", decoder inputs, graph sizes, masking, dropout determinism, autocast dtypes, the model
+directory format."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ def tiny(**overrides) -> DATModel:
 
 
 def reference_links(head: LinksHead, states: torch.Tensor, lengths: torch.Tensor, m: int):
-    """anchor-spec §1.3 transcribed literally: (B, L, L, H) layout, einsum, −inf mask, NaN rows
-    overwritten after the softmax, logsumexp over heads with log-gates."""
+    """docs/reference-behaviour.md, "Links" transcribed literally: (B, L, L, H) layout, einsum, −inf
+    mask, NaN rows overwritten after the softmax, logsumexp over heads with log-gates."""
     b, size, d = states.shape
     h = head.heads
     pos = head.positions.weight[:size]  # (L, d)
@@ -415,7 +416,7 @@ def test_copy_source_adds_uniformly_mapped_encoder_states_to_unk_vertices():
 
 
 # ---------------------------------------------------------------------------------------------
-# Cheaper dropout masks (issue 4)
+# Cheaper dropout masks
 
 
 def test_fast_dropout_rate_scale_gradient_and_seeding():

@@ -1,4 +1,4 @@
-"""The model committed under models/ loads on a fresh clone and translates (README, issue 8)."""
+"""The model committed under models/ loads on a fresh clone and translates (README)."""
 
 from __future__ import annotations
 

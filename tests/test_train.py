@@ -78,8 +78,9 @@ def _prepare_copy_data(root: Path, repeats: bool) -> Path:
 
 @pytest.fixture(scope="module")
 def copy_data(tmp_path_factory) -> Path:
-    """No word twice in a row: DAG decoders merge consecutive equal tokens (anchor-spec §5), so
-    only such sentences can be reproduced exactly by a DAT."""
+    """No word twice in a row: DAG decoders merge consecutive equal tokens
+    (docs/reference-behaviour.md, "Decoding"), so only such sentences can be reproduced exactly by a
+    DAT."""
     return _prepare_copy_data(tmp_path_factory.mktemp("copy"), repeats=False)
 
 

@@ -255,3 +255,25 @@ def test_init_decoder_layers_from_at_copies_layers_not_positions(tmp_path):
     layers = [n for n in dat_state if n.startswith("layers.")]
     assert layers and all(torch.equal(dat_state[n], at_state[n]) for n in layers)
     assert not torch.equal(dat_state["embed_positions.weight"], at_state["embed_positions.weight"])
+
+
+def test_upsample_ratio_flag_sets_lambda_of_a_fresh_and_a_fine_tuned_model(tmp_path):
+    """fadat train --upsample-ratio (the reference's --upsample-scale): λ of a fresh model, and of
+    an --init-from model whose weights are kept."""
+    from fadat.model_dir import save_model_directory
+    from fadat.train import build_model
+
+    cfg, _ = resolve_config(parse(["--data", "D", "--run-dir", "R", "--upsample-ratio", "2.5"]))
+    assert cfg.upsample_ratio == 2.5
+    model = build_model(cfg, 12)
+    assert model.config.upsample_ratio == 2.5
+    assert build_model(TrainConfig(data="d", run_dir="r"), 12).config.upsample_ratio == 4.0
+    save_model_directory(model, tmp_path / "m")
+    tuned = build_model(
+        TrainConfig(data="d", run_dir="r", init_from=str(tmp_path / "m"), upsample_ratio=3.0), 12
+    )
+    assert tuned.config.upsample_ratio == 3.0
+    pairs = zip(tuned.state_dict().values(), model.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
+    with pytest.raises(InputError, match="upsample-ratio"):
+        validate_config(TrainConfig(data="d", run_dir="r", max_updates=1, upsample_ratio=-1.0))

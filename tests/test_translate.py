@@ -38,7 +38,8 @@ WORDS = "ab cd ef gh ij kl mn op qr st uv wx".split()
 
 def random_sentences(n: int, seed: int, low: int = 2, high: int = 6) -> list[str]:
     """Sentences over WORDS without consecutive repeats (a DAG's output de-duplicates
-    consecutive equal tokens, anchor-spec §5, so a copy model cannot emit ``ab ab``)."""
+    consecutive equal tokens, docs/reference-behaviour.md, "Decoding", so a copy model cannot emit
+    ``ab ab``)."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -529,3 +530,38 @@ def test_copy_model_reproduces_heldout_inputs(copy_model, capsys, monkeypatch, t
         assert translator.translate(inputs, strategy=strategy) == inputs
     meta = json.loads((copy_model["model"] / "config.json").read_text(encoding="utf-8"))
     assert meta["model_type"] == "dat"
+
+
+def test_decode_upsample_ratio_changes_the_graph(models, capsys, monkeypatch):
+    """--upsample-ratio / Translator.from_pretrained(upsample_ratio=) set the decoding λ (the
+    reference's --decode-upsample-scale): the graph size and the scores follow it, the stored
+    training λ does not change; AT models ignore it; λ <= 0 is bad input."""
+    from fadat.data.contract import PAD_ID
+    from fadat.data.spm import encode_source
+
+    default = Translator.from_pretrained(models["dat"])
+    wide = Translator.from_pretrained(models["dat"], upsample_ratio=6.0)
+    assert wide.model.config.decoding_upsample_ratio == 6.0
+    assert wide.model.config.upsample_ratio == default.model.config.upsample_ratio
+    source = torch.tensor([list(encode_source(wide.sp, "ab cd ef"))])
+    assert wide.model.batch_cost(source.shape[1]) == int(6.0 * source.shape[1])
+    _, _, graph_lengths = wide.model.graph_outputs(source)
+    assert int(graph_lengths[0]) == int(6.0 * int(source.ne(PAD_ID).sum()))
+    scores = [t.translate_nbest(["ab cd"], 1)[0][0].score for t in (default, wide)]
+    assert scores[0] != scores[1]
+    code, out, err = run_cli(
+        ["translate", "--model", str(models["dat"]), "--upsample-ratio", "6"],
+        capsys,
+        monkeypatch,
+        b"ab cd\n",
+    )
+    assert code == 0 and out.count("\n") == 1
+    at = Translator.from_pretrained(models["at"], upsample_ratio=6.0)
+    assert at.translate(["ab cd"]) == Translator.from_pretrained(models["at"]).translate(["ab cd"])
+    code, _, err = run_cli(
+        ["translate", "--model", str(models["dat"]), "--upsample-ratio", "0"],
+        capsys,
+        monkeypatch,
+        b"ab\n",
+    )
+    _assert_one_error_line(code, err, "--upsample-ratio")

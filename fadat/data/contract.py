@@ -4,10 +4,11 @@ type and the graph size.
 - Special ids (set through sentencepiece's training flags, fairseq's order): ``<s>`` = 0,
   ``<pad>`` = 1, ``</s>`` = 2, ``<unk>`` = 3.
 - A stored source sentence is ``x </s>``; a stored target sentence is ``<s> y </s>``
-  (anchor-spec §1.2, [v2] layout). Lengths always count these special tokens.
+  (docs/reference-behaviour.md, "Graph size", [v2] layout). Lengths always count these special
+  tokens.
 - The graph size of a sentence is ``L = int(λ · |x </s>|)``, at least 2, clipped to the decoder's
-  maximum positions (anchor-spec §1.2 ``source_old``). The batcher, the model and ``translate``
-  all call :func:`graph_size`; nothing else computes L.
+  maximum positions (docs/reference-behaviour.md, "Graph size" ``source_old``). The batcher, the
+  model and ``translate`` all call :func:`graph_size`; nothing else computes L.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def graph_size(
     upsample_ratio: float,
     max_positions: int | None = None,
 ) -> torch.Tensor:
-    """Graph size L per sentence (anchor-spec §1.2, ``source_old``; paper §2.2 ``L = λ·N``).
+    """Graph size L per sentence (docs/reference-behaviour.md, "Graph size", ``source_old``; paper
+    §2.2 ``L = λ·N``).
 
     Args:
         source_lengths: ``(B,)`` int64 tensor, sequence of ints or one int: source lengths
