@@ -1,9 +1,9 @@
 """``fadat average``: average the best K checkpoints of a run (by validation BLEU) or a given list
-of checkpoints into a model directory (docs/reference-behaviour.md, "Evaluation"; the FA-DAT papers
-report best-5 averages).
+of checkpoints into a model directory (docs/reference-behaviour.md, "Checkpoint averaging"; the
+FA-DAT papers report best-5 averages).
 
-The arithmetic lives in :mod:`fadat.train` (:func:`~fadat.train.average_checkpoints`,
-:func:`~fadat.train.write_averaged_model`); this module is the command-line layer.
+The arithmetic lives in :mod:`fadat.checkpoints` (:func:`~fadat.checkpoints.average_checkpoints`,
+:func:`~fadat.checkpoints.write_averaged_model`); this module is the command-line layer.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class ATModel(PretrainedMixin, nn.Module):
     """Encoder–decoder Transformer with a causal decoder and a tied output projection.
 
     Attributes:
-        config: the :class:`~fadat.model.ModelConfig` (``model_type == "at"``).
+        config: the :class:`~fadat.transformer.ModelConfig` (``model_type == "at"``).
         metadata: the non-config entries of config.json after :meth:`from_pretrained`, else ``{}``.
     """
 
@@ -89,7 +89,8 @@ class ATModel(PretrainedMixin, nn.Module):
         return self.encoder.embed_tokens.weight
 
     def encode(self, source: Tensor) -> EncoderOut:
-        """Run the encoder on ``source`` ``(B, S)`` int64 (see ``fadat.model.Encoder.forward``)."""
+        """Run the encoder on ``source`` ``(B, S)`` int64 (see
+        ``fadat.transformer.Encoder.forward``)."""
         return self.encoder(source)
 
     def _decoder(

@@ -12,7 +12,7 @@ One process, one test set, one device, one thread setting for every model and st
   ``tokenize="none"``.
 - **Length buckets** (paper Table 5): tokenized BLEU of the sentences whose first reference has
   ``< 20``, ``20–40``, ``40–60``, ``≥ 60`` tokens (13a tokens, as ``fadat analyze`` buckets,
-  :func:`fadat.analysis.length_buckets`).
+  :func:`fadat.scoring.length_buckets`).
 - **Significance**: sacreBLEU's paired bootstrap (``sacrebleu.significance.PairedTest``,
   ``test_type="bs"``, seed 12345) of every system against a baseline system, for sacreBLEU and
   tokenized BLEU. The baseline is ``--baseline`` or the AT beam system, else the first system;
@@ -365,127 +365,29 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     source_lang, target_lang = read_languages(args.data)
     sources, references = load_split(args.data, args.split, args.subset)
-    labels = model_labels(args.model)
-    models = []
-    for label, directory in zip(labels, args.model, strict=True):
-        model, sp = load_model(directory, device, args.upsample_ratio)
-        models.append((label, model, sp))
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    if not strategies and any(not m.autoregressive for _, m, _ in models):
-        raise InputError("--strategies is empty")
-    systems = build_systems(
-        models,
-        strategies,
-        lambda model, strategy: decoding_options(args, model, strategy),
-        args.at_beam_size,
-        args.at_length_penalty,
-        # --max-len-a/--max-len-b apply to the AT decoders too.
-        {k: getattr(args, k) for k in ("max_len_a", "max_len_b") if getattr(args, k) is not None},
-    )
-    names = [s.name for s in systems]
-    baseline = args.baseline or next(
-        (s.name for s in systems if s.model.autoregressive and s.strategy == "beam"), names[0]
-    )
-    if baseline not in names:
-        raise InputError(f"--baseline {baseline!r} is not one of {', '.join(names)}")
+    models, systems, baseline = _load_systems(args, device, sources)
     _log(f"{len(sources)} sentences of {args.data} ({args.split}), {len(references)} reference(s)")
-    for label, model, sp in models:
-        truncated: list[str] = []
-        encode_sources(sp, sources, model.config.max_source_positions, truncated.append)
-        if truncated:
-            _log(
-                f"warning: {label}: {len(truncated)} source sentence(s) truncated to the model's "
-                f"maximum of {model.config.max_source_positions} tokens"
-            )
-
-    tuning: dict[str, Any] = {}
-    if args.tune_length_penalty:
-        grid = list(args.length_penalty_grid)  # finite numbers (fadat.options)
-        valid_sources, valid_refs = load_split(
-            args.data, args.tune_split, args.tune_subset or args.subset
-        )
-        for system in systems:
-            if system.strategy in ("joint-viterbi", "viterbi"):
-                _log(f"tuning length penalty of {system.name} on {args.tune_split}")
-                best, table = tune_length_penalty(
-                    system,
-                    valid_sources,
-                    valid_refs,
-                    target_lang,
-                    grid,
-                    args.batch_size,
-                    args.max_tokens,
-                )
-                system.options["length_penalty"] = best
-                tuning[system.name] = {"split": args.tune_split, "best": best, "grid": table}
-
-    tokenized_refs = [moses_tokenize(stream, target_lang) for stream in references]
-    results: dict[str, dict[str, Any]] = {}
-    hypotheses: dict[str, list[str]] = {}
-    tokenized_hyps: dict[str, list[str]] = {}
-    for system in systems:
-        _log(f"translating with {system.name} (batches of {args.batch_size})")
-        hyps, seconds = translate_timed(system, sources, args.batch_size, args.max_tokens)
-        hypotheses[system.name] = hyps
-        tokenized_hyps[system.name] = moses_tokenize(hyps, target_lang)
-        scores = corpus_scores(
-            hyps, references, target_lang, tokenized_hyps[system.name], tokenized_refs
-        )
-        scores["length_buckets"] = bucket_scores(
-            tokenized_hyps[system.name], tokenized_refs, references[0]
-        )
-        scores["throughput"] = len(sources) / seconds if seconds > 0 else math.inf
-        scores["throughput_seconds"] = seconds
-        results[system.name] = scores
-
+    tuning = _tune(args, systems, target_lang) if args.tune_length_penalty else {}
+    results, hypotheses, tokenized = _translate_and_score(
+        args, systems, sources, references, target_lang
+    )
     if args.latency:
-        latency_sentences = sources[: args.latency_subset] if args.latency_subset else sources
-        _log(
-            f"latency: {len(latency_sentences)} sentences × {len(systems)} systems at batch "
-            f"size 1 after {args.warmup} warm-up sentences"
-        )
-        times = measure_latency(systems, latency_sentences, args.warmup)
-        for name, values in times.items():
-            results[name]["latency_ms_median"] = 1000 * statistics.median(values)
-            results[name]["latency_ms_mean"] = 1000 * statistics.fmean(values)
-            results[name]["latency_sentences"] = len(values)
+        _latency(args, systems, sources, results)
     base = results[baseline]
     for r in results.values():
         if "latency_ms_median" in r and base.get("latency_ms_median"):
             r["speedup_latency"] = base["latency_ms_median"] / r["latency_ms_median"]
         r["speedup_throughput"] = r["throughput"] / base["throughput"]
-
     significance = []
     if args.bootstrap and len(systems) > 1:
-        for group in comparison_groups(systems, baseline):
-            _log(f"paired bootstrap ({args.bootstrap} resamples) against {group[0]}")
-            sacre = paired_bootstrap(
-                [(n, hypotheses[n]) for n in group],
-                references,
-                bleu_metric(target_lang),
-                args.bootstrap,
-            )
-            tok = paired_bootstrap(
-                [(n, tokenized_hyps[n]) for n in group],
-                tokenized_refs,
-                tokenized_bleu_metric(),
-                args.bootstrap,
-            )
-            significance.append({"baseline": group[0], "bleu": sacre, "tok_bleu": tok})
-            for n in group[1:]:
-                results[n].setdefault("p_value_bleu", {})[group[0]] = sacre[n]["p_value"]
-                results[n].setdefault("p_value_tok_bleu", {})[group[0]] = tok[n]["p_value"]
-                # sacreBLEU gives identical outputs p = 1/(samples+1) ("a zero difference is not
-                # chance"); flag them so the table does not read as a significant difference.
-                if hypotheses[n] == hypotheses[group[0]]:
-                    results[n].setdefault("identical_to", []).append(group[0])
-
+        significance = _significance(
+            args, systems, baseline, hypotheses, tokenized, references, target_lang, results
+        )
     if args.save_hypotheses:
         out_dir = outputs.mark_dir(args.save_hypotheses, "hypotheses")
         for name, hyps in hypotheses.items():
             path = out_dir / (name.replace("/", "_").replace(":", ".") + ".txt")
             outputs.atomic_write(path, "".join(h + "\n" for h in hyps))
-
     settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     return {
         "environment": environment(device),
@@ -522,6 +424,153 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         ],
         "significance": significance,
     }
+
+
+def _load_systems(
+    args: argparse.Namespace, device: torch.device, sources: Sequence[str]
+) -> tuple[list[tuple[str, nn.Module, Any]], list[System], str]:
+    """The models ``(label, model, sp)``, the systems and the baseline system's name; logs the
+    sources each model truncates."""
+    models = []
+    for label, directory in zip(model_labels(args.model), args.model, strict=True):
+        model, sp = load_model(directory, device, args.upsample_ratio)
+        models.append((label, model, sp))
+    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    if not strategies and any(not m.autoregressive for _, m, _ in models):
+        raise InputError("--strategies is empty")
+    systems = build_systems(
+        models,
+        strategies,
+        lambda model, strategy: decoding_options(args, model, strategy),
+        args.at_beam_size,
+        args.at_length_penalty,
+        # --max-len-a/--max-len-b apply to the AT decoders too.
+        {k: getattr(args, k) for k in ("max_len_a", "max_len_b") if getattr(args, k) is not None},
+    )
+    names = [s.name for s in systems]
+    baseline = args.baseline or next(
+        (s.name for s in systems if s.model.autoregressive and s.strategy == "beam"), names[0]
+    )
+    if baseline not in names:
+        raise InputError(f"--baseline {baseline!r} is not one of {', '.join(names)}")
+    for label, model, sp in models:
+        truncated: list[str] = []
+        encode_sources(sp, sources, model.config.max_source_positions, truncated.append)
+        if truncated:
+            _log(
+                f"warning: {label}: {len(truncated)} source sentence(s) truncated to the model's "
+                f"maximum of {model.config.max_source_positions} tokens"
+            )
+    return models, systems, baseline
+
+
+def _tune(args: argparse.Namespace, systems: list[System], target_lang: str) -> dict[str, Any]:
+    """``--tune-length-penalty``: set each (joint-)Viterbi system's β_v from the tuning split;
+    returns the tuning record per system."""
+    grid = list(args.length_penalty_grid)  # finite numbers (fadat.options)
+    valid_sources, valid_refs = load_split(
+        args.data, args.tune_split, args.tune_subset or args.subset
+    )
+    tuning = {}
+    for system in systems:
+        if system.strategy in ("joint-viterbi", "viterbi"):
+            _log(f"tuning length penalty of {system.name} on {args.tune_split}")
+            best, table = tune_length_penalty(
+                system,
+                valid_sources,
+                valid_refs,
+                target_lang,
+                grid,
+                args.batch_size,
+                args.max_tokens,
+            )
+            system.options["length_penalty"] = best
+            tuning[system.name] = {"split": args.tune_split, "best": best, "grid": table}
+    return tuning
+
+
+def _translate_and_score(
+    args: argparse.Namespace,
+    systems: list[System],
+    sources: Sequence[str],
+    references: Sequence[Sequence[str]],
+    target_lang: str,
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]], dict[str, list[str]]]:
+    """Translate the split with every system (timed: throughput) and score it; returns the
+    per-system results, hypotheses and Moses-tokenised hypotheses."""
+    tokenized_refs = [moses_tokenize(stream, target_lang) for stream in references]
+    results: dict[str, dict[str, Any]] = {}
+    hypotheses: dict[str, list[str]] = {}
+    tokenized: dict[str, list[str]] = {}
+    for system in systems:
+        _log(f"translating with {system.name} (batches of {args.batch_size})")
+        hyps, seconds = translate_timed(system, sources, args.batch_size, args.max_tokens)
+        hypotheses[system.name] = hyps
+        tok = tokenized[system.name] = moses_tokenize(hyps, target_lang)
+        scores = corpus_scores(hyps, references, target_lang, tok, tokenized_refs)
+        scores["length_buckets"] = bucket_scores(tok, tokenized_refs, references[0])
+        scores["throughput"] = len(sources) / seconds if seconds > 0 else math.inf
+        scores["throughput_seconds"] = seconds
+        results[system.name] = scores
+    return results, hypotheses, tokenized
+
+
+def _latency(
+    args: argparse.Namespace,
+    systems: list[System],
+    sources: Sequence[str],
+    results: dict[str, dict[str, Any]],
+) -> None:
+    """Batch-1 latency of every system (``--latency-subset``), into ``results``."""
+    latency_sentences = sources[: args.latency_subset] if args.latency_subset else sources
+    _log(
+        f"latency: {len(latency_sentences)} sentences × {len(systems)} systems at batch "
+        f"size 1 after {args.warmup} warm-up sentences"
+    )
+    times = measure_latency(systems, latency_sentences, args.warmup)
+    for name, values in times.items():
+        results[name]["latency_ms_median"] = 1000 * statistics.median(values)
+        results[name]["latency_ms_mean"] = 1000 * statistics.fmean(values)
+        results[name]["latency_sentences"] = len(values)
+
+
+def _significance(
+    args: argparse.Namespace,
+    systems: list[System],
+    baseline: str,
+    hypotheses: dict[str, list[str]],
+    tokenized: dict[str, list[str]],
+    references: Sequence[Sequence[str]],
+    target_lang: str,
+    results: dict[str, dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """Paired bootstrap of each comparison group (sacreBLEU and tokenized BLEU); p-values and
+    identical outputs go into ``results``."""
+    tokenized_refs = [moses_tokenize(stream, target_lang) for stream in references]
+    significance = []
+    for group in comparison_groups(systems, baseline):
+        _log(f"paired bootstrap ({args.bootstrap} resamples) against {group[0]}")
+        sacre = paired_bootstrap(
+            [(n, hypotheses[n]) for n in group],
+            references,
+            bleu_metric(target_lang),
+            args.bootstrap,
+        )
+        tok = paired_bootstrap(
+            [(n, tokenized[n]) for n in group],
+            tokenized_refs,
+            tokenized_bleu_metric(),
+            args.bootstrap,
+        )
+        significance.append({"baseline": group[0], "bleu": sacre, "tok_bleu": tok})
+        for n in group[1:]:
+            results[n].setdefault("p_value_bleu", {})[group[0]] = sacre[n]["p_value"]
+            results[n].setdefault("p_value_tok_bleu", {})[group[0]] = tok[n]["p_value"]
+            # sacreBLEU gives identical outputs p = 1/(samples+1) ("a zero difference is not
+            # chance"); flag them so the table does not read as a significant difference.
+            if hypotheses[n] == hypotheses[group[0]]:
+                results[n].setdefault("identical_to", []).append(group[0])
+    return significance
 
 
 def _log(message: str) -> None:

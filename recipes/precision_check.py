@@ -3,7 +3,7 @@ against fp32).
 
 Separates the two ways a bf16 run's logged valid loss can differ from an fp32 run's: the model
 it trained (compare the fp32 evaluations) and the precision of the evaluation itself (compare
-the two columns of one checkpoint). Uses ``fadat.train.validate`` (the training objective
+the two columns of one checkpoint). Uses ``fadat.validation.validate`` (the training objective
 without glancing, eval mode) on the first ``--valid-subset`` valid sentences.
 
 With ``--gradients CHECKPOINT``, it instead compares one update's gradients: the NLL of
