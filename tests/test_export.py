@@ -34,7 +34,8 @@ def briefly_trained_at(root: str) -> dict[str, Path]:
     on a real training set only repeats words up to the limit, where fadat and CTranslate2
     differ on purpose, see fadat.export).
     """
-    from fadat.train import TrainConfig, train, write_averaged_model
+    from fadat.checkpoints import write_averaged_model
+    from fadat.train import TrainConfig, train
 
     root_path = Path(root)
     root_path.mkdir(parents=True, exist_ok=True)
