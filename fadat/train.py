@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import itertools
 import json
 import logging
@@ -67,6 +66,7 @@ from fadat.checkpoints import (
 from fadat.distributed import all_reduce, gather_rng, peak_rss_mib, setup_distributed
 from fadat.errors import InputError
 from fadat.glancing import parse_glancing_schedule
+from fadat.model_init import build_model, data_vocab_size, load_data
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.train_config import (
     CONFIG_FIELDS,
@@ -104,110 +104,6 @@ def inverse_sqrt_lr(update: int, lr: float, warmup: int, warmup_init_lr: float) 
     return lr * math.sqrt(max(warmup, 1) / max(update, 1))
 
 
-
-
-# --------------------------------------------------------------------------------------------
-# Data and model construction
-# --------------------------------------------------------------------------------------------
-
-
-def _load_data(cfg: TrainConfig):
-    from fadat.data.binarized import BinarizedDataset
-
-    data_dir = Path(cfg.data)
-    if data_dir.exists() and not data_dir.is_dir():
-        raise InputError(f"--data {data_dir}: a file, not a data directory of fadat prepare")
-    if not data_dir.is_dir():
-        raise InputError(f"data directory {data_dir} does not exist")
-    train = BinarizedDataset(data_dir, "train")
-    valid = BinarizedDataset(data_dir, "valid") if _has_split(data_dir, "valid") else None
-    return train, valid
-
-
-def _has_split(data_dir: Path, split: str) -> bool:
-    from fadat.data.binarized import read_meta
-
-    return split in read_meta(data_dir).get("splits", {})
-
-
-def _vocab_size(data_dir: Path) -> int:
-    from fadat.data.binarized import read_meta
-
-    meta = read_meta(data_dir)
-    if "vocab_size" not in meta:
-        raise InputError(f"{data_dir / 'meta.json'}: no vocab_size")
-    return int(meta["vocab_size"])
-
-
-def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
-    """A fresh model from ``--preset`` + YAML ``model`` overrides + ``--dropout`` and
-    ``--upsample-ratio``, or the weights of ``--init-from`` (the FA-DAT fine-tune: weights only,
-    the optimizer starts fresh).
-
-    Raises:
-        InputError: bad preset/overrides, or an ``--init-from`` model of the other architecture
-            or another vocabulary.
-    """
-    from fadat.model_dir import load_pretrained
-    from fadat.transformer import make_config
-
-    if cfg.init_from:
-        model = load_pretrained(cfg.init_from)
-        if model.config.model_type != cfg.arch:
-            raise InputError(
-                f"--init-from {cfg.init_from} holds a {model.config.model_type!r} model, "
-                f"not --arch {cfg.arch}"
-            )
-        if model.config.vocab_size != vocab_size:
-            raise InputError(
-                f"--init-from {cfg.init_from} has vocabulary size {model.config.vocab_size}, "
-                f"the data has {vocab_size}"
-            )
-        changes = {"dropout": cfg.dropout}
-        if cfg.upsample_ratio:
-            changes["upsample_ratio"] = cfg.upsample_ratio
-        if any(getattr(model.config, k) != v for k, v in changes.items()):
-            # Dropout and λ are training settings: the fine-tune's flags win.
-            config = dataclasses.replace(model.config, **changes)
-            fresh = model_class(cfg.arch)(config)
-            fresh.load_state_dict(model.state_dict())
-            model = fresh
-        model.train()
-        return model
-    overrides = {"model_type": cfg.arch, "dropout": cfg.dropout, **cfg.model}
-    if cfg.upsample_ratio:
-        overrides["upsample_ratio"] = cfg.upsample_ratio
-    config = make_config(cfg.preset, vocab_size, **overrides)
-    model = model_class(cfg.arch)(config)
-    if cfg.init_encoder_from:
-        _load_encoder(model, cfg.init_encoder_from, cfg.init_decoder_layers)
-    return model
-
-
-def _load_encoder(model: torch.nn.Module, directory: str, decoder_layers: bool = False) -> None:
-    """Copy the encoder (with the shared token embedding, which is also the tied output
-    projection) of the DAT or AT model in ``directory`` into ``model`` (initialising a
-    DA-Transformer from a trained AT baseline); with ``decoder_layers`` also the decoder layers
-    (self-attention, cross-attention, FFN; the AT's causal mask is not a weight). The decoder's
-    position table and the links head stay freshly initialised.
-
-    Raises:
-        InputError: the directory's encoder (or decoder layers) differ in shape (vocabulary,
-            width, layers, pre/post-norm).
-    """
-    from fadat.model_dir import load_pretrained
-
-    source = load_pretrained(directory).state_dict()
-    own = model.state_dict()
-    prefixes = ("encoder.", "layers.", "final_norm.") if decoder_layers else ("encoder.",)
-    names = [n for n in own if n.startswith(prefixes)]
-    bad = [n for n in names if n not in source or source[n].shape != own[n].shape]
-    if bad:
-        raise InputError(
-            f"--init-encoder-from {directory}: encoder does not fit this model "
-            f"(first mismatch: {bad[0]}); use the same vocabulary, width and encoder layers"
-        )
-    model.load_state_dict({**own, **{n: source[n] for n in names}})
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,8 +153,8 @@ class Trainer:
         self.objective = OBJECTIVES[cfg.resolved_objective()]
         self.stat_keys = (*CORE_STATS, *self.objective.statistics)
         self.schedule = parse_glancing_schedule(cfg.resolved_glat_p())
-        self.train_data, self.valid_data = _load_data(cfg)
-        vocab = _vocab_size(Path(cfg.data))
+        self.train_data, self.valid_data = load_data(cfg)
+        vocab = data_vocab_size(Path(cfg.data))
         # Model initialisation draws from the seed on every rank: identical replicas.
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)

@@ -265,7 +265,7 @@ def test_prepare_force_keeps_a_users_file_in_a_dataset(tmp_path, capsys):
 def test_train_run_dir_must_be_new_or_a_run(tmp_path, capsys, monkeypatch):
     import fadat.train as train
 
-    no_work(monkeypatch, train, "_load_data")
+    no_work(monkeypatch, train, "load_data")
     base = ["train", "--data", str(tmp_path / "data"), "--max-updates", "1"]
     folder = foreign_dir(tmp_path / "folder")
     fails_with_one_line([*base, "--run-dir", str(folder)], capsys, "--run-dir", "did not create")
