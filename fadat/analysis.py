@@ -256,7 +256,8 @@ def model_outputs(
         model's device, computed under ``torch.inference_mode``.
     """
     from fadat.model_dir import model_device
-    from fadat.translate import DEFAULT_MAX_TOKENS, encode_sources, make_batches
+    from fadat.translate import encode_sources, make_batches
+    from fadat.verbs import DEFAULT_MAX_TOKENS
 
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
     budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
@@ -545,7 +546,7 @@ def plot_vertex_density(
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fadat analyze``."""
-    from fadat.translate import add_common_arguments, add_decoding_arguments
+    from fadat.verbs import add_common_arguments, add_decoding_arguments
 
     parser.description = (
         "Confidence of DAT models (paper §4.4): Table 3 (−log P(a|x), −log P(y|a,x), −log P(y|x) "
@@ -595,7 +596,8 @@ def run(args: argparse.Namespace) -> int:
     """``fadat analyze``: print Tables 3 and 5, write Figure 1 and the numbers as JSON."""
     from fadat.model_dir import model_labels
     from fadat.scoring import load_split, read_languages
-    from fadat.translate import apply_threads, decoding_options, stderr_warner, strategy_options
+    from fadat.translate import strategy_options
+    from fadat.verbs import apply_threads, decoding_options, stderr_warner
 
     apply_threads(args.threads)
     if args.names is not None and len(args.names) != len(args.model):

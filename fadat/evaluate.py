@@ -71,14 +71,12 @@ from fadat.scoring import (
     read_languages,
     tokenized_bleu_metric,
 )
-from fadat.translate import (
+from fadat.translate import check_strategy, encode_sources, translate_lines
+from fadat.verbs import (
     add_decoding_arguments,
     add_upsample_argument,
     apply_threads,
-    check_strategy,
     decoding_options,
-    encode_sources,
-    translate_lines,
 )
 
 DEFAULT_GRID = (0.6, 0.8, 1.0, 1.2, 1.4)

@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 
 from fadat.errors import InputError
-from fadat.translate import (
+from fadat.translate import load_model, score_pairs
+from fadat.verbs import (
     add_common_arguments,
     apply_threads,
     check_output,
-    load_model,
     open_output,
     read_lines,
-    score_pairs,
     stderr_warner,
 )
 

@@ -27,7 +27,7 @@ import torch
 from fadat import outputs
 from fadat.errors import InputError
 from fadat.options import positive_int, probability
-from fadat.translate import add_decoding_arguments, add_upsample_argument
+from fadat.verbs import add_decoding_arguments, add_upsample_argument
 
 SUFFIXES = (".png", ".svg")
 
@@ -294,7 +294,8 @@ def run(args: argparse.Namespace) -> int:
     from fadat.analysis import load_dat_model, model_outputs
     from fadat.data.spm import decode as detokenize
     from fadat.decoding import decode
-    from fadat.translate import check_strategy, decoding_options, stderr_warner
+    from fadat.translate import check_strategy
+    from fadat.verbs import decoding_options, stderr_warner
 
     if not args.sentence.strip():
         raise InputError("the source sentence is empty")

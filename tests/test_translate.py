@@ -25,13 +25,8 @@ from fadat.decoding import decode
 from fadat.errors import InputError
 from fadat.model import DATModel
 from fadat.transformer import make_config
-from fadat.translate import (
-    Translator,
-    load_model,
-    make_batches,
-    read_lines,
-    score_pairs,
-)
+from fadat.translate import Translator, load_model, make_batches, score_pairs
+from fadat.verbs import read_lines
 
 WORDS = "ab cd ef gh ij kl mn op qr st uv wx".split()
 

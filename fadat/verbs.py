@@ -1,0 +1,217 @@
+"""What the ``fadat`` verbs share on their command-line side: reading input lines (file or
+stdin, UTF-8 errors named by line), writing an output all-or-nothing, warnings on stderr, the
+decoding-option flags of every strategy and their value types, and ``--device`` / ``--threads`` /
+``--max-tokens`` / ``--upsample-ratio``. The argument parser and exit codes are
+:mod:`fadat.cli`'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+from torch import nn
+
+from fadat import outputs
+from fadat.errors import InputError
+from fadat.options import (
+    finite_float,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+)
+
+#: Default per-batch budget (see :func:`fadat.translate.batch_cost`).
+DEFAULT_MAX_TOKENS = 4096
+
+Warn = Callable[[str], None]
+
+
+
+def read_lines(path: str | None) -> list[str]:
+    """Read UTF-8 text lines from ``path`` (``None`` or ``"-"``: stdin).
+
+    A final line without a newline counts; ``\\r\\n`` endings and a UTF-8 byte-order mark are
+    accepted (as in ``fadat.data.prepare.read_lines``, which reads files only; this one also reads
+    stdin).
+
+    Raises:
+        InputError: the file cannot be read, holds a NUL byte, or a line is not valid UTF-8 (the
+            message names the file, the 1-based line and the byte offset within the line).
+    """
+    name = "<stdin>" if path in (None, "-") else str(path)
+    try:
+        if path in (None, "-"):
+            data = sys.stdin.buffer.read()
+        else:
+            data = Path(path).read_bytes()
+    except OSError as err:
+        raise InputError(f"{name}: cannot read ({err.strerror or err})") from err
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not text
+        data = data[3:]
+    nul = data.find(b"\x00")
+    if nul >= 0:  # text has none: a binary file
+        line = data.count(b"\n", 0, nul) + 1
+        raise InputError(f"{name}: line {line}: NUL byte (not a text file?)")
+    raw = data.split(b"\n")
+    if raw and raw[-1] == b"":
+        raw.pop()
+    lines = []
+    for number, chunk in enumerate(raw, start=1):
+        if chunk.endswith(b"\r"):
+            chunk = chunk[:-1]
+        try:
+            lines.append(chunk.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            raise InputError(
+                f"{name}: line {number}: invalid UTF-8 at byte {err.start} of the line"
+            ) from err
+    return lines
+
+
+def check_output(path: str | None) -> None:
+    """Before any work: ``--output`` names a file that can be written (stdout: nothing to check).
+
+    Raises:
+        InputError: a directory, or a location that cannot be written
+            (:func:`fadat.outputs.check_output_file`).
+    """
+    if path not in (None, "-"):
+        outputs.check_output_file(path, "--output")
+
+
+@contextmanager
+def open_output(path: str | None) -> Iterator[TextIO]:
+    """``sys.stdout`` (UTF-8) for ``None``/``"-"``, else a UTF-8 file written all-or-nothing: a
+    temporary file next to ``path``, renamed onto it when the block ends without an error.
+
+    Raises:
+        InputError: the file cannot be created.
+    """
+    if path in (None, "-"):
+        if hasattr(sys.stdout, "reconfigure"):
+            sys.stdout.reconfigure(encoding="utf-8")
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    with outputs.atomic_path(path) as tmp:
+        try:
+            out = open(tmp, "w", encoding="utf-8", newline="\n")
+        except OSError as err:
+            raise InputError(f"{path}: cannot write ({err.strerror or err})") from err
+        with out:
+            yield out
+
+
+def stderr_warner(source_name: str) -> Warn:
+    """A :data:`Warn` that prints ``fadat: warning: <source_name>: <message>`` to stderr."""
+
+    def warn(message: str) -> None:
+        print(f"fadat: warning: {source_name}: {message}", file=sys.stderr)
+
+    return warn
+
+
+#: CLI flag → (value type, help); ``--length-penalty`` is ``alpha`` for the DAG beam search.
+#: The types reject NaN, infinities and sizes below their minimum (:mod:`fadat.options`); the
+#: decoders check their own ranges (``top_p`` in (0, 1], ...) in :func:`check_strategy`.
+_OPTION_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
+    "beta": (finite_float, "β: weight of the token log-probability (lookahead, sample)"),
+    "length_penalty": (
+        finite_float,
+        "length penalty: β_v of (joint-)viterbi, α of AT beam search and of DAG beam search",
+    ),
+    "temperature": (positive_float, "τ: transition temperature (sample)"),
+    "top_cand_n": (
+        positive_int,
+        "candidates per vertex (sample, beam, lookahead with n-gram bans)",
+    ),
+    "top_p": (finite_float, "nucleus / candidate mass (sample, beam, lookahead with n-gram bans)"),
+    "seed": (nonnegative_int, "RNG seed (sample)"),
+    "beam_size": (positive_int, "beam size (beam; AT default 5, DAG default 100)"),
+    "max_beam_per_length": (positive_int, "states kept per prefix length (DAG beam)"),
+    "no_consecutive_repeated_ngram": (
+        nonnegative_int,
+        "ban consecutive repeated n-grams up to this n",
+    ),
+    "no_repeated_ngram": (nonnegative_int, "ban repeating any n-gram of this order"),
+    "max_length": (positive_int, "largest output length k (viterbi, joint-viterbi)"),
+    "max_len_a": (nonnegative_float, "AT output limit a·|x|+b: a"),
+    "max_len_b": (nonnegative_int, "AT output limit a·|x|+b: b"),
+}
+
+
+#: Decoder keyword → value type, for :func:`check_option_values`.
+OPTION_TYPES: dict[str, Callable[[str], Any]] = {
+    **{name: kind for name, (kind, _) in _OPTION_FLAGS.items()},
+    "alpha": finite_float,
+    "gamma": finite_float,
+    "max_successors": positive_int,
+}
+
+
+def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the strategy option flags (all default ``None`` = the decoder's own default)."""
+    group = parser.add_argument_group("decoding options (only those the strategy takes)")
+    for name, (kind, help_text) in _OPTION_FLAGS.items():
+        group.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
+
+
+def decoding_options(args: argparse.Namespace, model: nn.Module, strategy: str) -> dict[str, Any]:
+    """The strategy options the user set on the command line, as decoder keywords."""
+    options = {
+        name: getattr(args, name) for name in _OPTION_FLAGS if getattr(args, name, None) is not None
+    }
+    for flag, keyword in model.flag_aliases.get(strategy, {}).items():
+        if flag in options:
+            options[keyword] = options.pop(flag)
+    return options
+
+
+def add_upsample_argument(parser: argparse.ArgumentParser) -> None:
+    """``--upsample-ratio``: λ of the decoding graph (DA-Transformer's --decode-upsample-scale)."""
+    parser.add_argument(
+        "--upsample-ratio",
+        type=positive_float,
+        default=None,
+        metavar="λ",
+        help="DAT graph size L = λ·|x| at decoding (DA-Transformer's --decode-upsample-scale; "
+        "default: the model's)",
+    )
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--threads``, ``--max-tokens``, ``--upsample-ratio``."""
+    add_upsample_argument(parser)
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
+    parser.add_argument(
+        "--threads",
+        type=nonnegative_int,
+        default=0,
+        help="torch intra-op threads (0 = torch's default)",
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=nonnegative_int,
+        default=DEFAULT_MAX_TOKENS,
+        help="batch budget in padded graph vertices (DAT) or source tokens (AT); "
+        f"default {DEFAULT_MAX_TOKENS}",
+    )
+
+
+def apply_threads(threads: int) -> None:
+    """``torch.set_num_threads`` when ``threads > 0``.
+
+    Raises:
+        InputError: ``threads < 0``.
+    """
+    if threads < 0:
+        raise InputError(f"--threads must be >= 0, got {threads}")
+    if threads:
+        torch.set_num_threads(threads)
