@@ -263,7 +263,8 @@ def test_upsample_ratio_flag_sets_lambda_of_a_fresh_and_a_fine_tuned_model(tmp_p
     from fadat.model_dir import save_model_directory
     from fadat.train import build_model
 
-    cfg, _ = resolve_config(parse(["--data", "D", "--run-dir", "R", "--upsample-ratio", "2.5"]))
+    argv = ["--data", "D", "--run-dir", "R", "--max-updates", "1", "--upsample-ratio", "2.5"]
+    cfg, _ = resolve_config(parse(argv))
     assert cfg.upsample_ratio == 2.5
     model = build_model(cfg, 12)
     assert model.config.upsample_ratio == 2.5
