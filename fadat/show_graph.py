@@ -60,13 +60,15 @@ def graph_view(
     top_k: int = 3,
     min_passing: float = 0.05,
     min_flow: float = 0.05,
+    other_paths: Sequence[Sequence[int]] = (),
 ) -> GraphView:
     """Select the vertices and transitions worth drawing for one sentence.
 
     Drawn vertices: every vertex with passing probability ``≥ min_passing``, plus the start, end
-    and decoded-path vertices. Drawn edges between drawn vertices: every transition with flow
-    ``≥ min_flow``, every edge of the decoded path, and, so that no drawn vertex hangs loose,
-    each drawn vertex's strongest incoming and outgoing transition among drawn vertices.
+    and decoded-path vertices (of ``path`` and of every path in ``other_paths``). Drawn edges
+    between drawn vertices: every transition with flow ``≥ min_flow``, every edge of those
+    paths, and, so that no drawn vertex hangs loose, each drawn vertex's strongest incoming and
+    outgoing transition among drawn vertices.
 
     Args:
         token_logprobs: ``(L, V)`` float32 token log-probabilities of one sentence's graph (no
@@ -76,6 +78,8 @@ def graph_view(
         top_k: tokens listed per vertex.
         min_passing: passing-probability threshold for drawing a vertex.
         min_flow: flow threshold for drawing an edge.
+        other_paths: further paths of the graph to draw (e.g. other strategies' choices); checked
+            like ``path``. ``GraphView.path`` stays ``path``.
 
     Returns:
         :class:`GraphView`.
@@ -92,16 +96,19 @@ def graph_view(
             f"and {tuple(token_logprobs.shape)}"
         )
     path = [int(v) for v in path]
-    if len(path) < 2 or path[0] != 0 or path[-1] != size - 1:
-        raise ValueError(f"path must run from vertex 0 to {size - 1}: {path}")
-    if any(nxt <= cur for cur, nxt in pairwise(path)):
-        raise ValueError(f"path vertices must increase: {path}")
+    paths = [path, *([int(v) for v in other] for other in other_paths)]
+    for each in paths:
+        if len(each) < 2 or each[0] != 0 or each[-1] != size - 1:
+            raise ValueError(f"path must run from vertex 0 to {size - 1}: {each}")
+        if any(nxt <= cur for cur, nxt in pairwise(each)):
+            raise ValueError(f"path vertices must increase: {each}")
     links = links.float().cpu()
     lengths = torch.tensor([size])
     passing = passing_probabilities(links[None], lengths)[0]  # (L,)
     flow = passing[:, None] * links.exp()  # (L, L): P(path uses i -> j)
     drawn = passing >= min_passing  # (L,)
-    drawn[torch.tensor(path)] = True
+    for each in paths:
+        drawn[torch.tensor(each)] = True
     drawn[0] = drawn[size - 1] = True
     vertices = torch.nonzero(drawn).flatten()  # (K,)
     sub = flow[vertices][:, vertices]  # (K, K)
@@ -110,8 +117,9 @@ def graph_view(
     keep[sub.argmax(0), torch.arange(len(vertices))] |= sub.max(0).values > 0
     keep[torch.arange(len(vertices)), sub.argmax(1)] |= sub.max(1).values > 0
     position = {int(v): k for k, v in enumerate(vertices)}
-    for a, b in pairwise(path):
-        keep[position[a], position[b]] = True
+    for each in paths:
+        for a, b in pairwise(each):
+            keep[position[a], position[b]] = True
     rows, cols = torch.nonzero(keep, as_tuple=True)
     edges = [
         (int(vertices[r]), int(vertices[c]), float(sub[r, c]))

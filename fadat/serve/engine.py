@@ -1,0 +1,359 @@
+"""The model behind ``fadat serve``: checked options, translation with a confidence, the graph.
+
+:class:`Engine` wraps one model directory (DAT or AT) and offers what the HTTP layer needs,
+with no HTTP in it: the strategies and their options (:meth:`Engine.check` turns a request's
+strategy and options into decoder keywords or an :class:`~fadat.errors.InputError` naming the
+problem), the batch cost of a sentence (:meth:`Engine.cost`), translation of a list of
+sentences with a score and a confidence each (:meth:`Engine.translate`), and the graph of one
+sentence's translation as plain numbers (:meth:`Engine.graph`, DAT only).
+
+**Confidence** (:func:`confidence`): the geometric mean of the model's probability of each
+token of its own output, ``exp(log P(y|x) / T)``, where ``log P(y|x)`` is the model's score of
+the output text re-encoded by sentencepiece (paper Eq. 3 for a DAT: every path of the graph;
+the chain rule for an AT) and ``T`` the number of tokens that score covers
+(:class:`fadat.translate.PairScore`: ``|<s> y </s>|`` for DAT, ``|y </s>|`` for AT). It is in
+``(0, 1]``; 1 means the model is sure of every token. Its use as a quality estimate is measured
+in ``bench/qe_confidence.py``.
+
+Not thread-safe: the server calls :meth:`Engine.translate` and :meth:`Engine.graph` from one
+worker thread (:mod:`fadat.serve.batching`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from fadat.errors import InputError
+
+log = logging.getLogger("fadat.serve")
+
+#: Decoder options a request may set, with their type (``int`` options take JSON integers,
+#: ``float`` options any JSON number) and the inclusive range the server accepts. Options that
+#: are not numbers (a KenLM model for the DAG beam search) cannot be set over HTTP; the upper
+#: bounds keep one request from occupying the server for minutes (a beam of 10⁶).
+OPTION_TYPES: dict[str, tuple[type, float, float]] = {
+    "beta": (float, 0.0, 100.0),
+    "length_penalty": (float, -10.0, 10.0),
+    "alpha": (float, -10.0, 10.0),
+    "gamma": (float, -10.0, 10.0),
+    "temperature": (float, 1e-3, 100.0),
+    "top_p": (float, 0.0, 1.0),
+    "max_len_a": (float, 0.0, 10.0),
+    "top_cand_n": (int, 1, 100),
+    "seed": (int, 0, 2**63 - 1),
+    "beam_size": (int, 1, 200),
+    "max_beam_per_length": (int, 1, 100),
+    "max_successors": (int, 1, 100),
+    "no_consecutive_repeated_ngram": (int, 0, 10),
+    "no_repeated_ngram": (int, 0, 10),
+    "max_length": (int, 1, 1024),
+    "max_len_b": (int, 0, 1024),
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One sentence's translation.
+
+    Attributes:
+        text: detokenised output (``""`` for a blank input).
+        score: the strategy's score in nats (:class:`fadat.translate.Translation`); ``None`` for
+            a blank input.
+        log_prob: ``log P(y|x)`` of ``text`` in nats (``None`` for a blank input).
+        confidence: :func:`confidence` of ``log_prob`` (``None`` for a blank input).
+    """
+
+    text: str
+    score: float | None
+    log_prob: float | None
+    confidence: float | None
+
+
+def confidence(log_prob: float, tokens: int) -> float | None:
+    """Per-sentence confidence ``exp(log P(y|x) / T)``: the geometric mean token probability.
+
+    Args:
+        log_prob: ``log P(y|x)`` in nats (−inf allowed: the model cannot produce ``y``).
+        tokens: ``T ≥ 1``, the tokens ``log_prob`` covers.
+
+    Returns:
+        A float in ``[0, 1]``, or ``None`` when ``log_prob`` is NaN (not scored).
+    """
+    if math.isnan(log_prob):
+        return None
+    return math.exp(min(0.0, log_prob / max(1, tokens)))
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+class Engine:
+    """A loaded model directory as the server uses it.
+
+    Attributes:
+        model: DAT or AT model in eval mode.
+        sp: its sentencepiece processor.
+        name: shown by ``GET /health`` (the directory's name).
+    """
+
+    def __init__(self, model: nn.Module, sp: Any, name: str = "model") -> None:
+        from fadat.translate import check_vocabulary
+
+        check_vocabulary(sp, model)
+        self.model = model
+        self.sp = sp
+        self.name = name
+
+    @classmethod
+    def from_directory(cls, directory: str | Path, device: str = "cpu") -> Engine:
+        """Load a model directory.
+
+        Raises:
+            InputError: as :func:`fadat.translate.load_model`.
+        """
+        from fadat.translate import load_model
+
+        model, sp = load_model(directory, device)
+        return cls(model, sp, name=Path(directory).name)
+
+    # -- what the model offers ------------------------------------------------------------------
+
+    @property
+    def model_type(self) -> str:
+        """``"dat"`` or ``"at"`` (reported, never branched on by the server)."""
+        return self.model.config.model_type
+
+    @property
+    def strategies(self) -> dict[str, list[str]]:
+        """Strategy → the options a request may set for it (those of :data:`OPTION_TYPES`)."""
+        from fadat.translate import strategy_options
+
+        return {
+            name: [o for o in options if o in OPTION_TYPES]
+            for name, options in strategy_options(self.model).items()
+        }
+
+    @property
+    def default_strategy(self) -> str:
+        """The strategy of a request that names none (lookahead for DAT, beam for AT)."""
+        from fadat.translate import DEFAULT_STRATEGY
+
+        return DEFAULT_STRATEGY[self.model_type]
+
+    @property
+    def has_graph(self) -> bool:
+        """Whether :meth:`graph` can draw this model's translations (a DAG model)."""
+        return self.model_type == "dat"
+
+    # -- checking requests -----------------------------------------------------------------------
+
+    def check(self, strategy: str | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """A request's strategy and options as decoder keywords.
+
+        Args:
+            strategy: a name of :attr:`strategies`, or ``None`` for :attr:`default_strategy`.
+            options: option name → JSON value.
+
+        Returns:
+            ``(strategy, options)`` with ``float`` options as floats.
+
+        Raises:
+            InputError: unknown strategy, unknown option, an option the strategy does not take,
+                a value of the wrong type or outside :data:`OPTION_TYPES`' range, or a value the
+                decoder rejects.
+        """
+        from fadat.translate import check_strategy
+
+        strategies = self.strategies
+        strategy = self.default_strategy if strategy is None else strategy
+        if strategy not in strategies:
+            raise InputError(
+                f"unknown strategy {strategy!r}; this model offers {', '.join(strategies)}"
+            )
+        checked: dict[str, Any] = {}
+        for name, value in options.items():
+            if name not in OPTION_TYPES:
+                raise InputError(
+                    f"unknown option {name!r}; options: {', '.join(sorted(OPTION_TYPES))}"
+                )
+            if name not in strategies[strategy]:
+                takes = ", ".join(strategies[strategy]) or "no options"
+                raise InputError(f"strategy {strategy!r} does not take {name!r} (it takes {takes})")
+            kind, low, high = OPTION_TYPES[name]
+            is_int = isinstance(value, int) and not isinstance(value, bool)
+            if kind is int and not is_int:
+                raise InputError(f"option {name!r} must be an integer, got {value!r}")
+            if kind is float:
+                if not (is_int or isinstance(value, float)) or not math.isfinite(value):
+                    raise InputError(f"option {name!r} must be a finite number, got {value!r}")
+                value = float(value)
+            if not low <= value <= high:
+                raise InputError(f"option {name!r} must be in [{low:g}, {high:g}], got {value!r}")
+            checked[name] = value
+        check_strategy(self.model, strategy, checked)
+        return strategy, checked
+
+    def cost(self, sentence: str) -> int:
+        """Batch cost of one sentence: graph vertices (DAT) or source tokens (AT), as
+        :func:`fadat.translate.batch_cost`, of its (truncated) encoding; 0 for a blank one."""
+        from fadat.data.spm import encode_source
+        from fadat.translate import batch_cost
+
+        if not sentence.strip():
+            return 0
+        length = min(len(encode_source(self.sp, sentence)), self.model.config.max_source_positions)
+        return batch_cost(self.model, length)
+
+    # -- running the model -----------------------------------------------------------------------
+
+    def translate(
+        self,
+        sentences: Sequence[str],
+        strategy: str,
+        options: dict[str, Any],
+        max_tokens: int | None = None,
+    ) -> list[Result]:
+        """Translate and score sentences (options already :meth:`check`-ed), in input order.
+
+        One call of :func:`fadat.translate.translate_lines` (``max_tokens`` its batch budget;
+        ``None`` = one batch) and one of :func:`fadat.translate.score_pairs` for ``log P(y|x)``
+        of the outputs.
+        """
+        from fadat.translate import score_pairs, translate_lines
+
+        results = translate_lines(
+            self.model,
+            self.sp,
+            sentences,
+            strategy=strategy,
+            options=options,
+            max_tokens=max_tokens,
+            warn=log.warning,
+            check=False,
+        )
+        best = [hyps[0] for hyps in results]
+        rows = [i for i, s in enumerate(sentences) if s.strip()]
+        pairs = score_pairs(
+            self.model,
+            self.sp,
+            [sentences[i] for i in rows],
+            [best[i].text for i in rows],
+            max_tokens=max_tokens,
+            warn=log.warning,
+        )
+        out = [Result("", None, None, None) for _ in sentences]
+        for i, pair in zip(rows, pairs, strict=True):
+            out[i] = Result(
+                text=best[i].text,
+                score=_finite(best[i].score),
+                log_prob=_finite(pair.log_prob),
+                confidence=confidence(pair.log_prob, pair.tokens),
+            )
+        return out
+
+    def graph(
+        self,
+        sentence: str,
+        strategies: Sequence[str],
+        top_k: int = 5,
+        min_passing: float = 0.05,
+        min_flow: float = 0.05,
+    ) -> dict[str, Any]:
+        """The graph behind one sentence's translation, for drawing (DAT only).
+
+        Vertices, transitions and their thresholds are those of
+        :func:`fadat.show_graph.graph_view`, with the paths of every strategy in ``strategies``
+        drawn. Each drawn vertex also gets its ``layer``: the number of drawn transitions on the
+        longest drawn path from vertex 0 to it (networkx's topological generations, as
+        ``fadat show-graph`` lays it out), so a page can draw alternatives for one output
+        position one above the other.
+
+        Args:
+            sentence: raw source text, not blank.
+            strategies: checked strategy names (default options), at least one.
+            top_k: tokens listed per vertex.
+            min_passing: passing-probability threshold for drawing a vertex.
+            min_flow: flow threshold for drawing a transition.
+
+        Returns:
+            JSON-ready dict: ``source``, ``graph_size`` (``L``), ``vertices`` (``id``,
+            ``layer``, ``passing``, ``tokens``: ``[{"token", "id", "p"}]``), ``links``
+            (``from``, ``to``, ``flow``), ``paths`` (per strategy: ``strategy``, ``vertices``,
+            ``text``, ``score``, ``log_prob``, ``confidence``).
+
+        Raises:
+            InputError: the model has no graph, or the sentence is blank.
+        """
+        from fadat.analysis import model_outputs
+        from fadat.data.spm import decode as detokenize
+        from fadat.decoding import decode
+        from fadat.show_graph import graph_view
+        from fadat.translate import score_pairs
+
+        if not self.has_graph:
+            raise InputError(f"a {self.model_type.upper()} model has no graph to show")
+        if not sentence.strip():
+            raise InputError("the sentence is blank")
+        ((_, token_logprobs, links, graph_lengths),) = model_outputs(
+            self.model, self.sp, [sentence], warn=log.warning
+        )
+        size = int(graph_lengths[0])
+        hyps = [decode(token_logprobs, links, graph_lengths, s)[0] for s in strategies]
+        texts = [detokenize(self.sp, h.tokens) for h in hyps]
+        pairs = score_pairs(self.model, self.sp, [sentence] * len(texts), texts, warn=log.warning)
+        view = graph_view(
+            token_logprobs[0, :size],
+            links[0, :size, :size],
+            hyps[0].path,
+            top_k=top_k,
+            min_passing=min_passing,
+            min_flow=min_flow,
+            other_paths=[h.path for h in hyps[1:]],
+        )
+        layer = {v: 0 for v in view.vertices}
+        for i, j, _ in sorted(view.edges):  # vertex ids are a topological order
+            layer[j] = max(layer[j], layer[i] + 1)
+        return {
+            "source": sentence,
+            "graph_size": size,
+            "vertices": [
+                {
+                    "id": v,
+                    "layer": layer[v],
+                    "passing": passing,
+                    "tokens": [
+                        {"token": self.sp.id_to_piece(t), "id": t, "p": p} for t, p in tops
+                    ],
+                }
+                for v, passing, tops in zip(
+                    view.vertices, view.passing, view.top_tokens, strict=True
+                )
+            ],
+            "links": [{"from": i, "to": j, "flow": flow} for i, j, flow in view.edges],
+            "paths": [
+                {
+                    "strategy": s,
+                    "vertices": list(h.path),
+                    "text": text,
+                    "score": _finite(h.score),
+                    "log_prob": _finite(pair.log_prob),
+                    "confidence": confidence(pair.log_prob, pair.tokens),
+                }
+                for s, h, text, pair in zip(strategies, hyps, texts, pairs, strict=True)
+            ],
+        }
+
+
+def path_edges(path: Sequence[int]) -> list[tuple[int, int]]:
+    """The transitions of a vertex path."""
+    return list(pairwise(path))
