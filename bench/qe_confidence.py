@@ -11,7 +11,8 @@ Translates every source sentence of the split with :meth:`fadat.serve.engine.Eng
 sacreBLEU's sentence-level chrF, and prints Spearman's ρ (with a 95 % percentile bootstrap
 interval over sentences, 1,000 resamples) between chrF and:
 
-- ``confidence`` — the server's score, ``exp(log P(y|x) / T)`` (:func:`fadat.serve.engine.confidence`);
+- ``confidence`` — the server's score, ``exp(log P(y|x) / T)``
+  (:func:`fadat.serve.engine.confidence`);
 - ``log P(y|x)`` — the same log-probability, not normalised by length;
 - ``decoder score`` — the strategy's own score (``Translation.score``);
 - ``−source length`` — a baseline that knows nothing of the model: shorter sources are easier.
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         f"mean sentence chrF {sum(quality) / len(quality):.2f}"
     )
     print()
-    print(f"| predictor of sentence chrF | Spearman rho | 95% bootstrap interval |")
+    print("| predictor of sentence chrF | Spearman rho | 95% bootstrap interval |")
     print("|---|---|---|")
     for name, values in predictors.items():
         rho = spearman(values, quality)

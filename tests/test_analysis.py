@@ -206,6 +206,19 @@ def test_graph_view_numbers():
         graph_view(tlp, lk, [0, 3])
 
 
+def test_graph_view_draws_other_paths():
+    token_logprobs, links, _ = random_graph([7], vocab=6, seed=6)
+    tlp, lk = token_logprobs[0], links[0]
+    # thresholds of 1: only the endpoints and the given paths' vertices and edges qualify
+    view = graph_view(tlp, lk, [0, 2, 6], min_passing=1.0, min_flow=1.0, other_paths=[[0, 1, 4, 6]])
+    assert view.vertices == [0, 1, 2, 4, 6]
+    assert view.path == [0, 2, 6]
+    drawn = {(i, j) for i, j, _ in view.edges}
+    assert {(0, 2), (2, 6), (0, 1), (1, 4), (4, 6)} <= drawn
+    with pytest.raises(ValueError):
+        graph_view(tlp, lk, [0, 2, 6], other_paths=[[0, 4, 2, 6]])
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end: a prepared tiny corpus, two randomly initialised tiny DAT models
 

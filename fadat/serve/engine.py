@@ -25,11 +25,9 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 
 from fadat.errors import InputError
@@ -331,9 +329,7 @@ class Engine:
                     "id": v,
                     "layer": layer[v],
                     "passing": passing,
-                    "tokens": [
-                        {"token": self.sp.id_to_piece(t), "id": t, "p": p} for t, p in tops
-                    ],
+                    "tokens": [{"token": self.sp.id_to_piece(t), "id": t, "p": p} for t, p in tops],
                 }
                 for v, passing, tops in zip(
                     view.vertices, view.passing, view.top_tokens, strict=True
@@ -352,8 +348,3 @@ class Engine:
                 for s, h, text, pair in zip(strategies, hyps, texts, pairs, strict=True)
             ],
         }
-
-
-def path_edges(path: Sequence[int]) -> list[tuple[int, int]]:
-    """The transitions of a vertex path."""
-    return list(pairwise(path))

@@ -41,9 +41,10 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
         raise ValueError(f"samples of different lengths: {len(a)} and {len(b)}")
     if len(a) < 2:
         raise ValueError("Spearman's rho needs at least 2 pairs")
-    if np.isnan(np.asarray(a, dtype=np.float64)).any() or np.isnan(
-        np.asarray(b, dtype=np.float64)
-    ).any():
+    if (
+        np.isnan(np.asarray(a, dtype=np.float64)).any()
+        or np.isnan(np.asarray(b, dtype=np.float64)).any()
+    ):
         raise ValueError("samples contain NaN")
     ra, rb = average_ranks(a), average_ranks(b)
     ra, rb = ra - ra.mean(), rb - rb.mean()

@@ -1,0 +1,442 @@
+"""The ASGI application of ``fadat serve`` (FastAPI): endpoints, size limits, JSON errors.
+
+Endpoints (schemas in the OpenAPI document at ``/openapi.json``, browsable at ``/docs``):
+
+- ``GET /health`` — ``{"status": "ok", "model", "model_type", "strategies", …}``;
+- ``POST /v1/translate`` — ``{"text": [...], "strategy": ..., <decoder options>}`` →
+  ``{"translations": [{"text", "score", "log_prob", "confidence"}, ...], ...}`` in input order;
+  concurrent requests are batched (:mod:`fadat.serve.batching`);
+- ``POST /v1/graph`` — ``{"text": "...", "strategies": [...]}`` → the graph behind the
+  translation of one sentence (:meth:`fadat.serve.engine.Engine.graph`);
+- ``GET /`` — the web page (``static/``).
+
+Bad requests get a 4xx answer ``{"error": {"status": N, "message": "..."}}`` whose message names
+the problem: 400 for a body that is not UTF-8 or not JSON, 413 for a body, sentence count or
+sentence length over the limits (:class:`Limits`), 422 for wrong types, a missing or empty
+``text``, an unknown strategy or option, or a value out of range, 503 when too many sentences
+wait. An unexpected error is logged with its traceback on the server and answered 500 with a
+generic message (no traceback is sent). The request body is parsed here rather than by
+FastAPI, so that each of these problems gets its own status and message.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from importlib.resources import files
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from fadat.errors import InputError
+from fadat.serve.batching import Batcher, Busy
+from fadat.serve.engine import Engine
+
+log = logging.getLogger("fadat.serve")
+
+STATIC = files("fadat.serve") / "static"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Request size limits (each above-limit request is answered 413).
+
+    Attributes:
+        max_sentences: sentences per ``/v1/translate`` request (default 64).
+        max_chars: characters per sentence (default 1,000; longer sources would be truncated to
+            the model's ``max_source_positions`` tokens anyway).
+        max_body_bytes: request body size (default 1 MiB).
+    """
+
+    max_sentences: int = 64
+    max_chars: int = 1000
+    max_body_bytes: int = 1 << 20
+
+
+class ApiError(Exception):
+    """A request problem answered with ``status`` and ``message``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# ----------------------------------------------------------------------------------------------
+# Schemas (validation of requests and the OpenAPI document)
+
+
+class TranslateRequest(BaseModel):
+    """Sentences to translate. Any key besides ``text`` and ``strategy`` is a decoder option of
+    the strategy (``GET /health`` lists them per strategy), e.g. ``"beta": 1.0`` for lookahead,
+    ``"beam_size": 5`` for beam search."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="allow",
+        json_schema_extra={
+            "examples": [{"text": ["In the beginning God created the heavens and the earth."]}]
+        },
+    )
+    text: list[str] = Field(description="raw source sentences (1 to max_sentences)")
+    strategy: str | None = Field(
+        None, description="decoding strategy; default lookahead (DAT) or beam (AT)"
+    )
+
+
+class TranslationOut(BaseModel):
+    text: str = Field(description="detokenised translation ('' for a blank input)")
+    score: float | None = Field(description="the strategy's score in nats")
+    log_prob: float | None = Field(description="log P(y|x) of the translation, nats")
+    confidence: float | None = Field(
+        description="exp(log P(y|x) / T): geometric mean token probability, in [0, 1]"
+    )
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TranslationOut]
+    strategy: str
+    options: dict[str, float | int]
+    model: str
+
+
+class GraphRequest(BaseModel):
+    """One sentence whose translation graph to return."""
+
+    model_config = ConfigDict(
+        strict=True,
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "text": "In the beginning God created the heavens and the earth.",
+                    "strategies": ["lookahead", "greedy", "joint-viterbi"],
+                }
+            ]
+        },
+    )
+    text: str = Field(description="raw source sentence")
+    strategies: list[str] | None = Field(
+        None,
+        description="strategies whose paths to return (default options), the first one's path "
+        "highlighted; default: the model's default strategy",
+    )
+    top_k: int = Field(5, ge=1, le=20, description="tokens listed per vertex")
+    min_passing: float = Field(
+        0.05, ge=0.0, le=1.0, description="draw vertices with at least this passing probability"
+    )
+    min_flow: float = Field(
+        0.05, ge=0.0, le=1.0, description="draw transitions used by at least this share of paths"
+    )
+
+
+class TokenOut(BaseModel):
+    token: str
+    id: int
+    p: float
+
+
+class VertexOut(BaseModel):
+    id: int
+    layer: int = Field(description="drawn transitions on the longest drawn path from vertex 0")
+    passing: float = Field(description="probability that a path visits the vertex")
+    tokens: list[TokenOut]
+
+
+class LinkOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    from_: int = Field(alias="from")
+    to: int
+    flow: float = Field(description="P(pass i) * E[i, j]: probability a path uses the link")
+
+
+class PathOut(BaseModel):
+    strategy: str
+    vertices: list[int]
+    text: str
+    score: float | None
+    log_prob: float | None
+    confidence: float | None
+
+
+class GraphResponse(BaseModel):
+    source: str
+    graph_size: int = Field(description="L, the number of vertices")
+    vertices: list[VertexOut]
+    links: list[LinkOut]
+    paths: list[PathOut]
+
+
+class ErrorDetail(BaseModel):
+    status: int
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": text}
+    for code, text in (
+        (400, "the body is not UTF-8 or not JSON"),
+        (413, "too large: body, sentences or characters per sentence over the limits"),
+        (422, "wrong types, missing or empty text, unknown strategy or option, bad value"),
+        (503, "too many sentences waiting"),
+    )
+}
+
+
+def _request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """OpenAPI ``requestBody`` for a handler that parses its body itself."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema()}},
+        }
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing and checking
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON.
+
+    Raises:
+        ApiError: 413 over ``limit`` bytes, 400 not UTF-8 or not JSON (NaN and Infinity are not
+            JSON either).
+    """
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, f"the body has {declared} bytes; the limit is {limit}")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"the body is over the limit of {limit} bytes")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ApiError(400, f"the body is not valid UTF-8 (byte {err.start})") from err
+
+    def reject_constant(name: str) -> Any:
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(text, parse_constant=reject_constant)
+    except json.JSONDecodeError as err:
+        raise ApiError(
+            400, f"invalid JSON: {err.msg} (line {err.lineno}, column {err.colno})"
+        ) from err
+    except ValueError as err:
+        raise ApiError(400, f"invalid JSON: {err}") from err
+
+
+def validate(model: type[BaseModel], data: Any) -> Any:
+    """``model`` from parsed JSON.
+
+    Raises:
+        ApiError: 422 naming the first wrong field (``text[2]: Input should be a valid string``).
+    """
+    if not isinstance(data, dict):
+        raise ApiError(422, f"the body must be a JSON object, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in first["loc"]
+        ).lstrip(".")
+        more = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
+        raise ApiError(422, f"{where or 'body'}: {first['msg']}{more}") from err
+
+
+def check_sentences(sentences: list[str], limits: Limits) -> None:
+    """Raises ApiError 422 for no sentence, 413 for too many or too long ones."""
+    if not sentences:
+        raise ApiError(422, "text: the list is empty")
+    if len(sentences) > limits.max_sentences:
+        raise ApiError(
+            413, f"text: {len(sentences)} sentences; the limit is {limits.max_sentences}"
+        )
+    for k, sentence in enumerate(sentences):
+        if len(sentence) > limits.max_chars:
+            raise ApiError(
+                413,
+                f"text[{k}]: {len(sentence)} characters; the limit is {limits.max_chars}",
+            )
+
+
+def _json_number(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else value
+
+
+# ----------------------------------------------------------------------------------------------
+# The application
+
+
+def create_app(
+    engine: Engine,
+    *,
+    max_batch_tokens: int = 4096,
+    max_wait_ms: float = 5.0,
+    threads: int = 0,
+    limits: Limits | None = None,
+) -> FastAPI:
+    """The ASGI application serving ``engine``.
+
+    Args:
+        engine: the model.
+        max_batch_tokens: dynamic batching budget in padded graph vertices (DAT) or source tokens
+            (AT); 0 = no batching.
+        max_wait_ms: how long a request may wait for others to share its batch.
+        threads: torch intra-op threads of the model's worker thread (0 = torch's default).
+        limits: request size limits (default :class:`Limits`).
+    """
+    limits = limits or Limits()
+    batcher = Batcher(
+        engine, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, threads=threads
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    app = FastAPI(
+        title="fadat",
+        version=_version(),
+        summary="Translation with a Directed Acyclic Transformer, and the graph behind it.",
+        description=(
+            f"Limits: at most {limits.max_sentences} sentences per request, "
+            f"{limits.max_chars} characters per sentence, {limits.max_body_bytes} bytes per "
+            'body (413 above). Errors: `{"error": {"status": N, "message": "..."}}`.'
+        ),
+        lifespan=lifespan,
+    )
+    app.state.engine = engine
+    app.state.batcher = batcher
+    app.state.limits = limits
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, err: ApiError) -> JSONResponse:
+        return _error(err.status, err.message)
+
+    @app.exception_handler(InputError)
+    async def input_error(request: Request, err: InputError) -> JSONResponse:
+        return _error(422, str(err))
+
+    @app.exception_handler(Busy)
+    async def busy(request: Request, err: Busy) -> JSONResponse:
+        return _error(503, f"the server is busy: {err}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        return _error(err.status_code, str(err.detail))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, err: Exception) -> JSONResponse:
+        log.error("internal error on %s %s", request.method, request.url.path, exc_info=err)
+        return _error(500, "internal error (logged on the server)")
+
+    @app.get("/health", summary="Server and model status")
+    async def health() -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "model": engine.name,
+            "model_type": engine.model_type,
+            "strategies": engine.strategies,
+            "default_strategy": engine.default_strategy,
+            "graph": engine.has_graph,
+            "limits": asdict(limits),
+            "batching": {
+                "max_batch_tokens": max_batch_tokens,
+                "max_wait_ms": max_wait_ms,
+                **batcher.stats.as_dict(),
+            },
+        }
+
+    @app.post(
+        "/v1/translate",
+        summary="Translate sentences",
+        response_model=TranslateResponse,
+        responses=ERRORS,
+        openapi_extra=_request_body(TranslateRequest),
+    )
+    async def translate(request: Request) -> dict[str, Any]:
+        req = validate(TranslateRequest, await read_json(request, limits.max_body_bytes))
+        check_sentences(req.text, limits)
+        strategy, options = engine.check(req.strategy, dict(req.model_extra or {}))
+        results = await batcher.translate(req.text, strategy, options)
+        return {
+            "translations": [
+                {
+                    "text": r.text,
+                    "score": _json_number(r.score),
+                    "log_prob": _json_number(r.log_prob),
+                    "confidence": r.confidence,
+                }
+                for r in results
+            ],
+            "strategy": strategy,
+            "options": options,
+            "model": engine.name,
+        }
+
+    @app.post(
+        "/v1/graph",
+        summary="The graph behind the translation of one sentence",
+        response_model=GraphResponse,
+        response_model_by_alias=True,
+        responses=ERRORS,
+        openapi_extra=_request_body(GraphRequest),
+    )
+    async def graph(request: Request) -> dict[str, Any]:
+        req = validate(GraphRequest, await read_json(request, limits.max_body_bytes))
+        check_sentences([req.text], limits)
+        if not req.text.strip():
+            raise ApiError(422, "text: the sentence is blank")
+        if not engine.has_graph:
+            raise ApiError(
+                422, f"this {engine.model_type.upper()} model has no graph; use /v1/translate"
+            )
+        names = req.strategies if req.strategies is not None else [engine.default_strategy]
+        if not names:
+            raise ApiError(422, "strategies: the list is empty")
+        if len(set(names)) != len(names):
+            raise ApiError(422, "strategies: a strategy is named twice")
+        for name in names:
+            engine.check(name, {})
+        return await batcher.call(
+            engine.graph, req.text, names, req.top_k, req.min_passing, req.min_flow
+        )
+
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(str(STATIC / "index.html"), media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+    return app
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status)
+
+
+def _version() -> str:
+    import fadat
+
+    return fadat.__version__
