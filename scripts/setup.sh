@@ -18,6 +18,14 @@ if [ ${#need[@]} -gt 0 ]; then
     $SUDO apt-get install -y -q "${need[@]}"
 fi
 
+# Headless Chromium and its driver for the browser test of the web page (tests/test_serve.py);
+# installed only when missing. Not fatal: without them that one test skips and says why.
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+    echo "setup: installing chromium chromium-driver (browser test of fadat serve)"
+    { $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium chromium-driver; } \
+        || echo "setup: could not install chromium; the browser test will skip"
+fi
+
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi

@@ -440,20 +440,26 @@ def start_server(model: Path, *extra: str) -> tuple[subprocess.Popen, str]:
     return proc, match.group(0)
 
 
+def wait_healthy(url: str, seconds: float = 60) -> None:
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "server did not come up"
+        time.sleep(0.1)
+
+
 def test_sigterm_finishes_requests_in_flight(models: dict[str, Path]):
     import httpx
 
     proc, url = start_server(models["dat"], "--max-wait-ms", "1500")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.1)
+        wait_healthy(url)
         answers: list = [None] * 4
 
         def ask(k: int) -> None:
@@ -535,3 +541,129 @@ def test_spearman_against_textbook_formula():
     assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
     with pytest.raises(ValueError):
         spearman([1, 2], [1, 2, 3])
+
+
+# ----------------------------------------------------------------------------------------------
+# The page in a real browser
+
+
+def find_browser() -> tuple[str, str]:
+    """``(chromium binary, chromedriver)`` or a skip naming what is missing."""
+    import shutil
+
+    pytest.importorskip("selenium", reason="selenium is not installed (pip install -e .[dev])")
+    browser = next(
+        (
+            shutil.which(n)
+            for n in ("chromium", "chromium-browser", "google-chrome")
+            if shutil.which(n)
+        ),
+        None,
+    )
+    driver = shutil.which("chromedriver")
+    if browser is None or driver is None:
+        pytest.skip(
+            "no Chromium/chromedriver on this machine (Debian: apt-get install chromium "
+            "chromium-driver; scripts/setup.sh installs them where it can)"
+        )
+    return browser, driver
+
+
+def test_page_in_chromium(models: dict[str, Path]):
+    """Headless Chromium loads the page from a running server, translates a sentence, and the
+    SVG holds the graph's vertices and the chosen path; hovering shows a vertex's top tokens;
+    clicking another translation highlights its path.
+
+    ``FADAT_SERVE_MODEL=DIR`` runs it on another model directory, ``FADAT_SERVE_SCREENSHOT=FILE``
+    saves a screenshot (the README's picture: ``docs/serve-page.png``)."""
+    import httpx
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser, chromedriver = find_browser()
+    model = Path(os.environ.get("FADAT_SERVE_MODEL") or models["dat"])
+    sentence = os.environ.get("FADAT_SERVE_SENTENCE", "ab cd ef gh ij kl")
+    proc, url = start_server(model)
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    driver = None
+    try:
+        wait_healthy(url)
+        driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+        driver.get(url + "/")
+        wait = WebDriverWait(driver, 60)
+        wait.until(lambda d: d.execute_script("return document.body.dataset.ready") == "true")
+        box = driver.find_element(By.ID, "source")
+        box.clear()
+        box.send_keys(sentence)
+        driver.find_element(By.ID, "translate").click()
+        wait.until(lambda d: d.execute_script("return document.body.dataset.state") == "done")
+
+        names = ["lookahead", "greedy", "joint-viterbi"]
+        want = httpx.post(url + "/v1/graph", json={"text": sentence, "strategies": names}).json()
+        paths = {p["strategy"]: p for p in want["paths"]}
+
+        def drawn(selector: str, attribute: str) -> list[int]:
+            return [
+                int(e.get_attribute(attribute))
+                for e in driver.find_elements(By.CSS_SELECTOR, selector)
+            ]
+
+        assert sorted(drawn("#graph g.vertex", "data-vertex")) == [
+            v["id"] for v in want["vertices"]
+        ]
+        assert len(drawn("#graph path.link", "data-from")) == len(want["links"])
+        assert (
+            sorted(drawn("#graph g.vertex.on-path", "data-vertex"))
+            == paths["lookahead"]["vertices"]
+        )
+        chosen = list(
+            zip(
+                drawn("#graph path.link.on-path", "data-from"),
+                drawn("#graph path.link.on-path", "data-to"),
+                strict=True,
+            )
+        )
+        assert sorted(chosen) == list(pairwise(paths["lookahead"]["vertices"]))
+        cards = driver.find_elements(By.CSS_SELECTOR, "#results .card")
+        assert [c.get_attribute("data-strategy") for c in cards] == [
+            "greedy",
+            "lookahead",
+            "joint-viterbi",
+        ]
+        for card in cards:
+            text = card.find_element(By.CSS_SELECTOR, ".text").text
+            assert text == (paths[card.get_attribute("data-strategy")]["text"] or "(empty)")
+
+        # Hover a vertex of the path: the tooltip lists its top tokens.
+        vertex = want["vertices"][1]
+        element = driver.find_element(
+            By.CSS_SELECTOR, f'#graph g.vertex[data-vertex="{vertex["id"]}"]'
+        )
+        ActionChains(driver).move_to_element(element).perform()
+        tooltip = driver.find_element(By.ID, "tooltip")
+        wait.until(lambda d: tooltip.is_displayed())
+        assert f"vertex {vertex['id']}" in tooltip.text
+        assert vertex["tokens"][0]["token"].replace("\u2581", "_") in tooltip.text
+
+        if os.environ.get("FADAT_SERVE_SCREENSHOT"):
+            driver.save_screenshot(os.environ["FADAT_SERVE_SCREENSHOT"])
+
+        # Clicking the greedy translation highlights greedy's path.
+        cards[0].click()
+        wait.until(
+            lambda d: d.find_element(By.ID, "graph").get_attribute("data-strategy") == "greedy"
+        )
+        assert (
+            sorted(drawn("#graph g.vertex.on-path", "data-vertex")) == paths["greedy"]["vertices"]
+        )
+    finally:
+        if driver is not None:
+            driver.quit()
+        proc.terminate()
+        assert proc.wait(60) == 0

@@ -68,9 +68,11 @@ async function init() {
     event.preventDefault();
     translate();
   });
-  select.addEventListener("change", () => {
-    if (state.results.length) translate();
-  });
+  for (const id of ["strategy", "min-passing"]) {
+    $(id).addEventListener("change", () => {
+      if (state.results.length) translate();
+    });
+  }
   document.body.dataset.ready = "true";
 }
 
@@ -88,7 +90,10 @@ async function translate() {
   try {
     const started = performance.now();
     if (state.health.graph) {
-      const graph = await postJSON("/v1/graph", { text, strategies: names });
+      const minPassing = Number($("min-passing").value);
+      const graph = await postJSON("/v1/graph", {
+        text, strategies: names, min_passing: minPassing, min_flow: Math.min(0.05, minPassing),
+      });
       state.graph = graph;
       state.results = graph.paths;
     } else {
@@ -189,9 +194,12 @@ function drawGraph(graph) {
   const layers = Math.max(...graph.vertices.map((v) => v.layer)) + 1;
   const width = 2 * MARGIN + (layers - 1) * COL_W + BOX_W;
   const height = 2 * MARGIN + (rows - 1) * ROW_H + BOX_H;
-  root.setAttribute("width", width);
-  root.setAttribute("height", height);
   root.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  // Shrink a wide graph to the page, down to 60 % of its size; wider ones scroll.
+  const room = $("graph-box").clientWidth - 2;
+  const scale = width > room ? Math.max(0.6, room / width) : 1;
+  root.setAttribute("width", Math.round(width * scale));
+  root.setAttribute("height", Math.round(height * scale));
   root.dataset.graphSize = graph.graph_size;
   root.dataset.strategy = state.selected;
 
@@ -237,7 +245,7 @@ function drawGraph(graph) {
       "data-passing": v.passing.toFixed(4),
     }, vertices);
     svg("rect", { width: BOX_W, height: BOX_H, rx: 6, fill: blues(v.passing) }, g);
-    const dark = v.passing > 0.55;
+    const dark = v.passing > 0.7;
     const top = v.tokens[0];
     const label = svg("text", {
       x: BOX_W / 2, y: 20, "text-anchor": "middle", fill: dark ? "#fff" : "#1b1f24",
