@@ -290,6 +290,7 @@ def create_app(
     *,
     max_batch_tokens: int = 4096,
     max_wait_ms: float = 5.0,
+    model_batch_tokens: int = 512,
     threads: int = 0,
     limits: Limits | None = None,
 ) -> FastAPI:
@@ -300,12 +301,17 @@ def create_app(
         max_batch_tokens: dynamic batching budget in padded graph vertices (DAT) or source tokens
             (AT); 0 = no batching.
         max_wait_ms: how long a request may wait for others to share its batch.
+        model_batch_tokens: padded positions per model batch (length-sorted) inside a batch.
         threads: torch intra-op threads of the model's worker thread (0 = torch's default).
         limits: request size limits (default :class:`Limits`).
     """
     limits = limits or Limits()
     batcher = Batcher(
-        engine, max_batch_tokens=max_batch_tokens, max_wait_ms=max_wait_ms, threads=threads
+        engine,
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
+        model_batch_tokens=model_batch_tokens,
+        threads=threads,
     )
 
     @asynccontextmanager
@@ -365,6 +371,7 @@ def create_app(
             "batching": {
                 "max_batch_tokens": max_batch_tokens,
                 "max_wait_ms": max_wait_ms,
+                "model_batch_tokens": model_batch_tokens,
                 **batcher.stats.as_dict(),
             },
         }

@@ -9,9 +9,13 @@ options while
   vertices for a DAT, source tokens for an AT: :func:`fadat.translate.batch_cost`), and
 - at most ``max_wait_ms`` have passed since the oldest job arrived;
 
-then one :meth:`~fadat.serve.engine.Engine.translate` call runs the batch (a single model batch
-when the budget holds; a lone job over the budget is split by the translation core's own
-token-budget batching) and each job gets its own slice of the results. Jobs with other options
+then one :meth:`~fadat.serve.engine.Engine.translate` call runs the batch and each job gets
+its own slice of the results. Inside that call the translation core sorts the batch's sentences
+by length and cuts them into model batches of at most ``model_batch_tokens`` padded positions
+(:func:`fadat.translate.make_batches`): on a CPU, one model batch of thousands of graph vertices
+is slower than the same sentences one by one (the ``(B, L, V)`` token log-probabilities leave
+the caches), while length-sorted model batches of ≈ 512 vertices are faster (RESULTS.md,
+"fadat serve"). Jobs with other options
 wait for a later batch, in arrival order. ``max_batch_tokens = 0`` turns batching off: every job
 runs alone, as it arrives.
 
@@ -100,6 +104,7 @@ class Batcher:
         max_batch_tokens: padded-cost budget of a batch (see the module docstring); 0 = no
             batching.
         max_wait_ms: how long the oldest job of a batch may wait for others (milliseconds).
+        model_batch_tokens: padded positions per model batch inside a batch (see above).
         threads: torch intra-op threads of the worker thread (0 = torch's default).
         max_pending: sentences that may wait at once; :meth:`translate` raises :class:`Busy`
             beyond it.
@@ -110,14 +115,18 @@ class Batcher:
         engine: Engine,
         max_batch_tokens: int = 4096,
         max_wait_ms: float = 5.0,
+        model_batch_tokens: int = 512,
         threads: int = 0,
         max_pending: int = 4096,
     ) -> None:
-        if max_batch_tokens < 0 or max_wait_ms < 0:
-            raise ValueError("max_batch_tokens and max_wait_ms must be >= 0")
+        if max_batch_tokens < 0 or max_wait_ms < 0 or model_batch_tokens < 1:
+            raise ValueError(
+                "max_batch_tokens and max_wait_ms must be >= 0, model_batch_tokens >= 1"
+            )
         self.engine = engine
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000.0
+        self.model_batch_tokens = model_batch_tokens
         self.max_pending = max_pending
         self.stats = Statistics()
         self._threads = threads
@@ -256,7 +265,11 @@ class Batcher:
         first = batch[0]
         try:
             results = await self.call(
-                self.engine.translate, sentences, first.strategy, first.options, None
+                self.engine.translate,
+                sentences,
+                first.strategy,
+                first.options,
+                self.model_batch_tokens,
             )
         except Exception as err:  # noqa: BLE001 - delivered to the waiting requests
             self.stats.failed_batches += 1
