@@ -332,6 +332,15 @@ def test_internal_error_hides_traceback(dat_engine: Engine, monkeypatch: pytest.
         assert r.status_code == 200
 
 
+def test_too_many_waiting_sentences_is_503(dat_engine: Engine):
+    app = create_app(dat_engine)
+    with TestClient(app) as c:
+        app.state.batcher.max_pending = 2
+        r = c.post("/v1/translate", json={"text": ["ab", "cd", "ef"]})
+        assert r.status_code == 503 and "busy" in r.json()["error"]["message"]
+        assert c.post("/v1/translate", json={"text": ["ab", "cd"]}).status_code == 200
+
+
 # ----------------------------------------------------------------------------------------------
 # Dynamic batching
 
@@ -483,28 +492,23 @@ def test_sigterm_finishes_requests_in_flight(models: dict[str, Path]):
             proc.kill()
 
 
-def test_cli_bad_input(models: dict[str, Path], tmp_path: Path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-
-    def serve(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "fadat.cli", "serve", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-
-    r = serve("--model", str(tmp_path / "missing"))
-    assert r.returncode == 2 and "fadat: error:" in r.stderr and "Traceback" not in r.stderr
-    r = serve("--model", str(models["dat"]), "--max-batch-tokens", "-1")
-    assert r.returncode == 2 and "--max-batch-tokens" in r.stderr
+def test_cli_bad_input(models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     import socket
 
+    from fadat import cli
+
+    def serve(*args: str) -> tuple[int, str]:
+        code = cli.main(["serve", *args])
+        return code, capsys.readouterr().err
+
+    code, err = serve("--model", str(tmp_path / "missing"))
+    assert code == 2 and err.startswith("fadat: error:") and "Traceback" not in err
+    code, err = serve("--model", str(models["dat"]), "--max-batch-tokens", "-1")
+    assert code == 2 and "--max-batch-tokens" in err
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        r = serve("--model", str(models["dat"]), "--port", str(port))
-    assert r.returncode == 2 and f"127.0.0.1:{port}" in r.stderr
+        code, err = serve("--model", str(models["dat"]), "--port", str(port))
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in err
 
 
 # ----------------------------------------------------------------------------------------------
