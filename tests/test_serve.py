@@ -116,7 +116,7 @@ def assert_translations(got: list[dict], want: list[dict]) -> None:
             if w[key] is None:
                 assert g[key] is None
             else:
-                assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-6)
+                assert g[key] == pytest.approx(w[key], rel=1e-4, abs=1e-6)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -191,9 +191,9 @@ def test_graph_matches_decoders(client: TestClient, dat_engine: Engine):
     assert [p["strategy"] for p in g["paths"]] == names
     for path, hyp in zip(g["paths"], hyps, strict=True):
         assert path["vertices"] == hyp.path
-        assert path["score"] == pytest.approx(hyp.score, rel=1e-5)
+        assert path["score"] == pytest.approx(hyp.score, rel=1e-4)
         (pair,) = score_pairs(dat_engine.model, dat_engine.sp, [sentence], [path["text"]])
-        assert path["confidence"] == pytest.approx(math.exp(pair.log_prob / pair.tokens))
+        assert path["confidence"] == pytest.approx(math.exp(pair.log_prob / pair.tokens), rel=1e-4)
     view = graph_view(
         tlp[0, :size],
         links[0, :size, :size],
