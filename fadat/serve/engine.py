@@ -1,11 +1,13 @@
 """The model behind ``fadat serve``: checked options, translation with a confidence, the graph.
 
-:class:`Engine` wraps one model directory (DAT or AT) and offers what the HTTP layer needs,
-with no HTTP in it: the strategies and their options (:meth:`Engine.check` turns a request's
-strategy and options into decoder keywords or an :class:`~fadat.errors.InputError` naming the
-problem), the batch cost of a sentence (:meth:`Engine.cost`), translation of a list of
-sentences with a score and a confidence each (:meth:`Engine.translate`), and the graph of one
-sentence's translation as plain numbers (:meth:`Engine.graph`, DAT only).
+:class:`Engine` wraps one model directory and offers what the HTTP layer needs, with no HTTP
+in it and no architecture named (it uses the translation-model interface,
+:class:`fadat.architectures.TranslationModel`, and the translation core of
+:mod:`fadat.translate`): the strategies and their options (:meth:`Engine.check` turns a
+request's strategy and options into decoder keywords or an :class:`~fadat.errors.InputError`
+naming the problem), the batch cost of a sentence (:meth:`Engine.cost`), translation of a list
+of sentences with a score and a confidence each (:meth:`Engine.translate`), and the graph of
+one sentence's translation as plain numbers (:meth:`Engine.graph`, DA-Transformers only).
 
 **Confidence** (:func:`confidence`): the geometric mean of the model's probability of each
 token of its own output, ``exp(log P(y|x) / T)``, where ``log P(y|x)`` is the model's score of
@@ -105,7 +107,7 @@ class Engine:
     """
 
     def __init__(self, model: nn.Module, sp: Any, name: str = "model") -> None:
-        from fadat.translate import check_vocabulary
+        from fadat.model_dir import check_vocabulary
 
         check_vocabulary(sp, model)
         self.model = model
@@ -119,7 +121,7 @@ class Engine:
         Raises:
             InputError: as :func:`fadat.translate.load_model`.
         """
-        from fadat.translate import load_model
+        from fadat.model_dir import load_model
 
         model, sp = load_model(directory, device)
         return cls(model, sp, name=Path(directory).name)
@@ -128,30 +130,28 @@ class Engine:
 
     @property
     def model_type(self) -> str:
-        """``"dat"`` or ``"at"`` (reported, never branched on by the server)."""
-        return self.model.config.model_type
+        """The architecture's registry name (reported, never branched on)."""
+        return self.model.model_type
 
     @property
     def strategies(self) -> dict[str, list[str]]:
         """Strategy → the options a request may set for it (those of :data:`OPTION_TYPES`)."""
-        from fadat.translate import strategy_options
-
         return {
             name: [o for o in options if o in OPTION_TYPES]
-            for name, options in strategy_options(self.model).items()
+            for name, options in self.model.strategies().items()
         }
 
     @property
     def default_strategy(self) -> str:
-        """The strategy of a request that names none (lookahead for DAT, beam for AT)."""
-        from fadat.translate import DEFAULT_STRATEGY
-
-        return DEFAULT_STRATEGY[self.model_type]
+        """The strategy of a request that names none (the model's ``default_strategy``)."""
+        return self.model.default_strategy
 
     @property
     def has_graph(self) -> bool:
-        """Whether :meth:`graph` can draw this model's translations (a DAG model)."""
-        return self.model_type == "dat"
+        """Whether :meth:`graph` can draw this model's translations (a DA-Transformer)."""
+        from fadat.model import DATModel
+
+        return isinstance(self.model, DATModel)
 
     # -- checking requests -----------------------------------------------------------------------
 
@@ -203,14 +203,13 @@ class Engine:
 
     def cost(self, sentence: str) -> int:
         """Batch cost of one sentence: graph vertices (DAT) or source tokens (AT), as
-        :func:`fadat.translate.batch_cost`, of its (truncated) encoding; 0 for a blank one."""
+        the model's ``batch_cost``, of its (truncated) encoding; 0 for a blank one."""
         from fadat.data.spm import encode_source
-        from fadat.translate import batch_cost
 
         if not sentence.strip():
             return 0
         length = min(len(encode_source(self.sp, sentence)), self.model.config.max_source_positions)
-        return batch_cost(self.model, length)
+        return self.model.batch_cost(length)
 
     # -- running the model -----------------------------------------------------------------------
 
