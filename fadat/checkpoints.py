@@ -80,8 +80,6 @@ def restore_rng_state(state: dict[str, torch.Tensor]) -> None:
         raise InputError(f"checkpoint holds an invalid RNG state ({err})") from None
 
 
-
-
 def atomic_save(obj: dict[str, Any], path: str | Path) -> None:
     """``torch.save`` to ``path.tmp``, fsync, then rename over ``path`` (never a torn file)."""
     path = Path(path)

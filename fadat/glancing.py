@@ -195,7 +195,6 @@ class GlanceResult:
     pass1: tuple[torch.Tensor, torch.Tensor]
 
 
-
 def no_autocast(device: torch.device) -> torch.autocast:
     """Autocast off: the DAG math runs in fp32 whatever the network's autocast dtype."""
     return torch.autocast(device_type=device.type, enabled=False)

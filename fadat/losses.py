@@ -252,7 +252,6 @@ def nll_loss_from_logits(
     )
 
 
-
 def fit_rows(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``logits[rows]`` for the sorted ``(B',)`` indices of the sentences that fit their graph;
     ``logits`` itself when all do (the usual case), without a ``(B, L, V)`` copy."""

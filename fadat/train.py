@@ -104,8 +104,6 @@ def inverse_sqrt_lr(update: int, lr: float, warmup: int, warmup_init_lr: float) 
     return lr * math.sqrt(max(warmup, 1) / max(update, 1))
 
 
-
-
 # --------------------------------------------------------------------------------------------
 # The training loop
 # --------------------------------------------------------------------------------------------
@@ -137,6 +135,19 @@ class _Interrupt:
     def __exit__(self, *exc) -> None:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
+
+
+def stop_text(reason: str, cfg: TrainConfig, update: int) -> str:
+    """What ended a training run, for people: ``"time cap --max-time 90s at update 50 of 1400"``."""
+    of = f" of {cfg.max_updates}" if cfg.max_updates else ""
+    texts = {
+        "max_updates": f"update cap --max-updates {cfg.max_updates} reached",
+        "max_time": f"time cap --max-time {cfg.max_time:g}s at update {update}{of}",
+        "max_epochs": f"epoch cap --max-epochs {cfg.max_epochs} at update {update}{of}",
+        "patience": f"--patience {cfg.patience} validations without a better BLEU, update {update}",
+        "interrupted": f"interrupted at update {update}{of}",
+    }
+    return texts.get(reason, f"{reason} at update {update}")
 
 
 class Trainer:
@@ -456,7 +467,7 @@ class Trainer:
                     bar.update(1)
                     bar.set_postfix(
                         loss=f"{record['loss']:.4g}",
-                        bleu=f"{last_bleu:.2f}",
+                        bleu="-" if math.isnan(last_bleu) else f"{last_bleu:.2f}",
                         tok_s=f"{record['tokens_per_s']:.0f}",
                     )
                 if cfg.validate_every and p.update % cfg.validate_every == 0:
@@ -475,6 +486,10 @@ class Trainer:
                 last_bleu = self._validate_and_track()
             self.save_last()
         if bar is not None:
+            # The bar's last line says what ended the stage (a cap, not convergence).
+            bar.set_description_str(f"stopped: {stop_text(stop_reason, cfg, p.update)}")
+            if not math.isnan(last_bleu):
+                bar.set_postfix(bleu=f"{last_bleu:.2f}")
             bar.close()
         summary = {
             "stop_reason": stop_reason,
@@ -584,8 +599,6 @@ class Trainer:
         p.best = rank_best(p.best, bleu, p.update, self.cfg.keep_best)[1]
 
 
-
-
 def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     """Run (or resume) training as configured; returns the summary (stop reason, update, best).
 
@@ -610,7 +623,6 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
         trainer.close()
 
 
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``fadat train`` (:func:`fadat.train_config.add_arguments`)."""
     train_config.add_arguments(parser)
@@ -623,7 +635,7 @@ def run(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", "0")) == 0:
         best = summary["best"][0]["bleu"] if summary["best"] else float("nan")
         print(
-            f"stopped ({summary['stop_reason']}) at update {summary['update']}, "
+            f"stopped ({stop_text(summary['stop_reason'], cfg, summary['update'])}), "
             f"best BLEU {best:.2f}; run directory {cfg.run_dir}"
         )
     if dist.is_initialized():

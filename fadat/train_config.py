@@ -141,7 +141,6 @@ def parse_duration(value: str | float | int) -> float:
     return seconds
 
 
-
 def _coerce(name: str, value: Any, label: str = "") -> Any:
     """Check/convert one YAML or flag value to the type of TrainConfig.<name>; messages name it
     as ``label`` (default ``config key <name>``)."""
@@ -238,7 +237,6 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
     return out
 
 
-
 def validate_config(cfg: TrainConfig) -> None:
     """Reject impossible combinations early with one clear message.
 
@@ -278,9 +276,7 @@ def validate_config(cfg: TrainConfig) -> None:
         (cfg.threads >= 0, f"--threads must be >= 0 (0 = torch's default), got {cfg.threads}"),
         (cfg.log_every >= 1, f"--log-every must be >= 1, got {cfg.log_every}"),
     ]
-    checks += [
-        (o.check is None or o.check(getattr(cfg, o.name)), o.problem) for o in all_options()
-    ]
+    checks += [(o.check is None or o.check(getattr(cfg, o.name)), o.problem) for o in all_options()]
     for ok, message in checks:
         if not ok:
             raise InputError(message)
@@ -303,7 +299,6 @@ def config_from_dict(d: dict[str, Any], where: str) -> TrainConfig:
         return TrainConfig(**values)
     except TypeError as err:
         raise InputError(f"{where}: {err}") from None
-
 
 
 def objective_config(cfg: TrainConfig, glancing_ratio: float) -> ObjectiveConfig:
@@ -457,5 +452,3 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
             where = f"{args.config}: " if args.config and cfg.model else ""
             raise InputError(f"{where}{err}") from None
     return cfg, False
-
-

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,9 +34,7 @@ from torch import nn
 from fadat.data.contract import EOS_ID, pad_sequences
 from fadat.errors import InputError
 from fadat.model_dir import check_vocabulary, load_model, model_device
-from fadat.options import (
-    positive_int,
-)
+from fadat.options import nonnegative_int, positive_int
 from fadat.verbs import (
     DEFAULT_MAX_TOKENS,
     OPTION_TYPES,
@@ -49,6 +48,9 @@ from fadat.verbs import (
     read_lines,
     stderr_warner,
 )
+
+#: ``fadat translate``: lines translated (and written) at a time (see :func:`iter_translations`).
+DEFAULT_CHUNK_LINES = 128
 
 
 @dataclass(frozen=True)
@@ -159,19 +161,24 @@ def check_option_values(options: dict[str, Any]) -> None:
 
 
 def encode_sources(
-    sp: Any, lines: Sequence[str], max_positions: int, warn: Warn, keep_empty: bool = False
+    sp: Any,
+    lines: Sequence[str],
+    max_positions: int,
+    warn: Warn,
+    keep_empty: bool = False,
+    first: int = 0,
 ) -> list[list[int] | None]:
     """Sentencepiece ids ``x </s>`` of each line; ``None`` for an empty or all-blank line unless
     ``keep_empty`` (then it is just ``[</s>]``).
 
     A line longer than ``max_positions`` ids (including ``</s>``) is truncated to its first
     ``max_positions − 1`` pieces plus ``</s>``, and ``warn`` is called with a message naming the
-    line (1-based).
+    line (1-based, counted from ``first + 1``: the position of ``lines[0]`` in its input).
     """
     from fadat.data.spm import encode_source
 
     out: list[list[int] | None] = []
-    for number, line in enumerate(lines, start=1):
+    for number, line in enumerate(lines, start=first + 1):
         if not keep_empty and not line.strip():
             out.append(None)
             continue
@@ -247,9 +254,10 @@ def translate_lines(
     """Translate raw text lines: encode → batch → model → decode → detokenise, in input order.
 
     The one translation pipeline of fadat (``fadat translate``, ``fadat evaluate`` and
-    :class:`Translator` all call it). Sentences are sorted by length into batches under a
-    budget (:func:`make_batches`, cost :func:`batch_cost`) and the results are put back in
-    input order. The model runs under ``torch.inference_mode`` on the device of its parameters.
+    :class:`Translator` all call it, through :func:`iter_translations`). Sentences are sorted by
+    length into batches under a budget (:func:`make_batches`, cost ``model.batch_cost``) and the
+    results are put back in input order. The model runs under ``torch.inference_mode`` on the
+    device of its parameters.
 
     Args:
         model: a DAT or AT model (eval mode).
@@ -274,29 +282,90 @@ def translate_lines(
     Raises:
         InputError: as :func:`check_strategy`.
     """
+    return [
+        hyps
+        for _, hyps in iter_translations(
+            model,
+            sp,
+            lines,
+            strategy=strategy,
+            options=options,
+            nbest=nbest,
+            max_tokens=max_tokens,
+            max_sentences=max_sentences,
+            warn=warn,
+            check=check,
+        )
+    ]
+
+
+def iter_translations(
+    model: nn.Module,
+    sp: Any,
+    lines: Sequence[str],
+    *,
+    strategy: str | None = None,
+    options: dict[str, Any] | None = None,
+    nbest: int = 1,
+    max_tokens: int | None = DEFAULT_MAX_TOKENS,
+    max_sentences: int | None = None,
+    chunk_lines: int | None = None,
+    warn: Warn | None = None,
+    check: bool = True,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[tuple[int, list[Translation]]]:
+    """:func:`translate_lines` as a stream: ``(line index, hypotheses)`` in input order, one
+    chunk at a time, as soon as the chunk is done.
+
+    The input is cut into consecutive chunks of ``chunk_lines`` lines (``None``/0: one chunk,
+    the whole input); each chunk is sorted by length into batches (:func:`make_batches`),
+    translated, and yielded in input order. Smaller chunks show results sooner; larger ones
+    batch sentences of similar length better.
+
+    Args:
+        model, sp, lines, strategy, options, nbest, max_tokens, max_sentences, warn, check:
+            as :func:`translate_lines`.
+        chunk_lines: lines per chunk (``None`` or 0: all).
+        progress: called with the number of lines each finished batch (or empty line) covers.
+
+    Yields:
+        ``(index, hypotheses)`` for every line, ``index`` = 0, 1, 2, ….
+
+    Raises:
+        InputError: as :func:`check_strategy`, or ``chunk_lines < 0``.
+    """
     from fadat.data.spm import decode as detokenize
 
     strategy = strategy or model.default_strategy
     options = dict(options or {})
     if check:
         check_strategy(model, strategy, options, nbest)
+    if chunk_lines is not None and chunk_lines < 0:
+        raise InputError(f"chunk_lines must be >= 0, got {chunk_lines}")
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
-    encoded = encode_sources(sp, lines, model.config.max_source_positions, warn)
-    results: list[list[Translation]] = [[Translation("", [], math.nan)] for _ in range(len(lines))]
-    todo = [i for i, ids in enumerate(encoded) if ids is not None]
-    costs = [model.batch_cost(len(encoded[i])) for i in todo]
     device = model_device(model)
-    with torch.inference_mode():
-        for batch in make_batches(costs, max_tokens, max_sentences):
-            rows = [todo[k] for k in batch]
-            source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
-            hyps = model.translate_batch(source, strategy, options, nbest)
-            for i, sentence_hyps in zip(rows, hyps, strict=True):
-                results[i] = [
-                    Translation(detokenize(sp, tokens), tokens, score)
-                    for tokens, score in sentence_hyps
-                ]
-    return results
+    step = chunk_lines or max(len(lines), 1)
+    for start in range(0, len(lines), step):
+        chunk = lines[start : start + step]
+        encoded = encode_sources(sp, chunk, model.config.max_source_positions, warn, first=start)
+        results = [[Translation("", [], math.nan)] for _ in range(len(chunk))]
+        todo = [i for i, ids in enumerate(encoded) if ids is not None]
+        if progress is not None and len(chunk) > len(todo):
+            progress(len(chunk) - len(todo))  # empty lines: nothing to translate
+        costs = [model.batch_cost(len(encoded[i])) for i in todo]
+        with torch.inference_mode():
+            for batch in make_batches(costs, max_tokens, max_sentences):
+                rows = [todo[k] for k in batch]
+                source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
+                hyps = model.translate_batch(source, strategy, options, nbest)
+                for i, sentence_hyps in zip(rows, hyps, strict=True):
+                    results[i] = [
+                        Translation(detokenize(sp, tokens), tokens, score)
+                        for tokens, score in sentence_hyps
+                    ]
+                if progress is not None:
+                    progress(len(rows))
+        yield from enumerate(results, start=start)
 
 
 def score_pairs(
@@ -533,6 +602,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="hypotheses per line (> 1: DAT sample only)",
     )
     parser.add_argument(
+        "--chunk-lines",
+        type=nonnegative_int,
+        default=DEFAULT_CHUNK_LINES,
+        help="translate and write the input this many lines at a time, each chunk sorted by "
+        f"length into batches (0 = all at once; default {DEFAULT_CHUNK_LINES})",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
+    parser.add_argument(
         "--print-scores",
         action="store_true",
         help="prefix each output with its score (nats) and a tab",
@@ -556,7 +638,11 @@ def format_translations(
 
 
 def run(args: argparse.Namespace) -> int:
-    """``fadat translate``: read, translate, write; returns the exit code."""
+    """``fadat translate``: read, translate, write; returns the exit code.
+
+    Output goes out one chunk (``--chunk-lines``) at a time: to stdout as soon as the chunk is
+    done (Ctrl-C keeps the finished chunks there), to an ``--output`` file all-or-nothing.
+    """
     apply_threads(args.threads)
     check_output(args.output)
     model, sp = load_model(args.model, args.device, args.upsample_ratio)
@@ -564,7 +650,11 @@ def run(args: argparse.Namespace) -> int:
     options = decoding_options(args, model, strategy)
     check_strategy(model, strategy, options, args.nbest)
     lines = read_lines(args.input)
-    results = translate_lines(
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(lines), unit="line", desc="translate", disable=not show, file=sys.stderr)
+    stream = iter_translations(
         model,
         sp,
         lines,
@@ -572,11 +662,18 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         nbest=args.nbest,
         max_tokens=args.max_tokens,
+        chunk_lines=args.chunk_lines,
         warn=stderr_warner(args.input or "<stdin>"),
         check=False,
+        progress=bar.update,
     )
-    with open_output(args.output) as out:
-        for number, hyps in enumerate(results, start=1):
-            for line in format_translations(hyps, number, args.nbest, args.print_scores):
-                out.write(line + "\n")
+    try:
+        with open_output(args.output) as out:
+            for index, hyps in stream:
+                for line in format_translations(hyps, index + 1, args.nbest, args.print_scores):
+                    out.write(line + "\n")
+                if out is sys.stdout:
+                    out.flush()  # a finished line is the user's, whatever happens next
+    finally:
+        bar.close()
     return 0

@@ -16,9 +16,7 @@ from fadat.glancing import GlanceResult, decode_with_seed, glance, no_autocast
 from fadat.losses import LossOutput, fuzzy_loss, nll_loss_from_logits, widen
 from fadat.objectives.base import Objective, Option
 
-FORCE_EMIT = Option(
-    "force_emit", bool, True, "do not pin glanced vertices to their oracle token"
-)
+FORCE_EMIT = Option("force_emit", bool, True, "do not pin glanced vertices to their oracle token")
 NGRAM_ORDER = Option(
     "ngram_order",
     int,
