@@ -59,7 +59,7 @@ train_stage() {
     fi
 }
 
-LEARN_BLEU="not run"
+LEARN_BLEU="(not run)"
 if [ "$QUICK" = 1 ] && [[ "$($FADAT prepare --help)" != *synth-multimodal* ]]; then
     # The corpus comes with `fadat prepare synth-multimodal`; a fadat without it cannot check.
     echo "== LEARNING CHECK NOT RUN: this fadat has no synth-multimodal corpus" >&2
