@@ -40,7 +40,7 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -75,6 +75,25 @@ class Hypothesis:
     score: float
 
 
+class VertexTop1(NamedTuple):
+    """The token head reduced to what greedy, lookahead without n-gram bans, Viterbi and
+    joint-Viterbi read (:data:`TOP1_STRATEGIES`): every vertex's best token and its
+    log-probability. :func:`decode` accepts it in place of ``token_logprobs``, so a model can
+    skip the ``(B, L, V)`` log-probabilities (fadat.inference).
+
+    Attributes:
+        s: ``(B, L)`` float, ``s_v = max_y log P(y|v)``.
+        tok: ``(B, L)`` int64, the argmax token of every vertex.
+    """
+
+    s: torch.Tensor
+    tok: torch.Tensor
+
+
+#: The strategies that read the token head only through :class:`VertexTop1`.
+TOP1_STRATEGIES = ("greedy", "lookahead", "viterbi", "joint-viterbi")
+
+
 # ----------------------------------------------------------------------------------------------
 # Shared helpers
 # ----------------------------------------------------------------------------------------------
@@ -90,6 +109,8 @@ def vertex_top1(token_logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
         ``(s, tok)``: ``(B, L)`` float ``s_v`` and ``(B, L)`` int64 argmax token ids (the lowest
         id on ties).
     """
+    if isinstance(token_logprobs, VertexTop1):
+        return token_logprobs.s, token_logprobs.tok
     s, tok = token_logprobs.max(dim=-1)  # (B, L), (B, L)
     return s, tok
 
@@ -145,6 +166,8 @@ def path_score(
 def _check_inputs(
     token_logprobs: torch.Tensor, links: torch.Tensor, graph_lengths: torch.Tensor
 ) -> None:
+    if isinstance(token_logprobs, VertexTop1):
+        token_logprobs = token_logprobs.s[..., None]  # (B, L, 1): the shapes to check
     if token_logprobs.dim() != 3:
         raise ValueError(
             f"token_logprobs must be (B, L, V), got shape {tuple(token_logprobs.shape)}"
@@ -162,6 +185,8 @@ def _check_inputs(
 
 def _working_dtype(x: torch.Tensor) -> torch.Tensor:
     # Half precision sums of ~100 log-probabilities lose too much; float64 input stays float64.
+    if isinstance(x, VertexTop1):
+        return VertexTop1(_working_dtype(x.s), x.tok)
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
@@ -185,8 +210,11 @@ def _hypotheses_from_paths(
     safe = paths.clamp(max=links.shape[1] - 1)
     edge_idx = safe[:, :-1] * links.shape[2] + safe[:, 1:]  # (B, K-1) flat index into (L, L)
     edge_lp = links.reshape(B, -1).gather(1, edge_idx)  # (B, K-1)
-    vert_idx = safe * token_logprobs.shape[2] + path_tokens  # (B, K) flat index into (L, V)
-    vert_lp = token_logprobs.reshape(B, -1).gather(1, vert_idx)  # (B, K)
+    if isinstance(token_logprobs, VertexTop1):  # the path tokens are the argmax tokens
+        vert_lp = token_logprobs.s.gather(1, safe)  # (B, K)
+    else:
+        vert_idx = safe * token_logprobs.shape[2] + path_tokens  # (B, K) flat index into (L, V)
+        vert_lp = token_logprobs.reshape(B, -1).gather(1, vert_idx)  # (B, K)
     zero = torch.zeros((), dtype=edge_lp.dtype, device=edge_lp.device)
     score = torch.where(has_edge, edge_lp, zero).sum(1) + torch.where(on_path, vert_lp, zero).sum(1)
     out = []
@@ -235,6 +263,14 @@ def _walk(
     paths = torch.stack(steps, 1)  # (B, K)
     lengths = (paths != end[:, None]).sum(1) + 1  # (B,) the end vertex counted once
     return paths, lengths
+
+
+def walk_links(
+    links: torch.Tensor, graph_lengths: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The greedy path (``next = argmax_j links[i, j]`` from vertex 0) of every sentence, as
+    :func:`greedy` finds it: ``(paths (B, K), lengths (B,))`` int64 (see :func:`_walk`)."""
+    return _walk(_working_dtype(links).argmax(dim=2), graph_lengths)
 
 
 def greedy(
@@ -1271,7 +1307,8 @@ def decode(
     """Decode a batch of DAGs with one of :data:`STRATEGIES`.
 
     Args:
-        token_logprobs: ``(B, L, V)`` float log P(token|vertex).
+        token_logprobs: ``(B, L, V)`` float log P(token|vertex), or their :class:`VertexTop1`
+            for the strategies of :data:`TOP1_STRATEGIES` (lookahead without n-gram bans).
         links: ``(B, L, L)`` float log E (see the module docstring for the layout).
         graph_lengths: ``(B,)`` int64 graph sizes, each in ``[2, L]``.
         strategy: ``greedy``, ``lookahead``, ``viterbi``, ``joint-viterbi``, ``sample`` or ``beam``.
@@ -1294,6 +1331,14 @@ def decode(
         raise ValueError(
             f"unknown option(s) {', '.join(unknown)} for strategy {strategy!r}; "
             f"accepted: {', '.join(accepted) or 'none'}"
+        )
+    if isinstance(token_logprobs, VertexTop1) and (
+        strategy not in TOP1_STRATEGIES
+        or any(options.get(k) for k in ("no_consecutive_repeated_ngram", "no_repeated_ngram"))
+    ):
+        raise ValueError(
+            f"strategy {strategy!r} with these options reads more of the token head than "
+            "VertexTop1 holds; pass the (B, L, V) token log-probabilities"
         )
     _check_inputs(token_logprobs, links, graph_lengths)
     with torch.no_grad():

@@ -407,12 +407,22 @@ class DATModel(PretrainedMixin, nn.Module):
     ) -> list[list[Scored]]:
         """One decoder pass and ``nbest`` decodes of the graph (:func:`fadat.decoding.decode`).
 
-        n-best (``sample`` only) by repeated draws: draw k uses ``seed + k`` so the list is
-        reproducible; duplicates are merged (keeping the best score) and the rest ranked.
+        Greedy, lookahead without n-gram bans, Viterbi and joint-Viterbi run on the fast
+        inference path (:func:`fadat.inference.graph_top1`: only the per-vertex best tokens, in
+        the precision of :func:`fadat.inference.with_precision`; in fp32 the same outputs as the
+        full ``(B, L, V)`` path). n-best (``sample`` only) by repeated draws: draw k uses
+        ``seed + k`` so the list is reproducible; duplicates are merged (keeping the best
+        score) and the rest ranked.
         """
         from fadat.decoding import decode
+        from fadat.inference import graph_top1, precision_autocast, reads_top1_only
 
-        token_logprobs, links, graph_lengths = self.graph_outputs(source)
+        if nbest == 1 and reads_top1_only(strategy, options):
+            top1, links, lengths = graph_top1(self, source, path_only=strategy == "greedy")
+            hyps = decode(top1, links, lengths, strategy, **options)
+            return [[(list(h.tokens), float(h.score))] for h in hyps]
+        with torch.inference_mode(), precision_autocast(self):
+            token_logprobs, links, graph_lengths = self.graph_outputs(source)
         if nbest == 1:
             hyps = decode(token_logprobs, links, graph_lengths, strategy, **options)
             return [[(list(h.tokens), float(h.score))] for h in hyps]

@@ -443,20 +443,26 @@ class Translator:
 
     @classmethod
     def from_pretrained(
-        cls, directory: str | Path, device: str = "cpu", upsample_ratio: float | None = None
+        cls,
+        directory: str | Path,
+        device: str = "cpu",
+        upsample_ratio: float | None = None,
+        precision: str = "fp32",
     ) -> Translator:
         """Load a model directory (DAT or AT) onto ``device``; ``upsample_ratio`` replaces the
-        decoding λ of a DAT (see :func:`fadat.model_dir.load_model`).
+        decoding λ of a DAT (see :func:`fadat.model_dir.load_model`); a DAT can run in
+        ``precision`` ``fp32``, ``bf16`` or ``int8`` weights on the CPU
+        (:func:`fadat.inference.with_precision`).
 
         Raises:
-            InputError: as :func:`load_model`.
+            InputError: as :func:`load_model` and :func:`apply_precision`.
         """
         if not isinstance(directory, str | Path):
             raise InputError(
                 f"directory must be a path (str or pathlib.Path), got {type(directory).__name__}"
             )
         model, sp = load_model(directory, device, upsample_ratio)
-        return cls(model, sp)
+        return cls(apply_precision(model, precision), sp)
 
     @property
     def model_type(self) -> str:
@@ -619,8 +625,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="prefix each output with its score (nats) and a tab",
     )
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        choices=("fp32", "bf16", "int8"),
+        help="DAT on CPU: weights in fp32 (default), bf16 or int8 (fadat.inference; test BLEU "
+        "of each in RESULTS.md)",
+    )
     add_common_arguments(parser)
     add_decoding_arguments(parser)
+
+
+def apply_precision(model: nn.Module, precision: str) -> nn.Module:
+    """``model`` converted for inference in ``precision`` (fadat.inference; DAT on CPU only).
+
+    Raises:
+        InputError: unknown precision, or other than fp32 for an AT or a model off the CPU.
+    """
+    from fadat.inference import PRECISIONS, with_precision
+
+    if precision not in PRECISIONS:
+        raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "fp32":
+        return model
+    if model.model_type != "dat" or model_device(model).type != "cpu":
+        raise InputError(f"--precision {precision} is for DAT models on the CPU")
+    return with_precision(model, precision)
 
 
 def format_translations(
@@ -646,6 +676,7 @@ def run(args: argparse.Namespace) -> int:
     apply_threads(args.threads)
     check_output(args.output)
     model, sp = load_model(args.model, args.device, args.upsample_ratio)
+    model = apply_precision(model, args.precision)
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
     check_strategy(model, strategy, options, args.nbest)
