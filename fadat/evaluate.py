@@ -56,7 +56,7 @@ import sacrebleu
 import torch
 from torch import nn
 
-from fadat import outputs
+from fadat import outputs, validset_metrics
 from fadat.errors import InputError
 from fadat.model_dir import load_model, model_device, model_labels, resolve_device
 from fadat.options import finite_float, finite_float_list, nonnegative_int, positive_int
@@ -363,12 +363,18 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     device = resolve_device(args.device)
     source_lang, target_lang = read_languages(args.data)
     sources, references = load_split(args.data, args.split, args.subset)
+    valid_sets = validset_metrics.load_valid_sets(args.data, args.split, args.subset)
     models, systems, baseline = _load_systems(args, device, sources)
     _log(f"{len(sources)} sentences of {args.data} ({args.split}), {len(references)} reference(s)")
     tuning = _tune(args, systems, target_lang) if args.tune_length_penalty else {}
     results, hypotheses, tokenized = _translate_and_score(
         args, systems, sources, references, target_lang
     )
+    if valid_sets is not None:
+        for name, hyps in hypotheses.items():
+            results[name]["validset"] = validset_metrics.validset_scores(
+                hyps, *valid_sets, references[0]
+            )
     if args.latency:
         _latency(args, systems, sources, results)
     base = results[baseline]
@@ -636,6 +642,7 @@ def format_report(report: dict[str, Any]) -> str:
     for name, t in report["tuning"].items():
         grid = ", ".join(f"{g['length_penalty']:g}: {g['tok_bleu']:.2f}" for g in t["grid"])
         lines.append(f"{name}: length penalty {t['best']:g} tuned on {t['split']} ({grid})")
+    lines += validset_metrics.format_table(systems)
     return "\n".join(lines)
 
 
