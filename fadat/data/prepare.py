@@ -209,6 +209,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=d.synonym_prob,
         help=f"Q: fraction of source word types with two synonyms ({d.synonym_prob})",
     )
+    y.add_argument(
+        "--source-types",
+        type=int,
+        default=d.source_types,
+        help=f"source vocabulary in words ({d.source_types})",
+    )
+    y.add_argument(
+        "--min-words", type=int, default=d.min_words, help=f"shortest source ({d.min_words})"
+    )
+    y.add_argument(
+        "--max-words", type=int, default=d.max_words, help=f"longest source ({d.max_words})"
+    )
     for split in SPLITS:
         default = getattr(d, f"{split}_size")
         y.add_argument(
@@ -523,6 +535,9 @@ def synth_config(args: argparse.Namespace):
         train_size=args.train_size,
         valid_size=args.valid_size,
         test_size=args.test_size,
+        source_types=args.source_types,
+        min_words=args.min_words,
+        max_words=args.max_words,
     )
     cfg.check()
     return cfg

@@ -109,9 +109,11 @@ class SynthConfig:
         if self.valid_size < 1 or self.test_size < 1:
             raise InputError("--valid-size and --test-size must be >= 1")
         if not 1 <= self.min_words <= self.max_words:
-            raise InputError(f"sentence length range [{self.min_words}, {self.max_words}] is empty")
+            raise InputError(
+                f"--min-words {self.min_words} and --max-words {self.max_words}: empty range"
+            )
         if self.source_types < 4:
-            raise InputError(f"source_types must be >= 4, got {self.source_types}")
+            raise InputError(f"--source-types must be >= 4, got {self.source_types}")
 
 
 # ----------------------------------------------------------------------------- valid sets
