@@ -157,8 +157,9 @@ def _evaluate(name: str, phase: int, root: Path, data: Path, models: list[str], 
 
 
 def plan(root: Path) -> list[Job]:
-    """Every job of the study. Phases run in order, so that the modality-level comparison
-    (0–3) finishes first, then paper Table 1 (4–5), then paper Figure 2 (6–8)."""
+    """Every job of the study. Phases run in order, so that the modality-level comparison of
+    the DA-T arms (0–3) finishes first, then the AT reference (4–5), paper Table 1 (6–7) and
+    paper Figure 2 (8–10)."""
     jobs: list[Job] = []
     data = {level: root / "data" / level for level in LEVELS}
     for level, (p, q) in LEVELS.items():
@@ -203,7 +204,7 @@ def plan(root: Path) -> list[Job]:
         jobs.append(
             _train(
                 f"pre-{tag}",
-                6 if figure2 else 1,
+                8 if figure2 else 1,
                 root,
                 pre_config,
                 data[level],
@@ -215,7 +216,7 @@ def plan(root: Path) -> list[Job]:
             jobs.append(
                 _train(
                     f"{arm}-{tag}",
-                    7 if figure2 else 2,
+                    9 if figure2 else 2,
                     root,
                     finetune[arm],
                     data[level],
@@ -229,7 +230,7 @@ def plan(root: Path) -> list[Job]:
         models = [model(f"{arm}-{tag}") for arm in ("pre", "nll", "fuzzy-n2")]
         jobs.append(
             _evaluate(
-                tag, 8 if figure2 else 3, root, data[level], models, "--strategies", strategies
+                tag, 10 if figure2 else 3, root, data[level], models, "--strategies", strategies
             )
         )
         if (level, lam) == ("med", 4):
@@ -238,7 +239,7 @@ def plan(root: Path) -> list[Job]:
                 jobs.append(
                     _train(
                         f"{arm}-{tag}",
-                        4,
+                        6,
                         root,
                         finetune[arm],
                         data[level],
@@ -251,7 +252,7 @@ def plan(root: Path) -> list[Job]:
             jobs.append(
                 _evaluate(
                     f"n-{tag}",
-                    5,
+                    7,
                     root,
                     data[level],
                     [model(f"{a}-{tag}") for a in others],
@@ -262,10 +263,10 @@ def plan(root: Path) -> list[Job]:
     for level in LEVELS:
         for seed in SEEDS:
             tag = f"{level}-s{seed}"
-            jobs.append(_train(f"at-{tag}", 1, root, at_config, data[level], "--seed", str(seed)))
+            jobs.append(_train(f"at-{tag}", 4, root, at_config, data[level], "--seed", str(seed)))
             jobs.append(
                 _evaluate(
-                    f"at-{tag}", 3, root, data[level], [model(f"at-{tag}")], "--at-beam-size", "5"
+                    f"at-{tag}", 5, root, data[level], [model(f"at-{tag}")], "--at-beam-size", "5"
                 )
             )
     return jobs
