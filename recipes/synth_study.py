@@ -73,7 +73,7 @@ class Job:
     """
 
     name: str
-    phase: int  # jobs of a phase run after every job of the earlier phases
+    phase: int  # priority: among the jobs that can start, the lowest phase first
     commands: list[list[str]]
     done: Path
     run_dir: Path | None = None
@@ -325,40 +325,68 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
+def dependencies(jobs: list[Job]) -> dict[str, set[str]]:
+    """Job name → the jobs it needs: those whose output directory (a dataset, a model) is an
+    argument of one of its commands."""
+    producers = {
+        str(j.done.parent): j.name for j in jobs if j.done.name in ("meta.json", "config.json")
+    }
+    return {
+        j.name: {producers[a] for c in j.commands for a in c if a in producers} - {j.name}
+        for j in jobs
+    }
+
+
 def run(root: Path, jobs_at_once: int, only: str | None) -> int:
-    """Run every unfinished job, phase by phase, ``jobs_at_once`` processes at a time."""
+    """Run every unfinished job, ``jobs_at_once`` processes at a time: among the jobs whose
+    dependencies have finished, the one of the lowest phase (then plan order) first."""
     import multiprocessing
 
     root.mkdir(parents=True, exist_ok=True)
     os.environ["OMP_NUM_THREADS"] = "1"
-    jobs = [j for j in plan(root) if only is None or only in j.name]
-    todo = [j for j in jobs if not j.done.exists()]
-    _log(root, f"{len(todo)} of {len(jobs)} jobs to run, {jobs_at_once} at a time")
+    every = plan(root)
+    needs = dependencies(every)
+    finished = {j.name for j in every if j.done.exists()}
+    jobs = [j for j in every if only is None or only in j.name]
+    pending = sorted((j for j in jobs if j.name not in finished), key=lambda j: j.phase)
+    _log(root, f"{len(pending)} of {len(jobs)} jobs to run, {jobs_at_once} at a time")
     times_path = root / "times.json"
     times = json.loads(times_path.read_text()) if times_path.is_file() else {}
     failed: list[str] = []
+    running: dict[str, tuple[Job, object]] = {}
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(jobs_at_once, initializer=_init_worker) as pool:
-        for phase in sorted({j.phase for j in todo}):
-            batch = [j for j in todo if j.phase == phase]
-            if not batch:
-                continue
-            _log(root, f"phase {phase}: {len(batch)} jobs")
-            for name, code, seconds in pool.imap_unordered(_run_job_safely, batch):
+        while pending or running:
+            for name, (job, result) in list(running.items()):
+                if not result.ready():
+                    continue
+                del running[name]
+                _, code, seconds = result.get()
                 entry = times.setdefault(name, {"seconds": 0.0})
                 entry["seconds"] = round(entry["seconds"] + seconds, 1)
-                job = next(j for j in batch if j.name == name)
                 entry["commands"] = ["fadat " + " ".join(c) for c in job.commands]
                 tmp = times_path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(times, indent=1) + "\n", encoding="utf-8")
                 tmp.replace(times_path)
                 if code == 0 and job.done.exists():
+                    finished.add(name)
                     _log(root, f"done {name} ({seconds:.0f} s)")
                 else:
                     failed.append(name)
                     _log(root, f"FAILED {name} (exit {code})")
             if failed:
-                break  # later phases depend on this one
+                pending = []  # after a failure or an interrupt: let the running jobs finish
+            for job in list(pending):
+                if len(running) >= jobs_at_once:
+                    break
+                if needs[job.name] <= finished:
+                    pending.remove(job)
+                    _log(root, f"start {job.name}")
+                    running[job.name] = (job, pool.apply_async(_run_job_safely, (job,)))
+            if pending and not running:
+                _log(root, "no job can start: " + ", ".join(j.name for j in pending[:5]))
+                break
+            time.sleep(1.0)
     _log(root, "finished" if not failed else f"stopped: {len(failed)} failed ({', '.join(failed)})")
     return 1 if failed else 0
 

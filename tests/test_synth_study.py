@@ -50,3 +50,22 @@ def test_plan_covers_every_arm_and_resumes_interrupted_runs(tmp_path):
     # A run killed before its first checkpoint starts again from scratch.
     (job.run_dir / "checkpoint_last.pt").unlink()
     assert study._commands(job) == job.commands and not job.run_dir.exists()
+
+
+def test_dependencies_follow_the_data_and_models(tmp_path):
+    study = load_recipe("synth_study")
+    jobs = study.plan(tmp_path)
+    needs = study.dependencies(jobs)
+    assert needs["data-med"] == set()
+    assert needs["pre-med-l4-s1"] == {"data-med"}
+    assert needs["fuzzy-n2-med-l8-s3"] == {"data-med", "pre-med-l8-s3"}
+    assert needs["eval-med-l4-s2"] == {
+        "data-med",
+        "pre-med-l4-s2",
+        "nll-med-l4-s2",
+        "fuzzy-n2-med-l4-s2",
+    }
+    assert needs["eval-at-high-s1"] == {"data-high", "at-high-s1"}
+    # Every dependency comes no later in the priority order (phase) than what needs it.
+    phase = {j.name: j.phase for j in jobs}
+    assert all(phase[d] <= phase[n] for n, ds in needs.items() for d in ds)
