@@ -524,6 +524,8 @@ def _paired(root: Path, level: str, lam: int, arm: str, strategy: str) -> list[s
 
     data = root / "data" / level
     sets = read_valid_sets(data, "test")
+    if sets is None:
+        return []
     listed = read_listed_references(data, "test")
     lines = []
     d_bleu, d_valid = [], []
