@@ -12,7 +12,7 @@ Arms (every training run one thread, bf16 autocast; ``--jobs 2`` runs two at a t
   corpus (``DATA_OPTIONS``: few source word types, short sentences) so that a small model
   converges in minutes;
 - DA-T: NLL + glancing pre-training for ``PRETRAIN_UPDATES`` updates
-  (``configs/synth-dat-nll.yaml``, λ = 4), validated five times; converged when the valid NLL
+  (``configs/synth-dat-nll.yaml``, λ = 4), validated every 10 %; converged when the valid NLL
   per token at the last validation differs from the one at 80 % of the updates by less than
   ``CONVERGED_REL`` of its value or ``CONVERGED_ABS`` nats (``table`` prints the check);
 - from that checkpoint, M = ``FINETUNE_UPDATES`` updates of NLL continued
@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))
 LEVELS = {"det": (0.0, 0.0), "med": (0.25, 0.25), "high": (0.5, 0.5)}
 DATA_OPTIONS = ["--source-types", "60", "--max-words", "10", "--train-size", "20000", "--seed", "1"]
 SEEDS = (1, 2, 3)
-PRETRAIN_UPDATES = 800
+PRETRAIN_UPDATES = 1600
 FINETUNE_UPDATES = 100
 AT_UPDATES = 1000
 LAMBDAS = (2, 3, 4, 6, 8)
@@ -77,6 +77,7 @@ class Job:
     commands: list[list[str]]
     done: Path
     run_dir: Path | None = None
+    max_updates: int = 0  # a training job's update budget (resumed runs are held to it)
 
 
 def write_config(root: Path, name: str, base: str, **changes) -> Path:
@@ -97,9 +98,11 @@ def write_config(root: Path, name: str, base: str, **changes) -> Path:
 def _train(name: str, phase: int, root: Path, config: Path, data: Path, *extra: str) -> Job:
     run = root / "runs" / name
     model = root / "models" / name
+    budget = int(yaml.safe_load(config.read_text(encoding="utf-8"))["max_updates"])
     return Job(
         name=name,
         phase=phase,
+        max_updates=budget,
         commands=[
             [
                 "train",
@@ -197,7 +200,7 @@ def plan(root: Path) -> list[Job]:
             f"pretrain-l{lam}",
             "synth-dat-nll.yaml",
             max_updates=PRETRAIN_UPDATES,
-            validate_every=PRETRAIN_UPDATES // 5,
+            validate_every=PRETRAIN_UPDATES // 10,
             model={"upsample_ratio": float(lam)},
         )
         tag = f"{level}-l{lam}-s{seed}"
@@ -282,14 +285,25 @@ def _log(root: Path, message: str) -> None:
         f.write(line + "\n")
 
 
+def _trained(job: Job) -> bool:
+    """Whether a training job's run reached its current update budget (``DONE`` holds it)."""
+    marker = job.run_dir / "DONE"
+    return marker.is_file() and marker.read_text(encoding="utf-8").strip() == str(job.max_updates)
+
+
+def is_done(job: Job) -> bool:
+    """Finished, and for a training job trained to its current budget (a larger budget in the
+    recipe continues the run)."""
+    return job.done.exists() and (job.run_dir is None or _trained(job))
+
+
 def _commands(job: Job) -> list[list[str]]:
     """The job's commands, with an interrupted training run resumed."""
     if job.run_dir is None:
         return job.commands
     if (job.run_dir / "checkpoint_last.pt").is_file():
-        return [["train", "--resume", str(job.run_dir), "--threads", "1", "--no-progress-bar"]] + [
-            c for c in job.commands[1:]
-        ]
+        resume = ["train", "--resume", str(job.run_dir), "--threads", "1", "--no-progress-bar"]
+        return [resume + ["--max-updates", str(job.max_updates)], *job.commands[1:]]
     if job.run_dir.exists():
         shutil.rmtree(job.run_dir)  # killed before its first checkpoint: start again
     return job.commands
@@ -304,18 +318,14 @@ def run_job(job: Job) -> tuple[str, int, float]:
     start = time.time()
     code = 0
     for argv in _commands(job):
-        if (
-            argv[0] == "train"
-            and (job.run_dir / "checkpoint_last.pt").is_file()
-            and (job.run_dir / "DONE").is_file()
-        ):
+        if argv[0] == "train" and _trained(job):
             continue  # trained earlier; the average was interrupted
         code = cli.main(argv)
         torch.set_num_threads(1)
         if code != 0:
             break
         if argv[0] == "train":
-            (job.run_dir / "DONE").touch()
+            (job.run_dir / "DONE").write_text(f"{job.max_updates}\n", encoding="utf-8")
     return job.name, code, time.time() - start
 
 
@@ -346,7 +356,7 @@ def run(root: Path, jobs_at_once: int, only: str | None) -> int:
     os.environ["OMP_NUM_THREADS"] = "1"
     every = plan(root)
     needs = dependencies(every)
-    finished = {j.name for j in every if j.done.exists()}
+    finished = {j.name for j in every if is_done(j)}
     jobs = [j for j in every if only is None or only in j.name]
     pending = sorted((j for j in jobs if j.name not in finished), key=lambda j: j.phase)
     _log(root, f"{len(pending)} of {len(jobs)} jobs to run, {jobs_at_once} at a time")
@@ -368,7 +378,7 @@ def run(root: Path, jobs_at_once: int, only: str | None) -> int:
                 tmp = times_path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(times, indent=1) + "\n", encoding="utf-8")
                 tmp.replace(times_path)
-                if code == 0 and job.done.exists():
+                if code == 0 and is_done(job):
                     finished.add(name)
                     _log(root, f"done {name} ({seconds:.0f} s)")
                 else:

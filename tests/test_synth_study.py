@@ -46,7 +46,17 @@ def test_plan_covers_every_arm_and_resumes_interrupted_runs(tmp_path):
     (job.run_dir / "checkpoint_last.pt").write_bytes(b"")
     resumed = study._commands(job)
     assert resumed[0][:3] == ["train", "--resume", str(job.run_dir)]
+    assert resumed[0][-2:] == ["--max-updates", str(study.FINETUNE_UPDATES)]
     assert resumed[1:] == job.commands[1:]
+    # Done = the model exists and the run reached the current budget (a larger one continues).
+    model = job.done
+    model.parent.mkdir(parents=True)
+    model.write_text("{}")
+    assert not study.is_done(job)
+    (job.run_dir / "DONE").write_text(f"{study.FINETUNE_UPDATES}\n")
+    assert study.is_done(job)
+    (job.run_dir / "DONE").write_text(f"{study.FINETUNE_UPDATES - 1}\n")
+    assert not study.is_done(job)
     # A run killed before its first checkpoint starts again from scratch.
     (job.run_dir / "checkpoint_last.pt").unlink()
     assert study._commands(job) == job.commands and not job.run_dir.exists()
