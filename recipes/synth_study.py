@@ -564,12 +564,36 @@ def _paired(root: Path, level: str, lam: int, arm: str, strategy: str) -> list[s
     return lines
 
 
+def entropy_per_token(root: Path, level: str, sentences: int) -> float:
+    """Entropy of the generating process (nats per target token, <s> and </s> counted, as the
+    valid NLL is) over the first ``sentences`` valid sentences: the lowest valid NLL possible.
+
+    Per sentence: the swap decisions (H(K) = h(P) + P·H(K − 2) + (1 − P)·H(K − 1) for K
+    phrases, h the binary entropy) plus log 2 per word with two synonyms.
+    """
+    from fadat.data.synth import read_valid_sets
+
+    p = LEVELS[level][0]
+    h = 0.0 if p in (0.0, 1.0) else -(p * math.log(p) + (1 - p) * math.log(1 - p))
+    total, tokens = 0.0, 0
+    for vs in (read_valid_sets(root / "data" / level, "valid") or [])[:sentences]:
+        swaps = [0.0, 0.0]
+        for k in range(2, len(vs.phrases) + 1):
+            swaps.append(h + p * swaps[k - 2] + (1 - p) * swaps[k - 1])
+        synonyms = sum(math.log(len(w)) for phrase in vs.phrases for w in phrase)
+        total += swaps[len(vs.phrases)] + synonyms
+        tokens += vs.length() + 2
+    return total / max(tokens, 1)
+
+
 def convergence(root: Path) -> list[str]:
     """The pre-training convergence check of every DA-T run."""
     lines = [
-        "| pre-training | valid NLL @80% | @100% | change | valid BLEU @80% / @100% | converged |",
-        "|---|---:|---:|---:|---|---|",
+        "| pre-training | valid NLL @80% | @100% | change | data entropy | valid BLEU @80% / "
+        "@100% | converged |",
+        "|---|---:|---:|---:|---:|---|---|",
     ]
+    subset = yaml.safe_load((REPO / "configs" / "synth-dat-nll.yaml").read_text())["valid_subset"]
     for level, lam, seed in dat_tags():
         path = root / "runs" / f"pre-{level}-l{lam}-s{seed}" / "valid_log.jsonl"
         if not path.is_file():
@@ -585,7 +609,8 @@ def convergence(root: Path) -> list[str]:
         ok = abs(change) < max(CONVERGED_REL * at100["valid_loss"], CONVERGED_ABS)
         lines.append(
             f"| {level} λ={lam} s{seed} | {at80['valid_loss']:.4f} | {at100['valid_loss']:.4f} "
-            f"| {change:+.4f} | {at80['bleu']:.2f} / {at100['bleu']:.2f} "
+            f"| {change:+.4f} | {entropy_per_token(root, level, subset):.4f} "
+            f"| {at80['bleu']:.2f} / {at100['bleu']:.2f} "
             f"| {'yes' if ok else 'NO'} |"
         )
     return lines
@@ -673,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         code = run(root, args.jobs, args.only)
     else:
         code = 0
-    if (root / "eval").is_dir():
+    if (root / "runs").is_dir():
         text = tables(root)
         (root / "tables.md").write_text(text + "\n", encoding="utf-8")
         print(text)
