@@ -54,7 +54,7 @@ sys.path.insert(0, str(REPO))
 LEVELS = {"det": (0.0, 0.0), "med": (0.25, 0.25), "high": (0.5, 0.5)}
 DATA_OPTIONS = ["--source-types", "60", "--max-words", "10", "--train-size", "20000", "--seed", "1"]
 SEEDS = (1, 2, 3)
-PRETRAIN_UPDATES = 1600
+PRETRAIN_UPDATES = 1200
 FINETUNE_UPDATES = 100
 AT_UPDATES = 1000
 LAMBDAS = (2, 3, 4, 6, 8)

@@ -113,6 +113,18 @@ def test_valid_set_size_membership_and_bigrams_against_brute_force():
     assert checked >= 20
 
 
+def test_no_valid_translation_repeats_a_token():
+    # DA-T decoders drop a token equal to the previous one: such translations must not exist.
+    for cfg in (SMALL, replace(SMALL, swap_prob=0.0, synonym_prob=0.0)):
+        _, splits = synth.generate(cfg)
+        for vs in splits["train"].valid_sets + splits["test"].valid_sets:
+            assert all(a != b for a, b in vs.bigrams())
+    assert synth.adjacent_repeat([[1, 2], [2]])
+    assert synth.adjacent_repeat([[3], [1], [3]])  # the swap of [1] and [3] puts 3 next to 3
+    assert synth.adjacent_repeat([[3], [1], [2], [3]])  # orders 1 3 | 3 2: phrases 0 and 3 meet
+    assert not synth.adjacent_repeat([[3], [1], [2], [4], [3]])
+
+
 def test_uniform_listing_draws_every_swap_pattern_equally():
     vs = ValidSet(tuple((((f"t{i}",),),) for i in range(5)), swaps=True)  # F(6) = 8 orders
     rng = np.random.default_rng(1)

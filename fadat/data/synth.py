@@ -12,9 +12,11 @@ Generation (all randomness from ``seed``; :class:`SynthConfig` holds the default
   Within each class, word ``r`` (rank from 1) has frequency ∝ ``1 / r**zipf``.
 - **Source sentences**: a length drawn uniformly from ``[min_words, max_words]`` words, filled
   left to right with phrases of 1–3 words (uniform, shortened at the end): ``k − 1``
-  phrase-internal words and one phrase-final word. Phrase boundaries are therefore a function of
-  the source words alone (a phrase ends after its phrase-final word), which makes the valid set a
-  function of the source sentence.
+  phrase-internal words and one phrase-final word. A sentence in which a word could stand next
+  to itself in some phrase order is drawn again (:func:`adjacent_repeat`): no valid translation
+  repeats a token, which DA-Transformer decoders could not output (they drop repeats). Phrase
+  boundaries are a function of the source words alone (a phrase ends after its phrase-final
+  word), which makes the valid set a function of the source sentence.
 - **Lexicon** (fixed by the seed): every source word has one translation; a fraction
   ``synonym_prob`` (Q) of the source word types, chosen at random, has two equally valid
   synonyms (lexical multi-modality); a fraction ``fertility2_fraction`` translates to two target
@@ -419,6 +421,17 @@ def segment(words: Sequence[str], lex: Lexicon) -> list[list[int]]:
     return phrases[:-1]
 
 
+def adjacent_repeat(phrases: list[list[int]]) -> bool:
+    """Whether the same source word can stand next to itself in some phrase order (swaps
+    allowed whatever P is), i.e. whether some valid translation would repeat a target token.
+
+    DA-Transformer decoders drop a token equal to the previous one (as the reference's do), so
+    such a translation could never be produced; the generator redraws these sentences.
+    """
+    ids = ValidSet(tuple(tuple(((str(i),),) for i in p) for p in phrases), swaps=True)
+    return any(a == b for a, b in ids.bigrams())
+
+
 def valid_set(phrases: list[list[int]], lex: Lexicon, cfg: SynthConfig) -> ValidSet:
     return ValidSet(
         tuple(tuple(lex.options[i] for i in p) for p in phrases), swaps=cfg.swap_prob > 0
@@ -459,6 +472,8 @@ def generate(cfg: SynthConfig) -> tuple[Lexicon, dict[str, GeneratedSplit]]:
         part = GeneratedSplit([], [], [])
         for _ in range(size):
             phrases = sample_sentence(lex, cfg, source_rng)
+            while adjacent_repeat(phrases):
+                phrases = sample_sentence(lex, cfg, source_rng)
             vs = valid_set(phrases, lex, cfg)
             part.sources.append(" ".join(lex.words[i] for p in phrases for i in p))
             part.targets.append(" ".join(vs.sample(cfg.swap_prob, target_rng)))
