@@ -79,3 +79,14 @@ def test_dependencies_follow_the_data_and_models(tmp_path):
     # Every dependency comes no later in the priority order (phase) than what needs it.
     phase = {j.name: j.phase for j in jobs}
     assert all(phase[d] <= phase[n] for n, ds in needs.items() for d in ds)
+
+
+def test_priority_finishes_a_seed_of_the_main_comparison_first(tmp_path):
+    study = load_recipe("synth_study")
+    order = [j.name for j in sorted(study.plan(tmp_path), key=study.priority)]
+    assert order[:3] == ["data-det", "data-med", "data-high"]
+    first_seed = order[: order.index("pre-det-l4-s2")]
+    assert {"pre-high-l4-s1", "fuzzy-n2-high-l4-s1", "eval-high-l4-s1"} <= set(first_seed)
+    assert order.index("eval-high-l4-s3") < order.index("at-det-s1")
+    assert order.index("eval-at-high-s3") < order.index("fuzzy-n1-med-l4-s1")
+    assert order.index("eval-n-med-l4-s3") < order.index("pre-med-l2-s1")
