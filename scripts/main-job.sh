@@ -60,6 +60,7 @@ train_stage() {
 }
 
 LEARN_BLEU="(not run)"
+LEARN_UPDATES=${LEARN_UPDATES:-300}; LEARN_MIN_BLEU=${LEARN_MIN_BLEU:-80}
 if [ "$QUICK" = 1 ] && [[ "$($FADAT prepare --help)" != *synth-multimodal* ]]; then
     # The corpus comes with `fadat prepare synth-multimodal`; a fadat without it cannot check.
     echo "== LEARNING CHECK NOT RUN: this fadat has no synth-multimodal corpus" >&2
@@ -67,7 +68,6 @@ elif [ "$QUICK" = 1 ]; then
     # Measured (RESULTS.md, "The quick run's learning check"): valid BLEU 96.4-99.1 after
     # 300 updates over seeds 1-4, about one CPU-minute; an untrained model scores about 0.
     LEARN_DATA=data/synth-det
-    LEARN_UPDATES=${LEARN_UPDATES:-300}; LEARN_MIN_BLEU=${LEARN_MIN_BLEU:-80}
     LEARN_TIME=${LEARN_TIME:-20m}  # only against a hang: the check is defined by updates
     stage "learning check: synthetic deterministic corpus, $LEARN_UPDATES updates," \
         "must reach valid BLEU >= $LEARN_MIN_BLEU"
