@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 ARCHITECTURES: dict[str, str] = {
     "dat": "fadat.model:DATModel",
     "at": "fadat.baseline:ATModel",
+    "nat": "fadat.nat:NATModel",
 }
 
 #: One hypothesis: ``(token ids without <s>/</s>/<pad>, score in nats)``.

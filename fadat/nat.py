@@ -1,0 +1,308 @@
+"""Vanilla non-autoregressive Transformer (Gu et al., ICLR 2018), the paper's "NAT" row of
+Table 2: a length predictor, a decoder that fills ``T`` positions at once, position-wise
+cross-entropy, argmax decoding.
+
+- Length: ``T = |<s> y </s>|`` is predicted from the mean-pooled encoder states by a
+  256-way classifier (fairseq's NAT: ``logits = mean_s(h_s) · E_len^T``); trained with
+  cross-entropy, weight :data:`LENGTH_LOSS_FACTOR` (fairseq's default 0.1).
+- Decoder input ``[<s>, <unk> × (T − 2), </s>]`` + learned positions; every ``<unk>`` position
+  also gets the final encoder state of source position ``round(j·(S − 1)/(T − 1))`` (uniform
+  copy, Gu et al. 2018, here of encoder states as the DA-Transformer recipe's ``copy_source``);
+  bidirectional self-attention, cross-attention to the source, the tied output projection.
+- Loss (:func:`nat_loss`, objective ``nat`` in :mod:`fadat.objectives.nat`): label-smoothed
+  cross-entropy (ε = 0.1, fairseq's ``nat_loss`` form) at the ``<unk>`` positions (``<s>`` and
+  ``</s>`` are given as inputs), a per-sentence mean, plus the length loss; the trainer averages
+  over sentences (as the DAG losses).
+- Decoding (``argmax``): the most likely length ``T̂ ≥ 2`` (clipped to the decoder's
+  positions), one decoder pass, the argmax token at every position ``1 … T̂ − 2``, ``<pad>``
+  dropped. No de-duplication: repeated tokens are the multi-modality this baseline shows.
+
+Glancing on this network is GLAT (:mod:`fadat.objectives.glat`). Only CPU was run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fadat.architectures import BatchScores, Scored
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from fadat.errors import InputError
+from fadat.model_dir import PretrainedMixin
+from fadat.transformer import (
+    Encoder,
+    EncoderOut,
+    ModelConfig,
+    TransformerLayer,
+    _init_bert,
+    _key_mask,
+    dropout,
+    embedding_scale,
+)
+
+#: Classes of the length predictor (lengths 0 … 255, fairseq's NAT).
+MAX_LENGTH_CLASSES = 256
+#: Weight of the length cross-entropy in :func:`nat_loss` (fairseq's ``--length-loss-factor``).
+LENGTH_LOSS_FACTOR = 0.1
+#: Label smoothing ε of the token cross-entropy (the NAT/GLAT recipes' 0.1).
+LABEL_SMOOTHING = 0.1
+
+
+def copy_positions(source_lengths: Tensor, decoder_lengths: Tensor, width: int) -> Tensor:
+    """Uniform copy index: decoder position ``j`` of a row of ``T_b`` positions reads source
+    position ``round(j·(S_b − 1)/(T_b − 1))`` (Gu et al. 2018).
+
+    Args:
+        source_lengths: ``(B,)`` int64 ``S_b``.
+        decoder_lengths: ``(B,)`` int64 ``T_b``.
+        width: padded decoder width.
+
+    Returns:
+        ``(B, width)`` int64 source positions in ``[0, S_b − 1]``.
+    """
+    j = torch.arange(width, device=source_lengths.device)  # (W,)
+    ratio = (source_lengths - 1).double() / (decoder_lengths - 1).clamp(min=1).double()  # (B,)
+    index = torch.round(j[None, :].double() * ratio[:, None]).long()  # (B, W)
+    return torch.minimum(index, (source_lengths - 1)[:, None]).clamp(min=0)
+
+
+class NATDecoder(nn.Module):
+    """A non-autoregressive decoder stack: token embedding (shared, passed in) + learned
+    positions + uniform copy of the encoder states onto ``<unk>`` inputs, bidirectional
+    self-attention over the non-pad positions, cross-attention. Used by :class:`NATModel` and
+    :class:`fadat.ctc.CTCModel`."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_scale = embedding_scale(config)
+        self.embed_positions = nn.Embedding(config.max_target_positions, config.d_model)
+        self.layers = nn.ModuleList(
+            TransformerLayer(config, cross_attention=True) for _ in range(config.decoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(config.d_model) if config.pre_norm else None
+
+    def forward(self, embed: nn.Embedding, encoder_out: EncoderOut, tokens: Tensor) -> Tensor:
+        """``(B, T)`` int64 inputs (``<pad>`` a suffix of each row) → ``(B, T, d)`` states.
+
+        Raises:
+            InputError: ``T`` exceeds ``max_target_positions``.
+        """
+        width = tokens.shape[1]
+        if width > self.config.max_target_positions:
+            raise InputError(
+                f"decoder length {width} exceeds the model's max_target_positions "
+                f"{self.config.max_target_positions}"
+            )
+        positions = torch.arange(width, device=tokens.device)
+        x = self.embed_scale * embed(tokens) + self.embed_positions(positions)  # (B, T, d)
+        states = encoder_out.states  # (B, S, d)
+        src_len = (~encoder_out.padding_mask).sum(dim=1)  # (B,)
+        index = copy_positions(src_len, tokens.ne(PAD_ID).sum(dim=1), width)  # (B, T)
+        copied = states.gather(1, index[..., None].expand(-1, -1, states.shape[-1]))  # (B, T, d)
+        x = x + copied * tokens.eq(UNK_ID)[..., None].to(copied.dtype)
+        x = dropout(x, self.config.dropout, self.training)
+        self_mask = _key_mask(tokens.eq(PAD_ID))  # (B, 1, 1, T)
+        memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
+        for layer in self.layers:
+            x = layer(x, self_mask=self_mask, memory=encoder_out.states, memory_mask=memory_mask)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x
+
+
+def decoder_input(lengths: Tensor) -> Tensor:
+    """``[<s>, <unk> × (T_b − 2), </s>, <pad> …]`` per row.
+
+    Args:
+        lengths: ``(B,)`` int64 ``T_b ≥ 2``.
+
+    Returns:
+        ``(B, max_b T_b)`` int64.
+    """
+    width = int(lengths.max()) if lengths.numel() else 2
+    idx = torch.arange(width, device=lengths.device)[None, :]  # (1, T)
+    tokens = torch.full((lengths.shape[0], width), UNK_ID, dtype=torch.int64, device=idx.device)
+    tokens[:, 0] = BOS_ID
+    tokens = torch.where(idx == lengths[:, None] - 1, EOS_ID, tokens)
+    return torch.where(idx >= lengths[:, None], PAD_ID, tokens)  # (B, T)
+
+
+class NATModel(PretrainedMixin, nn.Module):
+    """Vanilla NAT: encoder, length predictor, non-autoregressive decoder, tied output layer.
+
+    Attributes:
+        config: the :class:`~fadat.transformer.ModelConfig` (``model_type == "nat"``; the
+            DAT-only fields ``upsample_ratio``, ``link_heads``, ``copy_source`` are unused).
+        metadata: the non-config entries of config.json after loading, else ``{}``.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        if config.model_type != self.model_type:
+            raise InputError(f"NATModel needs model_type 'nat', got {config.model_type!r}")
+        self.config = config
+        self.metadata: dict[str, Any] = {}
+        self.encoder = Encoder(config)
+        self.decoder = NATDecoder(config)
+        self.embed_length = nn.Embedding(MAX_LENGTH_CLASSES, config.d_model)
+        self.apply(lambda m: _init_bert(m, config.init_std))
+
+    @property
+    def output_weight(self) -> Tensor:
+        """``(V, d)`` the bias-free output projection, tied to the shared token embedding."""
+        return self.encoder.embed_tokens.weight
+
+    def encode(self, source: Tensor) -> EncoderOut:
+        """Run the encoder on ``source`` ``(B, S)`` int64."""
+        return self.encoder(source)
+
+    def length_logprobs(self, encoder_out: EncoderOut) -> Tensor:
+        """``(B, 256)`` fp32 ``log P(T | x)`` from the mean of the non-pad encoder states."""
+        keep = (~encoder_out.padding_mask)[..., None].to(encoder_out.states.dtype)  # (B, S, 1)
+        mean = (encoder_out.states * keep).sum(1) / keep.sum(1).clamp(min=1)  # (B, d)
+        return torch.log_softmax(F.linear(mean, self.embed_length.weight).float(), dim=-1)
+
+    def predict_lengths(self, encoder_out: EncoderOut) -> Tensor:
+        """``(B,)`` int64 most likely ``T ≥ 2``, at most ``max_target_positions``."""
+        lp = self.length_logprobs(encoder_out)  # (B, 256)
+        top = min(MAX_LENGTH_CLASSES, self.config.max_target_positions + 1)
+        return lp[:, 2:top].argmax(dim=1) + 2  # (B,)
+
+    def decode_logits(self, encoder_out: EncoderOut, tokens: Tensor) -> Tensor:
+        """``(B, T)`` decoder input → ``(B, T, V)`` token logits (autocast dtype)."""
+        states = self.decoder(self.encoder.embed_tokens, encoder_out, tokens)  # (B, T, d)
+        return F.linear(states, self.output_weight)  # (B, T, V)
+
+    def forward(self, source: Tensor, lengths: Tensor) -> Tensor:
+        """``(B, S)`` source and ``(B,)`` lengths ``T_b`` → ``(B, T, V)`` fp32 log-probs."""
+        logits = self.decode_logits(self.encode(source), decoder_input(lengths))
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    # ---- the translation-model interface (fadat.architectures.TranslationModel)
+
+    model_type: ClassVar[str] = "nat"
+    default_strategy: ClassVar[str] = "argmax"
+    validation_strategy: ClassVar[str] = "argmax"
+    autoregressive: ClassVar[bool] = False
+    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
+
+    def strategies(self) -> dict[str, tuple[str, ...]]:
+        """``argmax``: predicted length, then the argmax token per position (no options)."""
+        return {"argmax": ()}
+
+    def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
+        """Raises ValueError: an option (``argmax`` takes none) or ``nbest > 1``."""
+        if options:
+            raise ValueError(f"strategy 'argmax' takes no options, got {sorted(options)}")
+        if nbest > 1:
+            raise ValueError(f"--nbest {nbest}: argmax decoding gives one hypothesis")
+
+    def translate_batch(
+        self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
+    ) -> list[list[Scored]]:
+        """Argmax decoding; score = ``log P(T̂|x) + Σ_t max_y log p_t(y)`` (nats)."""
+        encoder_out = self.encode(source)
+        lengths = self.predict_lengths(encoder_out)  # (B,)
+        length_lp = self.length_logprobs(encoder_out).gather(1, lengths[:, None])  # (B, 1)
+        logits = self.decode_logits(encoder_out, decoder_input(lengths))  # (B, T, V)
+        best, tokens = torch.log_softmax(logits.float(), dim=-1).max(dim=-1)  # (B, T)
+        width = tokens.shape[1]
+        on = torch.arange(width, device=tokens.device)[None, :] < lengths[:, None]  # (B, T)
+        scores = (best.double() * on).sum(1) + length_lp[:, 0].double()  # (B,)
+        out = []
+        for row, n, score in zip(tokens.tolist(), lengths.tolist(), scores.tolist(), strict=True):
+            out.append([([t for t in row[1 : n - 1] if t != PAD_ID], float(score))])
+        return out
+
+    def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
+        """``log P(y|x) = log P(T|x) + Σ_t log p_t(y_t)`` over the ``T`` positions of
+        ``<s> y </s>`` (the positions are independent given ``x`` and ``T``); ``-inf`` for a
+        target longer than the length classes or the decoder's positions."""
+        limit = min(MAX_LENGTH_CLASSES - 1, self.config.max_target_positions)
+        fits = target_lengths <= limit  # (B,)
+        lengths = torch.where(fits, target_lengths, torch.full_like(target_lengths, 2))
+        encoder_out = self.encode(source)
+        length_lp = self.length_logprobs(encoder_out).gather(1, lengths[:, None])[:, 0]  # (B,)
+        logits = self.decode_logits(encoder_out, decoder_input(lengths))  # (B, T, V)
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        width = lp.shape[1]
+        gold = target[:, :width]  # (B, T)
+        gold = torch.where(fits[:, None], gold, torch.full_like(gold, PAD_ID))
+        token_lp = lp.gather(-1, gold.clamp(min=0)[..., None])[..., 0]  # (B, T)
+        token_lp = token_lp.masked_fill(gold.eq(PAD_ID), 0.0)
+        total = token_lp.double().sum(1) + length_lp.double()  # (B,)
+        total = torch.where(fits, total, torch.full_like(total, float("-inf")))
+        problems = [
+            None if f else f"the target has {int(t)} tokens, more than this NAT can predict"
+            for f, t in zip(fits.tolist(), target_lengths.tolist(), strict=True)
+        ]
+        return BatchScores(total.tolist(), [int(t) for t in target_lengths], problems)
+
+    def batch_cost(self, source_length: int) -> int:
+        """An estimate of the decoder length before it is predicted: ``2·|x| + 2`` positions."""
+        return min(2 * source_length + 2, self.config.max_target_positions)
+
+    def length_budget(self) -> tuple[float, int | None]:
+        """``(1, None)``: training batches count target (and source) tokens."""
+        return 1.0, None
+
+    def usable(self, source_lengths: np.ndarray, target_lengths: np.ndarray) -> np.ndarray:
+        """Pairs within the position tables and the length classes."""
+        limit = min(MAX_LENGTH_CLASSES - 1, self.config.max_target_positions)
+        return (np.asarray(source_lengths) <= self.config.max_source_positions) & (
+            np.asarray(target_lengths) <= limit
+        )
+
+
+def nat_loss(
+    model: NATModel,
+    source: Tensor,
+    target: Tensor,
+    target_lengths: Tensor,
+    decoder_tokens: Tensor | None = None,
+    encoder_out: EncoderOut | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Per-sentence NAT losses: mean label-smoothed CE over the ``<unk>`` input positions plus
+    :data:`LENGTH_LOSS_FACTOR` × the length cross-entropy.
+
+    Args:
+        model: the network.
+        source: ``(B, S)`` int64.
+        target: ``(B, T)`` int64 ``<s> y </s>``.
+        target_lengths: ``(B,)`` int64 ``T_b``.
+        decoder_tokens: ``(B, T)`` decoder input (default :func:`decoder_input`; GLAT passes
+            a glanced one: only its ``<unk>`` positions are scored).
+        encoder_out: ``model.encode(source)`` if already computed.
+
+    Returns:
+        ``(losses (B,) fp32 with grad, stats)``; stats: ``nll_sum``, the token NLL summed over
+        the scored positions (nats), and ``scored_tokens``, their number.
+    """
+    if encoder_out is None:
+        encoder_out = model.encode(source)
+    if decoder_tokens is None:
+        decoder_tokens = decoder_input(target_lengths)
+    logits = model.decode_logits(encoder_out, decoder_tokens)  # (B, T, V)
+    with torch.autocast(logits.device.type, enabled=False):
+        gold = target[:, : logits.shape[1]]  # (B, T)
+        scored = decoder_tokens.eq(UNK_ID)  # (B, T)
+        lp = torch.log_softmax(logits.float(), dim=-1)  # (B, T, V)
+        nll = -lp.gather(-1, gold[..., None])[..., 0]  # (B, T)
+        # fairseq's nat_loss label smoothing: (1 − ε)·nll + ε·mean_v(−log p_v)
+        ce = (1.0 - LABEL_SMOOTHING) * nll - LABEL_SMOOTHING * lp.mean(dim=-1)  # (B, T)
+        n = scored.sum(1)  # (B,)
+        token_loss = ce.masked_fill(~scored, 0.0).sum(1) / n.clamp(min=1)  # (B,)
+        length_lp = model.length_logprobs(encoder_out)  # (B, 256)
+        classes = target_lengths.clamp(max=MAX_LENGTH_CLASSES - 1)[:, None]  # (B, 1)
+        length_nll = -length_lp.gather(1, classes)[:, 0]  # (B,)
+        losses = token_loss + LENGTH_LOSS_FACTOR * length_nll  # (B,)
+    stats = {
+        "nll_sum": float(nll.detach().masked_fill(~scored, 0.0).sum()),
+        "scored_tokens": float(n.sum()),
+    }
+    return losses, stats
