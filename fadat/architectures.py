@@ -26,6 +26,7 @@ ARCHITECTURES: dict[str, str] = {
     "dat": "fadat.model:DATModel",
     "at": "fadat.baseline:ATModel",
     "nat": "fadat.nat:NATModel",
+    "ctc": "fadat.ctc:CTCModel",
 }
 
 #: One hypothesis: ``(token ids without <s>/</s>/<pad>, score in nats)``.

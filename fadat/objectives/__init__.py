@@ -17,7 +17,7 @@ from torch import nn
 
 from fadat.data.contract import Batch
 from fadat.losses import LossOutput
-from fadat.objectives import at, dat, glat, nat
+from fadat.objectives import at, ctc, dat, glat, nat
 from fadat.objectives.base import Objective, Option
 
 #: name → objective.
@@ -27,6 +27,7 @@ OBJECTIVES: dict[str, Objective] = {
     "label_smoothed_ce": at.LABEL_SMOOTHED_CE,
     "nat": nat.NAT,
     "glat": glat.GLAT,
+    "ctc": ctc.CTC,
 }
 
 
