@@ -173,3 +173,20 @@ def test_tiny_model_learns_to_copy(one_thread, objective, make, ratio, updates):
     torch.manual_seed(0)
     accuracy = train_copy(make(), objective, updates, ratio)
     assert accuracy >= 0.95, f"{objective} (glancing {ratio}): {accuracy:.2f} exact copies"
+
+
+def test_repetition_rate_counts_words_equal_to_their_predecessor(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "repetition_rate.py"
+    spec = importlib.util.spec_from_file_location("repetition_rate", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.repetition_counts(["y y el el el", "de", "", "a b a"]) == (3, 9)
+    hyps = tmp_path / "h.txt"
+    hyps.write_text("el el perro.\nsi, si\n", encoding="utf-8")
+    assert module.main(["--lang", "es", str(hyps)]) == 0
+    # sacremoses splits "perro." and "si," : el el perro . / si , si -> 1 repeat in 7 words
+    assert capsys.readouterr().out.split("\t")[1:] == ["14.29 %", "1 / 7\n"]
+    assert module.main(["--lang", "es", str(tmp_path / "missing.txt")]) == 2
