@@ -236,7 +236,7 @@ def test_config_validation():
     with pytest.raises(InputError, match="unknown model preset"):
         make_config("huge", V)
     with pytest.raises(InputError):
-        make_config("tiny", V, model_type="ctc")
+        make_config("tiny", V, model_type="no-such-architecture")
     assert set(PRESETS) >= {"tiny", "cpu-small", "base"}
     base = make_config("base", 100)
     assert (base.encoder_layers, base.decoder_layers, base.d_model, base.ffn_dim) == (
