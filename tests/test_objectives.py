@@ -417,4 +417,4 @@ def test_compute_loss_at_counts_tokens():
 
 def test_unknown_objective():
     with pytest.raises(ValueError):
-        compute_loss(tiny_model(), toy_batch(), ObjectiveConfig(name="ctc"))
+        compute_loss(tiny_model(), toy_batch(), ObjectiveConfig(name="no-such-objective"))
