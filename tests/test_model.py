@@ -278,7 +278,7 @@ def test_load_errors_name_the_problem(tmp_path):
     rewrite(format_version=2)
     with pytest.raises(InputError, match="format_version"):
         load_pretrained(d)
-    rewrite(model_type="ctc")
+    rewrite(model_type="no-such-architecture")
     with pytest.raises(InputError, match="unknown model_type"):
         load_pretrained(d)
     rewrite(config={**good["config"], "d_model": 64, "ffn_dim": 64})
