@@ -1,53 +1,145 @@
 """Paper-comparison experiments (RESULTS.md), resumable across sessions.
 
-An experiment file (``recipes/experiments/*.yaml``) names a dataset, integer variables (N, M),
-seeds and an ordered list of training stages; a stage may start from another stage's averaged
-model (``init_from``) and runs once per seed. ``run`` trains the pending stages in order for at
-most ``--slice`` of training time, then stops; running it again continues where it stopped
-(``fadat train --resume``). A finished stage is averaged into ``STAGE-sSEED/model`` (its
-``average`` best checkpoints). ``evaluate`` runs ``fadat evaluate`` per seed on the test split
-(the seed's models plus the stages listed as ``shared`` from the first seed), with sacreBLEU's
-paired bootstrap against the first listed model, and ``table`` prints the reports as Markdown
-tables for RESULTS.md.
+An experiment file (``recipes/experiments/*.yaml``) describes a whole experiment: its datasets,
+integer variables (N, M), seeds and an ordered list of training stages, each trained once per
+seed, and what ``evaluate`` compares. ``run`` trains the pending stages in order for at most
+``--slice`` of training time, then stops; running it again continues where it stopped
+(``fadat train --resume RUN --max-time ...``), also after a kill (the runs save
+``checkpoint_last.pt`` every ``save_every`` updates). A finished stage is averaged into
+``RUN/model``. ``evaluate`` runs ``fadat evaluate`` per seed on the whole test split (the seed's
+models plus the ``shared`` stages), with sacreBLEU's paired bootstrap against the first listed
+model and the short-word drift statistics of every system's hypotheses; ``table`` prints the
+reports, the time per arm and the plateau curves as Markdown for RESULTS.md (``--plot PNG``).
 
-Usage::
+Usage (``--root`` and ``--data-root`` are accepted by every command)::
 
-    python recipes/experiment.py run recipes/experiments/bible-en-es.yaml [--slice 60m]
-    python recipes/experiment.py status recipes/experiments/bible-en-es.yaml
+    python recipes/experiment.py run EXPERIMENT [--slice 150m] [--only pretrain-s1,at-s1]
+        [--root DIR (runs in DIR/NAME/STAGE-sSEED; default runs/experiments)]
+        [--data-root DIR (datasets; default data/)]
+    python recipes/experiment.py status EXPERIMENT
+    python recipes/experiment.py link EXPERIMENT STAGE RUN_DIR [--seed 1]
     python recipes/experiment.py adopt EXPERIMENT STAGE MODEL_DIR [--run RUN_DIR] [--seed 1]
-    python recipes/experiment.py evaluate recipes/experiments/bible-en-es.yaml [--subset N]
-    python recipes/experiment.py table recipes/experiments/bible-en-es.yaml
+    python recipes/experiment.py evaluate EXPERIMENT [--subset N] [--force]
+    python recipes/experiment.py table EXPERIMENT [--plot curves.png]
+
+fadat is run as ``sys.executable -m fadat.cli`` with this process's environment, and the drift
+statistics import ``fadat.scoring``: ``PYTHONPATH=/path/to/frozen/copy python
+recipes/experiment.py ...`` runs the whole experiment on that copy of the library while the
+checkout changes.
+
+Experiment file
+---------------
+Top level: ``name``; ``data`` (dataset directory, relative to ``--data-root``) and ``prepare``
+(its ``fadat prepare`` arguments, run when the directory has no ``meta.json``); ``vars``;
+``seeds``; ``stages``; ``evaluate: {models, shared, strategies, data}``.
+
+A stage: ``name``, ``config`` (relative to the checkout), ``seeds`` (default: the top level's),
+``average`` (K: the K best checkpoints by valid BLEU are averaged), ``train`` (extra
+``fadat train`` flags of a fresh start), ``data``/``prepare`` (its own dataset), ``optional``
+(run only when ``--only`` names it), and
+
+- ``max_updates``: an integer, a sum of variables (``"N+M"``), or a fine-tuning budget
+  ``{share_of_pretrain_tokens: s, batch_ratio: r}`` of the ``init_from`` stage's plateau update N:
+  ``round(N * s / r)`` updates, r being the ratio of the two stages' tokens per update
+  (``max_tokens * update_freq``, checked against the configs). The paper fine-tunes 5k updates of
+  256k tokens after 300k of 64k: s = 5k * 256k / (300k * 64k) = 0.0667 at r = 4.
+- ``until: {plateau: {min_updates, window, gain}}``: train until the plateau criterion holds
+  (below) or ``max_updates``. While it trains, ``run`` reads the run's ``valid_log.jsonl`` every
+  few seconds and stops the run (SIGINT: it saves ``checkpoint_last.pt``) once it holds. The
+  stage's model averages the K best checkpoints validated at updates <= N.
+- ``init_from``: a stage name (the same seed's model) or ``{stage: NAME, seed: S}`` (that seed's
+  model for every seed of this stage: fine-tuning seeds that differ from the pre-training's).
+- ``warmup_share``/``validations``: ``--warmup round(share * max_updates)`` and
+  ``--validate-every max_updates // validations`` (for budgets known only at run time).
+
+**Plateau criterion.** With b(u) the best valid BLEU of the validations at updates <= u, the
+stage's plateau update N is the first validated update with N >= ``min_updates`` and
+b(N) - b((1 - ``window``) * N) < ``gain`` (exact rational arithmetic on ``window``; a window
+that reaches before the first validation never holds).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+POLL_SECONDS = 5.0  # how often a plateau stage's valid log is read while it trains
+
+STAGE_KEYS = {
+    "name", "config", "seeds", "average", "train", "data", "prepare", "optional",
+    "max_updates", "until", "init_from", "warmup_share", "validations",
+}  # fmt: skip
+# Training settings that may differ between an adopted/linked run and the stage: they change
+# neither the model nor the optimisation.
+UNCHECKED_KEYS = {
+    "validate_every", "valid_subset", "threads", "save_every", "max_time", "max_tokens_valid",
+    "device", "progress_bar", "log_every", "run_dir", "data",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Plateau:
+    min_updates: int
+    window: Fraction  # share of the updates looked back over, 0 < window < 1
+    gain: float  # valid BLEU points
+
+
+@dataclass(frozen=True)
+class Budget:
+    share: float  # of the init_from stage's training tokens up to its plateau
+    batch_ratio: float  # this stage's tokens per update / the init_from stage's
 
 
 @dataclass(frozen=True)
 class Stage:
     name: str
     config: str
-    max_updates: int
     seed: int
+    max_updates: int  # the cap; 0 for a Budget stage (known once init_from has plateaued)
+    budget: Budget | None
+    plateau: Plateau | None
     init_from: str  # stage name or ""
+    init_seed: int  # seed of the init_from stage's model
     average: int
-    options: tuple[str, ...]
+    train: tuple[tuple[str, Any], ...]  # extra fadat train settings of a fresh start
+    data: str
+    prepare: tuple[str, ...]
+    warmup_share: float
+    validations: int
+    optional: bool
 
     @property
     def key(self) -> str:
         return f"{self.name}-s{self.seed}"
+
+    @property
+    def init_key(self) -> str:
+        return f"{self.init_from}-s{self.init_seed}"
+
+    @property
+    def options(self) -> list[str]:
+        return _flags(dict(self.train))
+
+
+@dataclass(frozen=True)
+class Paths:
+    runs: Path  # runs of the experiment: runs / STAGE-sSEED
+    data: Path  # relative dataset directories are resolved here
+
+    def dataset(self, name: str) -> Path:
+        return self.data / name
 
 
 def evaluate_int(expr: Any, variables: dict[str, int]) -> int:
@@ -66,35 +158,102 @@ def evaluate_int(expr: Any, variables: dict[str, int]) -> int:
     return total
 
 
+def _flags(train: dict[str, Any]) -> list[str]:
+    options = []
+    for key, value in train.items():
+        flag = f"--{key.replace('_', '-')}"
+        if value is True:
+            options.append(flag)
+        elif value is not False:
+            options += [flag, str(value)]
+    return options
+
+
+def _config(path: str, train: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A stage's training settings: its config YAML with its ``train`` flags on top."""
+    values = yaml.safe_load((ROOT / path).read_text(encoding="utf-8")) or {}
+    values.update({k.replace("-", "_"): v for k, v in (train or {}).items()})
+    return values
+
+
+def tokens_per_update(path: str, train: dict[str, Any] | None = None) -> int:
+    """``max_tokens * update_freq`` of a stage (its batch budget in tokens)."""
+    values = _config(path, train)
+    if "max_tokens" not in values:
+        raise SystemExit(f"{path}: no max_tokens (needed for a fine-tuning budget)")
+    return int(values["max_tokens"]) * int(values.get("update_freq", 1))
+
+
 def load(path: str) -> tuple[dict[str, Any], list[Stage]]:
+    """The experiment file and its stages, one per (stage, seed), in file order.
+
+    Raises:
+        SystemExit: unknown keys, an ``init_from`` that is not an earlier stage, a fine-tuning
+            budget whose ``batch_ratio`` disagrees with the configs, a bad plateau window.
+    """
     spec = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     variables = spec.get("vars", {})
-    stages = []
+    items = {item["name"]: item for item in spec["stages"]}
+    stages: list[Stage] = []
     for item in spec["stages"]:
+        where = f"{path}: stage {item['name']!r}"
+        unknown = sorted(set(item) - STAGE_KEYS)
+        if unknown:
+            raise SystemExit(f"{where}: unknown key(s) {', '.join(unknown)}")
+        init = item.get("init_from", "")
+        init_name = init["stage"] if isinstance(init, dict) else init
+        init_seed = init.get("seed") if isinstance(init, dict) else None
+        if init_name and init_name not in {s.name for s in stages}:
+            raise SystemExit(f"{where}: init_from {init_name!r} is not an earlier stage")
+        plateau = None
+        if "until" in item:
+            p = item["until"]["plateau"]
+            plateau = Plateau(int(p["min_updates"]), Fraction(str(p["window"])), float(p["gain"]))
+            if not 0 < plateau.window < 1:
+                raise SystemExit(f"{where}: plateau window must be in (0, 1), got {p['window']}")
+        budget, max_updates = None, item["max_updates"]
+        if isinstance(max_updates, dict):
+            if not init_name or "until" not in items[init_name]:
+                raise SystemExit(f"{where}: a token-share budget needs init_from a plateau stage")
+            budget = Budget(
+                float(max_updates["share_of_pretrain_tokens"]), float(max_updates["batch_ratio"])
+            )
+            ratio = tokens_per_update(item["config"], item.get("train")) / tokens_per_update(
+                items[init_name]["config"], items[init_name].get("train")
+            )
+            if not math.isclose(ratio, budget.batch_ratio):
+                raise SystemExit(
+                    f"{where}: batch_ratio {budget.batch_ratio:g} but the configs' tokens per "
+                    f"update (max_tokens * update_freq) are in ratio {ratio:g}"
+                )
+            max_updates = 0
         for seed in item.get("seeds", spec.get("seeds", [1])):
-            options = []
-            for key, value in (item.get("train") or {}).items():
-                flag = f"--{key.replace('_', '-')}"
-                if value is True:
-                    options.append(flag)
-                elif value is not False:
-                    options += [flag, str(value)]
             stages.append(
                 Stage(
                     name=item["name"],
                     config=item["config"],
-                    max_updates=evaluate_int(item["max_updates"], variables),
                     seed=int(seed),
-                    init_from=item.get("init_from", ""),
+                    max_updates=evaluate_int(max_updates, variables),
+                    budget=budget,
+                    plateau=plateau,
+                    init_from=init_name,
+                    init_seed=int(seed if init_seed is None else init_seed),
                     average=int(item.get("average", 5)),
-                    options=tuple(options),
+                    train=tuple((item.get("train") or {}).items()),
+                    data=str(item.get("data", spec.get("data", ""))),
+                    prepare=tuple(map(str, item.get("prepare", spec.get("prepare", [])))),
+                    warmup_share=float(item.get("warmup_share", 0)),
+                    validations=int(item.get("validations", 0)),
+                    optional=bool(item.get("optional", False)),
                 )
             )
     return spec, stages
 
 
-def run_root(spec: dict[str, Any]) -> Path:
-    return ROOT / "runs" / "experiments" / spec["name"]
+def paths_of(args: argparse.Namespace, spec: dict[str, Any]) -> Paths:
+    runs = Path(args.root) if getattr(args, "root", None) else ROOT / "runs" / "experiments"
+    data = Path(args.data_root) if getattr(args, "data_root", None) else ROOT / "data"
+    return Paths(runs / spec["name"], data)
 
 
 def fadat(*args: str) -> int:
@@ -103,109 +262,264 @@ def fadat(*args: str) -> int:
     return subprocess.call(cmd, cwd=ROOT)
 
 
+# ---- logs of a run
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The records of a JSON-lines log ([] when absent); a half-written last line (a run killed
+    while writing) is skipped."""
+    if not path.exists():
+        return []
+    records = []
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for k, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if k != len(lines) - 1:
+                raise SystemExit(f"{path}:{k + 1}: not JSON") from None
+    return records
+
+
 def progress(run_dir: Path) -> tuple[int, float]:
     """(updates, training seconds) of a run from its train log (0, 0 when it has none)."""
-    log = run_dir / "train_log.jsonl"
-    if not log.exists():
+    records = read_jsonl(run_dir / "train_log.jsonl")
+    if not records:
         return 0, 0.0
-    lines = [line for line in log.read_text(encoding="utf-8").splitlines() if line]
-    if not lines:
-        return 0, 0.0
-    last = json.loads(lines[-1])
-    return int(last.get("update", 0)), float(last.get("elapsed", 0.0))
+    return int(records[-1].get("update", 0)), float(records[-1].get("elapsed", 0.0))
+
+
+def valid_curve(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's validations ``{update, elapsed (s), valid_loss, bleu}`` by update."""
+    return sorted(read_jsonl(run_dir / "valid_log.jsonl"), key=lambda r: r["update"])
+
+
+# ---- the plateau criterion and the fine-tuning budget
+
+
+def best_up_to(curve: list[dict[str, Any]], update: Fraction | int) -> float:
+    """Best valid BLEU of the validations at updates <= ``update`` (-inf when none)."""
+    return max((r["bleu"] for r in curve if r["update"] <= update), default=-math.inf)
+
+
+def plateau_gain(curve: list[dict[str, Any]], update: int, window: Fraction) -> float:
+    """b(N) - b((1 - window) * N) at N = ``update``: the criterion's value (inf when no
+    validation lies at or before (1 - window) * N)."""
+    earlier = best_up_to(curve, (1 - window) * update)
+    return math.inf if earlier == -math.inf else best_up_to(curve, update) - earlier
+
+
+def plateau_update(curve: list[dict[str, Any]], plateau: Plateau) -> int | None:
+    """The first validated update N >= min_updates with b(N) - b((1 - window) N) < gain."""
+    for record in curve:
+        n = int(record["update"])
+        if n >= plateau.min_updates and plateau_gain(curve, n, plateau.window) < plateau.gain:
+            return n
+    return None
+
+
+def stage_end(stage: Stage, run_dir: Path) -> tuple[int | None, str]:
+    """Where a plateau stage ended: (N, how) with N the plateau update, or its last update when
+    it reached max_updates without a plateau; (None, "") while it trains."""
+    assert stage.plateau is not None
+    n = plateau_update(valid_curve(run_dir), stage.plateau)
+    if n is not None:
+        return n, "plateau"
+    updates, _ = progress(run_dir)
+    if updates >= stage.max_updates:
+        return updates, "max_updates (no plateau)"
+    return None, ""
+
+
+def fine_tune_budget(n: int, budget: Budget) -> tuple[int, str]:
+    """``round(N * share / batch_ratio)`` updates and the arithmetic as text."""
+    updates = round(n * budget.share / budget.batch_ratio)
+    text = (
+        f"{n} × {budget.share:g} / {budget.batch_ratio:g} = "
+        f"{n * budget.share / budget.batch_ratio:.1f} → {updates} updates"
+    )
+    return updates, text
+
+
+def resolve(
+    stage: Stage, stages: list[Stage], paths: Paths
+) -> tuple[int | None, dict[str, int], str]:
+    """A stage's update budget, its derived fresh-start settings (``warmup``,
+    ``validate_every``) and how they were reached; (None, {}, why) while the budget waits for
+    the init_from stage's plateau."""
+    if stage.budget is None:
+        max_updates, text = stage.max_updates, ""
+    else:
+        parent = next(s for s in stages if s.key == stage.init_key)
+        n, how = stage_end(parent, paths.runs / parent.key)
+        if n is None:
+            return None, {}, f"waits for the plateau of {parent.key}"
+        max_updates, text = fine_tune_budget(n, stage.budget)
+        text = f"{parent.key} {how} at N = {n}: {text}"
+    derived = {}
+    if stage.warmup_share:
+        derived["warmup"] = round(stage.warmup_share * max_updates)
+        text += f"; warm-up {stage.warmup_share:g} × {max_updates} = {derived['warmup']}"
+    if stage.validations:
+        derived["validate_every"] = max(1, max_updates // stage.validations)
+        text += f"; validate every {derived['validate_every']}"
+    return max_updates, derived, text.lstrip("; ")
+
+
+# ---- run
+
+
+def train_until_plateau(cmd: list[str], run_dir: Path, plateau: Plateau) -> int:
+    """Run ``cmd`` (fadat train); SIGINT it once the run's valid log meets the criterion (fadat
+    train then saves checkpoint_last and exits 130). Returns its exit status, 0 when stopped."""
+    print("+", " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT)
+    while True:
+        try:
+            return proc.wait(timeout=POLL_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        if plateau_update(valid_curve(run_dir), plateau) is not None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
+            return 0
+
+
+def checkpoints_to_average(run_dir: Path, k: int, last_update: int) -> list[Path]:
+    """The ``k`` best checkpoints (``best.json``, by valid BLEU, earlier first on ties) validated
+    at updates <= ``last_update`` that are on disk."""
+    index = json.loads((run_dir / "best.json").read_text(encoding="utf-8"))
+    entries = sorted(index["checkpoints"], key=lambda b: (-b["bleu"], b["update"]))
+    files = [run_dir / e["file"] for e in entries if e["update"] <= last_update]
+    chosen = [f for f in files if f.is_file()][:k]
+    if not chosen:
+        raise SystemExit(f"{run_dir}: no checkpoint validated at update <= {last_update} is left")
+    return chosen
+
+
+def run(args: argparse.Namespace) -> None:
+    spec, stages = load(args.experiment)
+    paths = paths_of(args, spec)
+    budget = parse_minutes(args.slice)
+    spent = 0.0
+    only = set(args.only.split(",")) if args.only else None
+    for stage in stages:
+        if (only is not None and stage.key not in only) or (stage.optional and only is None):
+            continue
+        run_dir = paths.runs / stage.key
+        model_dir = run_dir / "model"
+        if (model_dir / "config.json").exists():
+            continue
+        init = paths.runs / stage.init_key / "model"
+        if stage.init_from and not (init / "config.json").exists():
+            print(f"{stage.key}: waits for {init}")
+            continue
+        max_updates, derived, text = resolve(stage, stages, paths)
+        if max_updates is None:
+            print(f"{stage.key}: {text}")
+            continue
+        end = stage_end(stage, run_dir)[0] if stage.plateau else None
+        updates, elapsed = progress(run_dir)
+        if end is None and updates < max_updates:
+            left = budget - spent
+            if left <= 0:
+                print(f"slice of {args.slice} used up; run again to continue")
+                return
+            data = paths.dataset(stage.data)
+            if not (data / "meta.json").exists():
+                if fadat("prepare", *stage.prepare, "--output", str(data)) != 0:
+                    raise SystemExit(f"{stage.key}: fadat prepare failed")
+            limit = ["--max-updates", str(max_updates), "--max-time", f"{elapsed + left:.0f}"]
+            common = ["--threads", str(args.threads), "--no-progress-bar", *limit]
+            if (run_dir / "checkpoint_last.pt").exists():
+                cmd = ["train", "--resume", str(run_dir), *common]
+            else:
+                cmd = [
+                    "train", "--config", str(ROOT / stage.config), "--data", str(data),
+                    "--run-dir", str(run_dir), "--seed", str(stage.seed),
+                    *(["--init-from", str(init)] if stage.init_from else []),
+                    *stage.options, *_flags(derived), *common,
+                ]  # fmt: skip
+            if text:
+                print(f"{stage.key}: {text}")
+            if stage.plateau:
+                full = [sys.executable, "-m", "fadat.cli", *cmd]
+                rc = train_until_plateau(full, run_dir, stage.plateau)
+            else:
+                rc = fadat(*cmd)
+            if rc != 0:
+                raise SystemExit(f"{stage.key}: fadat train exited {rc}")
+            new_updates, new_elapsed = progress(run_dir)
+            spent += new_elapsed - elapsed
+            end = stage_end(stage, run_dir)[0] if stage.plateau else None
+            if end is None and new_updates < max_updates:
+                print(f"{stage.key}: {new_updates}/{max_updates} updates; run again")
+                return
+        if stage.plateau:
+            assert end is not None  # trained to its plateau or to max_updates
+            files = checkpoints_to_average(run_dir, stage.average, end)
+            source = ["--checkpoints", *map(str, files)]
+        else:
+            source = ["--run", str(run_dir), "--best", str(stage.average)]
+        if fadat("average", *source, "--output", str(model_dir)) != 0:
+            raise SystemExit(f"{stage.key}: fadat average failed")
+    print("all stages finished")
 
 
 def parse_minutes(text: str) -> float:
+    """Seconds of a duration ``90s``, ``30m``, ``2.5h`` or plain seconds."""
     m = re.fullmatch(r"(\d+(?:\.\d*)?)([smh]?)", text)
     if not m:
         raise SystemExit(f"bad duration {text!r} (e.g. 90m, 2h)")
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
-def run(args: argparse.Namespace) -> None:
-    spec, stages = load(args.experiment)
-    data = ROOT / spec["data"]
-    if not (data / "meta.json").exists():
-        if fadat("prepare", *spec["prepare"], "--output", str(data)) != 0:
-            raise SystemExit("prepare failed")
-    root = run_root(spec)
-    budget = parse_minutes(args.slice)
-    spent = 0.0
-    only = set(args.only.split(",")) if args.only else None
-    for stage in stages:
-        if only is not None and stage.key not in only:
-            continue
-        run_dir = root / stage.key
-        model_dir = run_dir / "model"
-        if (model_dir / "config.json").exists():
-            continue
-        if stage.init_from:
-            init = root / f"{stage.init_from}-s{stage.seed}" / "model"
-            if not (init / "config.json").exists():
-                print(f"{stage.key}: waits for {init}")
-                continue
-        updates, elapsed = progress(run_dir)
-        if updates < stage.max_updates:
-            left = budget - spent
-            if left <= 0:
-                print(f"slice of {args.slice} used up; run again to continue")
-                return
-            limit = ["--max-updates", str(stage.max_updates), "--max-time", f"{elapsed + left:.0f}"]
-            common = ["--threads", str(args.threads), "--no-progress-bar", *limit]
-            if (run_dir / "checkpoint_last.pt").exists():
-                rc = fadat("train", "--resume", str(run_dir), *common)
-            else:
-                init = []
-                if stage.init_from:
-                    init = ["--init-from", str(root / f"{stage.init_from}-s{stage.seed}" / "model")]
-                rc = fadat(
-                    "train", "--config", str(ROOT / stage.config), "--data", str(data),
-                    "--run-dir", str(run_dir), "--seed", str(stage.seed), *init,
-                    *stage.options, *common,
-                )  # fmt: skip
-            if rc != 0:
-                raise SystemExit(f"{stage.key}: fadat train exited {rc}")
-            new_updates, new_elapsed = progress(run_dir)
-            spent += new_elapsed - elapsed
-            if new_updates < stage.max_updates:
-                print(f"{stage.key}: {new_updates}/{stage.max_updates} updates; run again")
-                return
-        best = ["--best", str(stage.average)]
-        if fadat("average", "--run", str(run_dir), *best, "--output", str(model_dir)) != 0:
-            raise SystemExit(f"{stage.key}: fadat average failed")
-    print("all stages finished")
+# ---- adopt / link
 
 
-def adopt(args: argparse.Namespace) -> None:
-    """Use an averaged model trained elsewhere (the main job) as STAGE's model for one seed.
-
-    The model's training config must name the stage's config values, seed and update budget;
-    otherwise the arms would not be comparable and the call fails.
-    """
+def find_stage(args: argparse.Namespace) -> tuple[dict[str, Any], list[Stage], Stage, Paths]:
     spec, stages = load(args.experiment)
     matches = [s for s in stages if s.name == args.stage and s.seed == args.seed]
     if not matches:
         raise SystemExit(f"{args.experiment}: no stage {args.stage!r} for seed {args.seed}")
-    stage = matches[0]
+    return spec, stages, matches[0], paths_of(args, spec)
+
+
+def check_run_config(run_dir: Path, stage: Stage, stages: list[Stage], paths: Paths) -> None:
+    """Fail unless the run's ``config.yaml`` has the stage's config values, ``train`` flags,
+    seed, update cap and (when it names one) dataset: otherwise the arms are not comparable.
+    Settings in :data:`UNCHECKED_KEYS` (validation, saving, threads, time cap) may differ."""
+    run_config = run_dir / "config.yaml"
+    if not run_config.exists():
+        raise SystemExit(f"{run_config}: no training config to check the stage against")
+    trained = yaml.safe_load(run_config.read_text(encoding="utf-8"))
+    max_updates, derived, _ = resolve(stage, stages, paths)
+    if max_updates is None:
+        raise SystemExit(f"{stage.key}: its budget is not known yet (init_from has no plateau)")
+    wanted = _config(stage.config, dict(stage.train))
+    wanted.update(derived, seed=stage.seed, max_updates=max_updates)
+    diff = {
+        k: (trained.get(k), v)
+        for k, v in wanted.items()
+        if k not in UNCHECKED_KEYS and trained.get(k) != v
+    }
+    if diff:
+        raise SystemExit(f"{run_config}: differs from stage {stage.key}: {diff}")
+    data = paths.dataset(stage.data).resolve()
+    if "data" in trained and Path(trained["data"]).resolve() != data:
+        raise SystemExit(f"{run_config}: trained on {trained['data']}, stage {stage.key} on {data}")
+
+
+def adopt(args: argparse.Namespace) -> None:
+    """Use an averaged model trained elsewhere (the main job) as STAGE's model for one seed,
+    after :func:`check_run_config` on its training run."""
+    _, stages, stage, paths = find_stage(args)
     source = Path(args.model).resolve()
     run_dir = Path(args.run) if args.run else source.parent / source.name.replace("-model", "")
-    run_config = run_dir / "config.yaml"
     if not (source / "config.json").exists():
         raise SystemExit(f"{source}: not a model directory (no config.json)")
-    if run_config.exists():
-        trained = yaml.safe_load(run_config.read_text(encoding="utf-8"))
-        wanted = yaml.safe_load((ROOT / stage.config).read_text(encoding="utf-8"))
-        wanted.update(seed=stage.seed, max_updates=stage.max_updates)
-        diff = {
-            k: (trained.get(k), v)
-            for k, v in wanted.items()
-            if k not in ("validate_every", "valid_subset", "threads") and trained.get(k) != v
-        }
-        if diff:
-            raise SystemExit(f"{run_config}: differs from stage {stage.key}: {diff}")
-    else:
-        raise SystemExit(f"{run_config}: no training config next to {source} to check against")
-    target = run_root(spec) / stage.key / "model"
+    check_run_config(run_dir, stage, stages, paths)
+    target = paths.runs / stage.key / "model"
     if target.exists() or target.is_symlink():
         raise SystemExit(f"{target} exists; remove it first")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -213,64 +527,241 @@ def adopt(args: argparse.Namespace) -> None:
     print(f"{target} -> {source}")
 
 
+def link(args: argparse.Namespace) -> None:
+    """Use a run started by hand (``fadat train --run-dir RUN``) as STAGE's run for one seed,
+    after :func:`check_run_config`; ``run`` then resumes it and averages it."""
+    _, stages, stage, paths = find_stage(args)
+    source = Path(args.run_dir).resolve()
+    if not (source / "train_log.jsonl").exists():
+        raise SystemExit(f"{source}: not a run directory of fadat train (no train_log.jsonl)")
+    check_run_config(source, stage, stages, paths)
+    target = paths.runs / stage.key
+    if target.exists() or target.is_symlink():
+        raise SystemExit(f"{target} exists; remove it first")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.symlink_to(source, target_is_directory=True)
+    print(f"{target} -> {source}")
+
+
+# ---- status
+
+
 def status(args: argparse.Namespace) -> None:
+    """Per stage: updates, training hours, best valid BLEU, the plateau criterion's current
+    value (plateau stages) or the derived budget with its arithmetic (fine-tuning stages)."""
     spec, stages = load(args.experiment)
-    root = run_root(spec)
+    paths = paths_of(args, spec)
     for stage in stages:
-        updates, elapsed = progress(root / stage.key)
-        done = (root / stage.key / "model" / "config.json").exists()
-        print(
-            f"{stage.key:24} {updates:6d}/{stage.max_updates:<6d} updates "
-            f"{elapsed / 60:7.1f} min  {'averaged' if done else ''}"
+        run_dir = paths.runs / stage.key
+        updates, elapsed = progress(run_dir)
+        curve = valid_curve(run_dir)
+        best = max((r["bleu"] for r in curve), default=float("nan"))
+        max_updates, _, text = resolve(stage, stages, paths)
+        cap = "?" if max_updates is None else str(max_updates)
+        done = "averaged" if (run_dir / "model" / "config.json").exists() else ""
+        line = (
+            f"{stage.key:24} {updates:7d}/{cap:<7} updates {elapsed / 3600:6.2f} h  "
+            f"best valid BLEU {best:6.2f}  {done}"
         )
+        if stage.plateau and curve:
+            p = stage.plateau
+            gain = plateau_gain(curve, curve[-1]["update"], p.window)
+            n, how = stage_end(stage, run_dir)
+            line += (
+                f"\n{'':24} b({curve[-1]['update']}) - b({float(1 - p.window):g}·"
+                f"{curve[-1]['update']}) = {gain:.2f} (plateau: < {p.gain:g} at "
+                f">= {p.min_updates} updates){f'; {how} at N = {n}' if n else ''}"
+            )
+        if text:
+            line += f"\n{'':24} {text}"
+        if stage.optional:
+            line += f"\n{'':24} optional: run with --only {stage.key}"
+        print(line)
+
+
+# ---- evaluate and the short-word statistics
+
+
+def hypotheses_file(directory: Path, system: str) -> Path:
+    # Copied from fadat/evaluate.py (evaluate, --save-hypotheses): the file of one system.
+    return directory / (system.replace("/", "_").replace(":", ".") + ".txt")
+
+
+def drift_statistics(lines: list[str], reference: list[str] | None = None) -> dict[str, float]:
+    """The short-word drift of RESULTS.md ("Why FA-DAT's chrF falls") over whitespace words.
+
+    Returns ``{words, characters, short_share, distinct}``: word and character counts (the
+    latter without newlines; both also ``*_ratio`` to ``reference`` when given), the share of
+    words with 1 or 2 letters (letters: ``str.isalpha`` characters, so "y," and "á" are short,
+    "3:16" and "—" are words but not short), and the number of distinct words.
+    """
+    words = [w for line in lines for w in line.split()]
+    short = sum(1 for w in words if 1 <= sum(c.isalpha() for c in w) <= 2)
+    stats = {
+        "words": len(words),
+        "characters": sum(len(line) for line in lines),
+        "short_share": short / max(len(words), 1),
+        "distinct": len(set(words)),
+    }
+    if reference is not None:
+        ref = drift_statistics(reference)
+        stats["words_ratio"] = stats["words"] / max(ref["words"], 1)
+        stats["characters_ratio"] = stats["characters"] / max(ref["characters"], 1)
+    return stats
+
+
+def length_ratio(bleu_verbose: str) -> float:
+    """BLEU's hyp_len / ref_len from sacreBLEU's verbose score string (nan when absent)."""
+    m = re.search(r"ratio = ([\d.]+)", bleu_verbose)
+    return float(m.group(1)) if m else float("nan")
+
+
+def write_drift(report_file: Path, hyps_dir: Path, data: Path, subset: int) -> Path:
+    """``drift-sSEED.json`` next to the report: reference and per-system statistics."""
+    from fadat.scoring import load_split
+
+    report = json.loads(report_file.read_text(encoding="utf-8"))
+    reference = load_split(data, report["data"]["split"], subset)[1][0]
+    drift: dict[str, Any] = {"reference": drift_statistics(reference), "systems": {}}
+    for system in report["systems"]:
+        lines = hypotheses_file(hyps_dir, system["name"]).read_text(encoding="utf-8")
+        stats = drift_statistics(lines.splitlines(), reference)
+        stats["length_ratio"] = length_ratio(system.get("bleu_verbose", ""))
+        drift["systems"][system["name"]] = stats
+    out = report_file.with_name(report_file.name.replace("report-", "drift-"))
+    out.write_text(json.dumps(drift, indent=1) + "\n", encoding="utf-8")
+    return out
+
+
+def eval_models(spec: dict[str, Any], stages: list[Stage], paths: Paths) -> dict[int, list[Stage]]:
+    """Per seed of the ``evaluate.models`` stages: those stages of that seed, then the
+    ``shared`` stages (each at its first seed)."""
+    ev = spec["evaluate"]
+    seeds = sorted({s.seed for s in stages if s.name in ev["models"]})
+    shared = [next(s for s in stages if s.name == name) for name in ev.get("shared", [])]
+    return {
+        seed: [s for name in ev["models"] for s in stages if s.name == name and s.seed == seed]
+        + shared
+        for seed in seeds
+    }
 
 
 def evaluate(args: argparse.Namespace) -> None:
     spec, stages = load(args.experiment)
-    root = run_root(spec)
+    paths = paths_of(args, spec)
     ev = spec["evaluate"]
-    seeds = sorted({s.seed for s in stages if s.name in ev["models"]})
-    for seed in seeds:
-        models = [root / f"{name}-s{seed}" / "model" for name in ev["models"]]
-        models += [root / f"{name}-s{seeds[0]}" / "model" for name in ev.get("shared", [])]
+    data = paths.dataset(ev.get("data", spec.get("data", "")))
+    for seed, chosen in eval_models(spec, stages, paths).items():
+        models = [paths.runs / s.key / "model" for s in chosen]
         missing = [str(m) for m in models if not (m / "config.json").exists()]
         if missing:
             print(f"seed {seed}: missing {', '.join(missing)}")
             continue
-        report = root / f"report-s{seed}.json"
-        rc = fadat(
-            "evaluate", "--model", *map(str, models), "--data", str(ROOT / spec["data"]),
-            "--split", "test",
-            "--strategies", ev.get("strategies", "greedy,lookahead,joint-viterbi"),
-            "--subset", str(args.subset), "--report", str(report),
-            "--threads", str(args.threads), "--latency-subset", str(args.latency_subset),
-        )  # fmt: skip
-        if rc != 0:
-            raise SystemExit(f"seed {seed}: fadat evaluate exited {rc}")
+        report = paths.runs / f"report-s{seed}.json"
+        hyps = paths.runs / f"hypotheses-s{seed}"
+        if args.force or not report.exists():
+            rc = fadat(
+                "evaluate", "--model", *map(str, models), "--data", str(data), "--split", "test",
+                "--strategies", ev.get("strategies", "greedy,lookahead,joint-viterbi"),
+                "--subset", str(args.subset), "--report", str(report),
+                "--save-hypotheses", str(hyps),
+                "--threads", str(args.threads), "--latency-subset", str(args.latency_subset),
+            )  # fmt: skip
+            if rc != 0:
+                raise SystemExit(f"seed {seed}: fadat evaluate exited {rc}")
+        print(f"seed {seed}: {write_drift(report, hyps, data, args.subset)}")
+
+
+# ---- tables
+
+
+def _cell(value: Any, fmt: str) -> str:
+    missing = value is None or (isinstance(value, float) and math.isnan(value))
+    return "–" if missing else fmt.format(value)
+
+
+def curve_table(stage: Stage, run_dir: Path) -> list[str]:
+    """Markdown rows: update, hours, valid loss, valid BLEU, best so far, the criterion's value
+    at that update; the plateau update marked."""
+    assert stage.plateau is not None
+    curve = valid_curve(run_dir)
+    n = plateau_update(curve, stage.plateau)
+    w = stage.plateau.window
+    rows = [
+        f"\n{stage.key}: valid BLEU and loss (plateau: b(N) - b({float(1 - w):g}·N) < "
+        f"{stage.plateau.gain:g} at N >= {stage.plateau.min_updates}; "
+        f"{'N = ' + str(n) if n else 'not reached'})\n",
+        "| update | hours | valid loss | valid BLEU | best | b(N) - b((1-w)N) |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in curve:
+        gain = plateau_gain(curve, r["update"], w)
+        mark = " ← N" if r["update"] == n else ""
+        rows.append(
+            f"| {r['update']}{mark} | {r['elapsed'] / 3600:.2f} | {r['valid_loss']:.3f} | "
+            f"{r['bleu']:.2f} | {best_up_to(curve, r['update']):.2f} | "
+            f"{_cell(gain if math.isfinite(gain) else None, '{:.2f}')} |"
+        )
+    return rows
+
+
+def plot_curves(series: list[tuple[Stage, list[dict[str, Any]]]], out: Path) -> None:
+    """Valid BLEU and loss against updates and training hours, one line per plateau stage, the
+    plateau update dashed; a PNG at ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="row")
+    for stage, curve in series:
+        assert stage.plateau is not None
+        n = plateau_update(curve, stage.plateau)
+        for col, x_of in enumerate((lambda r: r["update"], lambda r: r["elapsed"] / 3600)):
+            xs = [x_of(r) for r in curve]
+            axes[0][col].plot(xs, [r["bleu"] for r in curve], marker=".", label=stage.key)
+            axes[1][col].plot(xs, [r["valid_loss"] for r in curve], marker=".", label=stage.key)
+            if n is not None:
+                x_n = x_of(next(r for r in curve if r["update"] == n))
+                for row in (0, 1):
+                    axes[row][col].axvline(x_n, linestyle="--", linewidth=0.8, color="grey")
+    for col, label in enumerate(("updates", "training hours")):
+        axes[1][col].set_xlabel(label)
+    axes[0][0].set_ylabel("valid BLEU")
+    axes[1][0].set_ylabel("valid loss")
+    axes[0][0].legend()
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
 
 
 def table(args: argparse.Namespace) -> None:
-    """Per seed: every system's scores; then the seeds side by side with the p-values of the
-    paired bootstrap of each model against the first listed one (same strategy)."""
-    spec, _ = load(args.experiment)
-    ev = spec["evaluate"]
-    stage_names = list(ev["models"]) + list(ev.get("shared", []))
+    """Per seed: every system's scores; the seeds side by side with the p-values of the paired
+    bootstrap of each model against the first listed one (same strategy); training time per arm;
+    the short-word statistics; the plateau curves (and ``--plot``)."""
+    spec, stages = load(args.experiment)
+    paths = paths_of(args, spec)
+    per_seed = eval_models(spec, stages, paths)
     rows: dict[str, dict[int, dict[str, Any]]] = {}
-    seeds = []
-    for report_file in sorted(run_root(spec).glob("report-s*.json")):
-        seed = int(report_file.stem.split("-s")[1])
+    seeds, first = [], ""
+    drift_rows: list[str] = []
+    for seed, chosen in per_seed.items():
+        report_file = paths.runs / f"report-s{seed}.json"
+        if not report_file.exists():
+            continue
         seeds.append(seed)
         report = json.loads(report_file.read_text(encoding="utf-8"))
         # model labels are directory names; name the rows by stage instead (same order)
         labels = [m["label"] for m in report["models"]]
-        stage_of = dict(zip(labels, stage_names, strict=True))
-        first = stage_of[report["models"][0]["label"]]
+        stage_of = dict(zip(labels, [s.name for s in chosen], strict=True))
+        first = stage_of[labels[0]]
         print(f"\n{report_file.name}: {report['data'].get('sentences', '?')} test sentences\n")
         print("| system | tok BLEU | sacreBLEU | chrF | latency ms | speed-up | sent/s | tput × |")
         print("|---|---|---|---|---|---|---|---|")
         for system in report["systems"]:
-            stage = stage_of.get(system["model"], system["model"])
-            label = system["name"].replace(system["model"], stage, 1)
+            stage_name = stage_of.get(system["model"], system["model"])
+            label = system["name"].replace(system["model"], stage_name, 1)
             print(
                 f"| {label} | {system['tok_bleu']:.2f} | {system['bleu']:.2f} | "
                 f"{system['chrf']:.1f} | {system.get('latency_ms_median', float('nan')):.1f} | "
@@ -278,44 +769,83 @@ def table(args: argparse.Namespace) -> None:
                 f"{system['throughput']:.1f} | "
                 f"{system.get('speedup_throughput', float('nan')):.2f}× |"
             )
-            against = {
-                stage_of.get(k.split(":")[0], k): v
-                for k, v in system.get("p_value_tok_bleu", {}).items()
-            }
             rows.setdefault(label, {})[seed] = dict(system, p_first=None)
-            for key, value in against.items():
-                if key == first and stage != first:
+            for key, value in system.get("p_value_tok_bleu", {}).items():
+                if stage_of.get(key.split(":")[0]) == first and stage_name != first:
                     rows[label][seed]["p_first"] = value
-    if not rows:
+        drift_file = paths.runs / f"drift-s{seed}.json"
+        if drift_file.exists():
+            drift = json.loads(drift_file.read_text(encoding="utf-8"))
+            ref = drift["reference"]
+            drift_rows += [
+                f"\nseed {seed}: short-word drift (whitespace words of the whole output)\n",
+                "| system | words | words / ref | characters / ref | words of ≤ 2 letters | "
+                "distinct words | BLEU length ratio |",
+                "|---|---:|---:|---:|---:|---:|---:|",
+                f"| reference | {ref['words']:,} | 1.00 | 1.00 | {100 * ref['short_share']:.1f} % "
+                f"| {ref['distinct']:,} | – |",
+            ]
+            for name, st in drift["systems"].items():
+                model = name.split(":")[0]
+                label = name.replace(model, stage_of.get(model, model), 1)
+                drift_rows.append(
+                    f"| {label} | {st['words']:,} | {st['words_ratio']:.2f} | "
+                    f"{st['characters_ratio']:.2f} | {100 * st['short_share']:.1f} % | "
+                    f"{st['distinct']:,} | {_cell(st['length_ratio'], '{:.2f}')} |"
+                )
+    if rows:
+        print(f"\nseeds side by side (p: paired bootstrap of tokenized BLEU against {first})\n")
+        head = ["system"]
+        for key in ("tok BLEU", "sacreBLEU", "chrF", "p"):
+            head += [f"{key} s{s}" for s in seeds]
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        formats = (("tok_bleu", "{:.2f}"), ("bleu", "{:.2f}"), ("chrf", "{:.1f}"))
+        for label, by_seed in rows.items():
+            cells = [label]
+            for key, fmt in (*formats, ("p_first", "{:.4f}")):
+                cells += [_cell(by_seed.get(seed, {}).get(key), fmt) for seed in seeds]
+            print("| " + " | ".join(cells) + " |")
+        print("\ntraining time per arm (train logs; hours of training incl. validation)\n")
+        print("| stage | updates | hours | s / update |")
+        print("|---|---:|---:|---:|")
+        for stage in dict.fromkeys(s for seed in seeds for s in per_seed[seed]):
+            updates, elapsed = progress(paths.runs / stage.key)
+            print(
+                f"| {stage.key} | {updates} | {elapsed / 3600:.2f} | "
+                f"{_cell(elapsed / updates if updates else None, '{:.2f}')} |"
+            )
+        print("\n".join(drift_rows))
+    else:
         print("no reports yet: run `evaluate` first")
-        return
-    print(f"\nseeds side by side (p: paired bootstrap of tokenized BLEU against {first})\n")
-    head = ["system"]
-    head += [f"tok BLEU s{s}" for s in seeds] + [f"sacreBLEU s{s}" for s in seeds]
-    head += [f"p s{s}" for s in seeds]
-    print("| " + " | ".join(head) + " |")
-    print("|" + "---|" * len(head))
-    for label, by_seed in rows.items():
-        cells = [label]
-        for key, fmt in (("tok_bleu", "{:.2f}"), ("bleu", "{:.2f}"), ("p_first", "{:.4f}")):
-            for seed in seeds:
-                value = by_seed.get(seed, {}).get(key)
-                cells.append(fmt.format(value) if value is not None else "–")
-        print("| " + " | ".join(cells) + " |")
+    series = []
+    for stage in stages:
+        if stage.plateau and valid_curve(paths.runs / stage.key):
+            print("\n".join(curve_table(stage, paths.runs / stage.key)))
+            series.append((stage, valid_curve(paths.runs / stage.key)))
+    if args.plot and series:
+        plot_curves(series, Path(args.plot))
+        print(f"\nplot: {args.plot}")
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("adopt", help="link a model trained elsewhere as a stage's model")
-    p.add_argument("experiment")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("experiment")
+    common.add_argument("--root", help="runs in ROOT/NAME/STAGE-sSEED (runs/experiments)")
+    common.add_argument("--data-root", help="relative dataset directories (data/)")
+    p = sub.add_parser("adopt", parents=[common], help="a model trained elsewhere as a stage's")
     p.add_argument("stage")
     p.add_argument("model", help="averaged model directory")
     p.add_argument("--run", help="its training run directory (default: MODEL without -model)")
     p.add_argument("--seed", type=int, default=1)
+    p = sub.add_parser("link", parents=[common], help="a run started by hand as a stage's run")
+    p.add_argument("stage")
+    p.add_argument("run_dir", help="run directory of fadat train")
+    p.add_argument("--seed", type=int, default=1)
     for name in ("run", "status", "evaluate", "table"):
-        p = sub.add_parser(name)
-        p.add_argument("experiment")
+        p = sub.add_parser(name, parents=[common])
         if name == "run":
             p.add_argument("--slice", default="60m", help="training time of this call (60m)")
             p.add_argument("--threads", type=int, default=2)
@@ -328,8 +858,14 @@ def main(argv: list[str] | None = None) -> None:
             p.add_argument(
                 "--latency-subset", type=int, default=200, help="batch-1 latency sentences (200)"
             )
+            p.add_argument("--force", action="store_true", help="evaluate again over a report")
+        if name == "table":
+            p.add_argument("--plot", help="PNG of the plateau curves")
     args = parser.parse_args(argv)
-    commands = {"run": run, "status": status, "evaluate": evaluate, "table": table, "adopt": adopt}
+    commands = {
+        "run": run, "status": status, "evaluate": evaluate, "table": table, "adopt": adopt,
+        "link": link,
+    }  # fmt: skip
     commands[args.command](args)
 
 
