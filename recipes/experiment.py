@@ -388,6 +388,8 @@ def train_until_plateau(cmd: list[str], run_dir: Path, plateau: Plateau) -> int:
 def checkpoints_to_average(run_dir: Path, k: int, last_update: int) -> list[Path]:
     """The ``k`` best checkpoints (``best.json``, by valid BLEU, earlier first on ties) validated
     at updates <= ``last_update`` that are on disk."""
+    if not (run_dir / "best.json").exists():
+        raise SystemExit(f"{run_dir}: no best.json (no validated checkpoints to average)")
     index = json.loads((run_dir / "best.json").read_text(encoding="utf-8"))
     entries = sorted(index["checkpoints"], key=lambda b: (-b["bleu"], b["update"]))
     files = [run_dir / e["file"] for e in entries if e["update"] <= last_update]

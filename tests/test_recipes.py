@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -80,3 +81,422 @@ def test_experiment_adopt_checks_the_training_config(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="exists"):
         adopt()
     assert ex.evaluate_int("N+M", {"N": 1400, "M": 240}) == 1640
+
+
+# ---- recipes/experiment.py: plateau stages, fine-tuning budgets, resume, reports (issue 29)
+
+PLATEAU_EXPERIMENT = ROOT / "recipes" / "experiments" / "bible-en-es-plateau.yaml"
+
+
+def curve(points):
+    """Valid-log records from (update, bleu) pairs (loss falls with BLEU; 1 s per update)."""
+    return [
+        {"update": u, "elapsed": float(u), "valid_loss": 10.0 - b / 10, "bleu": b}
+        for u, b in points
+    ]
+
+
+def brute_force_plateau(points, min_updates, window_tenths, gain):
+    """The criterion written out with integers: N >= min_updates and
+    max{b(u): u <= N} - max{b(u): 10 u <= (10 - window_tenths) N} < gain."""
+    for n, _ in points:
+        if n < min_updates:
+            continue
+        now = max(b for u, b in points if u <= n)
+        before = [b for u, b in points if 10 * u <= (10 - window_tenths) * n]
+        if before and now - max(before) < gain:
+            return n
+    return None
+
+
+def test_plateau_criterion_on_synthetic_curves():
+    ex = load_recipe("experiment")
+    from fractions import Fraction
+
+    p = ex.Plateau(min_updates=10000, window=Fraction("0.3"), gain=0.3)
+    grid = range(500, 60001, 500)
+    # rising 1 BLEU per 1,000 updates: 30 % of N gains 0.3 N / 1000 >= 3 points; never holds
+    assert ex.plateau_update(curve([(u, u / 1000) for u in grid]), p) is None
+    # rising to 21,000, flat after: b(0.7 N) reaches 21 only once 0.7 N >= 21,000, N = 30,000
+    flat = [(u, min(u, 21000) / 1000) for u in grid]
+    assert ex.plateau_update(curve(flat), p) == 30000
+    assert ex.plateau_gain(curve(flat), 29500, p.window) == pytest.approx(21 - 20.5)
+    # flat from the start: holds at the first validation at or past min_updates ...
+    assert ex.plateau_update(curve([(u, 5.0) for u in grid]), p) == 10000
+    # ... unless the window reaches before the first validation (b = -inf there): 0.7 N >= 8,000
+    late = [(u, 5.0) for u in range(8000, 20001, 500)]
+    assert ex.plateau_update(curve(late), p) == 11500
+    assert ex.plateau_gain(curve(late), 11000, p.window) == float("inf")
+    # the cutoff is exact: (1 - 0.3) * 5,500 is 3,850, not float's 3849.9999999999995, so the
+    # validation at 3,850 counts
+    cut = [(1000, 1.0), (3850, 9.9), (5500, 10.0)]
+    assert ex.plateau_update(curve(cut), ex.Plateau(5000, Fraction("0.3"), 0.3)) == 5500
+    # the gain must be strictly below: exactly representable 10.5 - 10.25 = 0.25 does not hold
+    assert (
+        ex.plateau_update(
+            curve([(5000, 10.25), (10000, 10.5)]), ex.Plateau(10000, Fraction("0.5"), 0.25)
+        )
+        is None
+    )
+    # noisy curves (a rise, a plateau with ±0.4 noise, drops): against the brute force
+    rng = random.Random(0)
+    for _ in range(200):
+        points, bleu = [], 0.0
+        for u in range(250, 40001, 250):
+            bleu = max(0.0, bleu + rng.choice([1.0, 0.3, 0.0, -0.4]) * (1 if u < 15000 else 0.3))
+            points.append((u, round(bleu + rng.uniform(-0.4, 0.4), 2)))
+        want = brute_force_plateau(points, 10000, 3, 0.3)
+        assert ex.plateau_update(curve(points), p) == want
+
+
+def write_jsonl(path, records, mode="w"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, mode, encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+
+
+def plateau_setup(tmp_path, monkeypatch):
+    """The real experiment file and configs under a fake checkout; runs and data in tmp."""
+    ex = load_recipe("experiment")
+    monkeypatch.setattr(ex, "ROOT", tmp_path)
+    (tmp_path / "configs").mkdir()
+    for name in (
+        "dat-cpu-small-nll-fast",
+        "at-cpu-small",
+        "dat-cpu-small-nll-plateau-finetune",
+        "dat-cpu-small-fuzzy-plateau",
+    ):
+        src = ROOT / "configs" / f"{name}.yaml"
+        (tmp_path / "configs" / src.name).write_text(src.read_text(encoding="utf-8"))
+    for data in ("bible-en-es", "bible-en-es-4k"):
+        (tmp_path / "data" / data).mkdir(parents=True)
+        (tmp_path / "data" / data / "meta.json").write_text("{}")
+    where = [str(PLATEAU_EXPERIMENT), "--root", str(tmp_path / "runs"),
+             "--data-root", str(tmp_path / "data")]  # fmt: skip
+    return ex, where, tmp_path / "runs" / "bible-en-es-plateau"
+
+
+def test_fine_tune_budget_arithmetic_and_the_experiment_file(tmp_path, monkeypatch):
+    ex, _, runs = plateau_setup(tmp_path, monkeypatch)
+    # the paper: 5k updates × 256k tokens after 300k × 64k = 6.67 % at a 4× batch
+    assert ex.fine_tune_budget(300000, ex.Budget(0.0667, 4))[0] == 5002
+    assert ex.fine_tune_budget(30000, ex.Budget(0.0667, 4)) == (
+        500,
+        "30000 × 0.0667 / 4 = 500.2 → 500 updates",
+    )
+    assert ex.fine_tune_budget(31000, ex.Budget(0.0667, 4))[0] == 517  # 516.9 rounds up
+    spec, stages = ex.load(str(PLATEAU_EXPERIMENT))
+    by_key = {s.key: s for s in stages}
+    assert list(by_key) == [
+        "pretrain-s1", "at-s1", "ft-nll-s1", "ft-nll-s2", "ft-fadat-s1", "ft-fadat-s2",
+    ]  # fmt: skip
+    assert (by_key["pretrain-s1"].data, by_key["at-s1"].data) == ("bible-en-es-4k", "bible-en-es")
+    assert by_key["at-s1"].prepare == ("bible-en-es",)
+    assert by_key["pretrain-s1"].prepare == ("bible-en-es", "--vocab-size", "4000")
+    # fine-tuning seed 2 starts from pre-training seed 1
+    assert by_key["ft-fadat-s2"].init_key == "pretrain-s1"
+    paths = ex.Paths(runs, tmp_path / "data")
+    assert ex.resolve(by_key["ft-nll-s2"], stages, paths)[0] is None  # no plateau yet
+    write_jsonl(runs / "pretrain-s1" / "valid_log.jsonl",
+                curve([(u, min(u, 21000) / 1000) for u in range(500, 32001, 500)]))  # fmt: skip
+    updates, derived, text = ex.resolve(by_key["ft-nll-s2"], stages, paths)
+    assert (updates, derived) == (500, {"warmup": 50, "validate_every": 50})
+    assert text.startswith("pretrain-s1 plateau at N = 30000: 30000 × 0.0667 / 4")
+    # a batch_ratio that the configs do not have is refused (2048 × 8 / (2048 × 2) = 4)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        PLATEAU_EXPERIMENT.read_text(encoding="utf-8").replace("batch_ratio: 4", "batch_ratio: 2")
+    )
+    with pytest.raises(SystemExit, match="batch_ratio 2 but .* ratio 4"):
+        ex.load(str(bad))
+    bad.write_text(
+        PLATEAU_EXPERIMENT.read_text(encoding="utf-8").replace("warmup_share", "warmup_shar")
+    )
+    with pytest.raises(SystemExit, match="unknown key.*warmup_shar"):
+        ex.load(str(bad))
+
+
+class FakeFadat:
+    """Records fadat calls; ``train`` advances the run's logs by ``script`` (a function of the
+    run directory and the call), ``average`` writes a model directory."""
+
+    def __init__(self, script):
+        self.calls, self.script = [], script
+
+    def __call__(self, *args):
+        args = list(args)
+        self.calls.append(args)
+        if args[0] == "average":
+            out = Path(args[args.index("--output") + 1])
+            out.mkdir(parents=True)
+            (out / "config.json").write_text("{}")
+        if args[0] == "train":
+            flag = "--resume" if "--resume" in args else "--run-dir"
+            self.script(Path(args[args.index(flag) + 1]), args)
+        return 0
+
+    def until_plateau(self, cmd, run_dir, plateau):
+        assert cmd[:3] == [sys.executable, "-m", "fadat.cli"]
+        return self(*cmd[3:])
+
+
+def test_run_resumes_a_plateau_stage_then_averages_up_to_n(tmp_path, monkeypatch, capsys):
+    ex, where, runs = plateau_setup(tmp_path, monkeypatch)
+    run_dir = runs / "pretrain-s1"
+    # a run killed at update 1,200 after 600 s: a partial log and checkpoint_last
+    write_jsonl(
+        run_dir / "train_log.jsonl", [{"update": u, "elapsed": u / 2} for u in (1100, 1200)]
+    )
+    (run_dir / "train_log.jsonl").open("a").write('{"update": 12')  # half-written line
+    write_jsonl(run_dir / "valid_log.jsonl", curve([(500, 5.0), (1000, 7.0)]))
+    (run_dir / "checkpoint_last.pt").write_bytes(b"")
+
+    def rising(run, args):  # one slice of 600 s: 1,200 more updates, still rising
+        # fadat train --resume first truncates the logs to the checkpoint's records
+        kept = ex.read_jsonl(run / "train_log.jsonl")
+        write_jsonl(run / "train_log.jsonl", [*kept, {"update": 2400, "elapsed": 1200.0}])
+        write_jsonl(run / "valid_log.jsonl", curve([(2000, 9.0)]), "a")
+
+    fake = FakeFadat(rising)
+    monkeypatch.setattr(ex, "fadat", fake)
+    monkeypatch.setattr(ex, "train_until_plateau", fake.until_plateau)
+    ex.main(["run", *where, "--slice", "10m", "--threads", "1", "--only", "pretrain-s1"])
+    assert fake.calls == [[
+        "train", "--resume", str(run_dir), "--threads", "1", "--no-progress-bar",
+        "--max-updates", "100000", "--max-time", "1200",
+    ]]  # fmt: skip
+    assert "pretrain-s1: 2400/100000 updates; run again" in capsys.readouterr().out
+
+    def plateau(run, args):  # flat from 21,000: the criterion holds at N = 30,000
+        points = [(u, min(u, 21000) / 1000) for u in range(2500, 30001, 500)]
+        write_jsonl(run / "valid_log.jsonl", curve(points), "a")
+        write_jsonl(run / "train_log.jsonl", [{"update": 30003, "elapsed": 15000.0}], "a")
+        best = [(21000, 21.0), (30000, 21.0), (20500, 20.5), (31000, 21.5), (20000, 20.0),
+                (19500, 19.5)]  # fmt: skip
+        index = {"checkpoints": [
+            {"file": f"checkpoint_best_u{u:08d}.pt", "bleu": b, "update": u} for u, b in best
+        ]}  # fmt: skip
+        (run / "best.json").write_text(json.dumps(index))
+        for u, _ in best:
+            if u != 20000:  # one listed file is gone: skipped
+                (run / f"checkpoint_best_u{u:08d}.pt").write_bytes(b"")
+
+    fake.script, fake.calls = plateau, []
+    ex.main(["run", *where, "--slice", "150m", "--threads", "1", "--only", "pretrain-s1"])
+    assert fake.calls[0][:3] == ["train", "--resume", str(run_dir)]
+    assert fake.calls[0][-1] == str(1200 + 150 * 60)
+    # the 5 best validated at <= N = 30,000 that exist, by BLEU (earlier first on ties)
+    files = [str(run_dir / f"checkpoint_best_u{u:08d}.pt") for u in (21000, 30000, 20500, 19500)]
+    assert fake.calls[1] == ["average", "--checkpoints", *files, "--output", str(run_dir / "model")]
+    # a finished stage is not trained again
+    fake.calls = []
+    ex.main(["run", *where, "--slice", "150m", "--only", "pretrain-s1"])
+    assert fake.calls == []
+
+
+def test_run_starts_fine_tunes_from_another_seed_with_the_derived_budget(tmp_path, monkeypatch):
+    ex, where, runs = plateau_setup(tmp_path, monkeypatch)
+    pre = runs / "pretrain-s1"
+    write_jsonl(
+        pre / "valid_log.jsonl", curve([(u, min(u, 21000) / 1000) for u in range(500, 30001, 500)])
+    )
+    (pre / "model").mkdir()
+    (pre / "model" / "config.json").write_text("{}")
+
+    def finish(run, args):
+        n = int(args[args.index("--max-updates") + 1])
+        write_jsonl(run / "train_log.jsonl", [{"update": n, "elapsed": 1800.0}])
+
+    fake = FakeFadat(finish)
+    monkeypatch.setattr(ex, "fadat", fake)
+    monkeypatch.setattr(ex, "train_until_plateau", fake.until_plateau)
+    ex.main(["run", *where, "--slice", "60m", "--threads", "1", "--only", "ft-fadat-s2"])
+    data = tmp_path / "data" / "bible-en-es-4k"
+    assert fake.calls[0] == [
+        "train", "--config", str(tmp_path / "configs" / "dat-cpu-small-fuzzy-plateau.yaml"),
+        "--data", str(data), "--run-dir", str(runs / "ft-fadat-s2"), "--seed", "2",
+        "--init-from", str(pre / "model"),
+        "--bf16", "--valid-subset", "0", "--save-every", "10",
+        "--warmup", "50", "--validate-every", "50",
+        "--threads", "1", "--no-progress-bar", "--max-updates", "500", "--max-time", "3600",
+    ]  # fmt: skip
+    assert fake.calls[1] == [
+        "average", "--run", str(runs / "ft-fadat-s2"), "--best", "5",
+        "--output", str(runs / "ft-fadat-s2" / "model"),
+    ]  # fmt: skip
+    # a stage whose init model is missing waits; the at stage trains on its own 8k data
+    fake.calls = []
+    with pytest.raises(SystemExit, match="at-s1.*no best.json"):  # (this fake validates nothing)
+        ex.main(["run", *where, "--slice", "60m", "--only", "at-s1"])
+    assert fake.calls[0][fake.calls[0].index("--data") + 1] == str(
+        tmp_path / "data" / "bible-en-es"
+    )
+
+
+def test_train_until_plateau_interrupts_the_run(tmp_path, monkeypatch):
+    """A real child process that validates every 20 ms: SIGINT once the criterion holds."""
+    ex = load_recipe("experiment")
+    monkeypatch.setattr(ex, "POLL_SECONDS", 0.05)
+    from fractions import Fraction
+
+    child = tmp_path / "child.py"
+    child.write_text(
+        "import json, signal, sys, time\n"
+        "def stop(*_):\n"
+        "    open(sys.argv[1] + '/interrupted', 'w').write('yes')\n"
+        "    sys.exit(130)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "for u in range(500, 10**6, 500):\n"
+        "    rec = {'update': u, 'elapsed': u, 'valid_loss': 1.0, 'bleu': min(u, 3000) / 1000}\n"
+        "    open(sys.argv[1] + '/valid_log.jsonl', 'a').write(json.dumps(rec) + '\\n')\n"
+        "    time.sleep(0.02)\n"
+        "sys.exit(3)\n"
+    )
+    p = ex.Plateau(1000, Fraction("0.5"), 0.3)  # flat from 3,000: N = 6,000
+    rc = ex.train_until_plateau([sys.executable, str(child), str(tmp_path)], tmp_path, p)
+    assert rc == 0 and (tmp_path / "interrupted").read_text() == "yes"
+    assert ex.plateau_update(ex.valid_curve(tmp_path), p) == 6000
+    assert ex.valid_curve(tmp_path)[-1]["update"] < 500_000  # stopped, not run to the end
+    # a child that fails before the plateau: its exit status
+    (tmp_path / "valid_log.jsonl").unlink()
+    failing = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    assert ex.train_until_plateau(failing, tmp_path, p) == 3
+
+
+REFERENCE = ["El Señor es mi pastor; nada me faltará.", "Y Dios dijo: sea la luz."]
+
+
+def test_drift_statistics_by_hand():
+    ex = load_recipe("experiment")
+    # 14 words; ≤ 2 letters: El es mi me Y la (6); "pastor;" and "luz." are not short
+    ref = ex.drift_statistics(REFERENCE)
+    assert ref == {"words": 14, "characters": 63, "short_share": 6 / 14, "distinct": 14}
+    # "3:16" has no letters (a word, not short); "y," and "á" are short
+    hyp = ex.drift_statistics(["y, de la y de", "3:16 á luz."], REFERENCE)
+    assert hyp["words"] == 8 and hyp["distinct"] == 7 and hyp["short_share"] == 6 / 8
+    assert hyp["words_ratio"] == 8 / 14 and hyp["characters_ratio"] == 24 / 63
+    verbose = "BLEU = 10.00 40.0/20.0/10.0/5.0 (BP = 0.90 ratio = 0.91 hyp_len = 91 ref_len = 100)"
+    assert ex.length_ratio(verbose) == 0.91
+
+
+def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, capsys):
+    ex, where, runs = plateau_setup(tmp_path, monkeypatch)
+    from fadat.model_dir import model_labels
+
+    # the pre-training started by hand elsewhere, linked after checking its config
+    hand = tmp_path / "hand" / "dat-plateau"
+    hand.mkdir(parents=True)
+    trained = yaml.safe_load((ROOT / "configs" / "dat-cpu-small-nll-fast.yaml").read_text())
+    trained.update(
+        data=str(tmp_path / "data" / "bible-en-es-4k"), run_dir=str(hand), bf16=True, seed=1,
+        max_updates=100000, validate_every=500, valid_subset=0, save_every=100, threads=1,
+        max_time=9000.0, ngram_order=2,
+    )  # fmt: skip
+    write_jsonl(hand / "train_log.jsonl", [{"update": 30000, "elapsed": 36000.0}])
+    write_jsonl(hand / "valid_log.jsonl",
+                curve([(u, min(u, 21000) / 1000) for u in range(500, 30001, 500)]))  # fmt: skip
+    other_data = str(tmp_path / "data" / "bible-en-es")
+    for change, match in (
+        ({"lr": 0.001}, "'lr'"),
+        ({"bf16": False}, "'bf16'"),
+        ({"data": other_data}, "trained on"),
+    ):
+        (hand / "config.yaml").write_text(yaml.safe_dump({**trained, **change}))
+        with pytest.raises(SystemExit, match=match):
+            ex.main(["link", *where, "pretrain", str(hand)])
+    (hand / "config.yaml").write_text(yaml.safe_dump(trained))
+    with pytest.raises(SystemExit, match="budget is not known"):  # ft stages wait for N
+        ex.main(["link", *where, "ft-nll", str(hand)])
+    ex.main(["link", *where, "pretrain", str(hand)])
+    assert (runs / "pretrain-s1").resolve() == hand.resolve()
+    with pytest.raises(SystemExit, match="exists"):
+        ex.main(["link", *where, "pretrain", str(hand)])
+
+    for key, updates, seconds in (("ft-nll-s1", 500, 1800.0), ("ft-fadat-s1", 500, 2160.0),
+                                  ("at-s1", 20000, 30000.0)):  # fmt: skip
+        write_jsonl(runs / key / "train_log.jsonl", [{"update": updates, "elapsed": seconds}])
+    for key in ("pretrain-s1", "at-s1", "ft-nll-s1", "ft-fadat-s1"):
+        (runs / key / "model").mkdir(parents=True)
+        (runs / key / "model" / "config.json").write_text("{}")
+    capsys.readouterr()
+    ex.main(["status", *where])
+    out = capsys.readouterr().out
+    line = "pretrain-s1                30000/100000  updates  10.00 h  best valid BLEU  21.00"
+    assert line + "  averaged" in out
+    assert (
+        "b(30000) - b(0.7·30000) = 0.00 (plateau: < 0.3 at >= 10000 updates); plateau at N = 30000"
+        in out
+    )
+    assert (
+        "pretrain-s1 plateau at N = 30000: 30000 × 0.0667 / 4 = 500.2 → 500 updates; "
+        "warm-up 0.1 × 500 = 50; validate every 50"
+    ) in out
+
+    raw = tmp_path / "data" / "bible-en-es-4k" / "raw"
+    raw.mkdir()
+    (raw / "test.src.txt").write_text("The Lord is my shepherd.\nGod said: let there be light.\n")
+    (raw / "test.ref.txt").write_text("\n".join(REFERENCE) + "\n")
+    hyps_of = {"ft-nll": ["El Señor es mi pastor;", "Y Dios dijo: luz."],
+               "ft-fadat": ["y, de la y de", "3:16 á luz."]}  # fmt: skip
+
+    def fake_evaluate(*args):
+        args = list(args)
+        assert args[0] == "evaluate"
+        models = args[args.index("--model") + 1 : args.index("--data")]
+        assert args[args.index("--subset") + 1] == "0"  # the whole test set
+        assert args[args.index("--data") + 1] == str(tmp_path / "data" / "bible-en-es-4k")
+        labels = model_labels(models)
+        systems = []
+        for label, model in zip(labels, models, strict=True):
+            stage = Path(model).parent.name.rsplit("-s", 1)[0]
+            strategies = ("greedy", "beam5") if stage == "at" else ("greedy", "lookahead")
+            for k, strategy in enumerate(strategies):
+                p = {f"{labels[-1]}:beam5": 0.001}
+                if stage in ("ft-fadat", "pretrain"):
+                    p[f"{labels[0]}:{strategy}"] = {"ft-fadat": 0.012, "pretrain": 0.5}[
+                        stage
+                    ] + k / 10
+                systems.append({
+                    "name": f"{label}:{strategy}", "model": label, "tok_bleu": 20.0 + k,
+                    "bleu": 19.0 + k, "chrf": 45.0, "throughput": 10.0, "p_value_tok_bleu": p,
+                    "bleu_verbose": "BLEU = 1 (BP = 0.90 ratio = 0.93 hyp_len = 9 ref_len = 10)",
+                })  # fmt: skip
+                hyps = Path(args[args.index("--save-hypotheses") + 1])
+                hyps.mkdir(parents=True, exist_ok=True)
+                lines = hyps_of.get(stage, REFERENCE)
+                name = f"{label}:{strategy}".replace("/", "_").replace(":", ".")
+                (hyps / f"{name}.txt").write_text("\n".join(lines) + "\n")
+        report = {"data": {"split": "test", "sentences": 2},
+                  "models": [{"label": label} for label in labels], "systems": systems}  # fmt: skip
+        Path(args[args.index("--report") + 1]).write_text(json.dumps(report))
+        return 0
+
+    monkeypatch.setattr(ex, "fadat", fake_evaluate)
+    ex.main(["evaluate", *where])
+    out = capsys.readouterr().out
+    assert "seed 2: missing" in out and (runs / "report-s1.json").exists()
+    drift = json.loads((runs / "drift-s1.json").read_text())
+    fadat_label = model_labels([str(runs / "ft-fadat-s1" / "model")])[0]
+    assert drift["systems"][f"{fadat_label}:lookahead"]["short_share"] == 6 / 8
+    monkeypatch.setattr(ex, "fadat", None)  # a second evaluate reuses the report
+    ex.main(["evaluate", *where])
+
+    plot = tmp_path / "out" / "curves.png"
+    capsys.readouterr()
+    ex.main(["table", *where, "--plot", str(plot)])
+    out = capsys.readouterr().out
+    head = "| system | tok BLEU s1 | sacreBLEU s1 | chrF s1 | p s1 |"
+    assert head in out
+    assert "| ft-nll:greedy | 20.00 | 19.00 | 45.0 | – |" in out
+    assert "| ft-fadat:greedy | 20.00 | 19.00 | 45.0 | 0.0120 |" in out
+    assert "| ft-fadat:lookahead | 21.00 | 20.00 | 45.0 | 0.1120 |" in out
+    assert "| pretrain:greedy | 20.00 | 19.00 | 45.0 | 0.5000 |" in out
+    assert "| at:beam5 | 21.00 | 20.00 | 45.0 | – |" in out
+    assert "| ft-fadat-s1 | 500 | 0.60 | 4.32 |" in out  # time per arm: 2,160 s / 500 updates
+    assert "| pretrain-s1 | 30000 | 10.00 | 1.20 |" in out
+    assert "| reference | 14 | 1.00 | 1.00 | 42.9 % | 14 | – |" in out
+    assert "| ft-fadat:lookahead | 8 | 0.57 | 0.38 | 75.0 % | 7 | 0.93 |" in out
+    assert "| 30000 ← N | 8.33 | 7.900 | 21.00 | 21.00 | 0.00 |" in out
+    assert "| 29500 | 8.19 | 7.900 | 21.00 | 21.00 | 0.50 |" in out
+    assert "| 500 | 0.14 | 9.950 | 0.50 | 0.50 | – |" in out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
