@@ -500,3 +500,56 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
     assert "| 29500 | 8.19 | 7.900 | 21.00 | 21.00 | 0.50 |" in out
     assert "| 500 | 0.14 | 9.950 | 0.50 | 0.50 | – |" in out
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_plateau_experiment_end_to_end_with_real_fadat(tmp_path, monkeypatch):
+    """Real fadat on the copy task of test_train: a plateau stage stopped by SIGINT once its
+    criterion holds and averaged up to N, then a fine-tune from another seed with the derived
+    budget, warm-up and validation interval."""
+    from test_train import _prepare_copy_data
+
+    ex = load_recipe("experiment")
+    monkeypatch.setattr(ex, "ROOT", tmp_path)
+    monkeypatch.setattr(ex, "POLL_SECONDS", 0.2)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    data = _prepare_copy_data(tmp_path, repeats=False)
+    (tmp_path / "configs").mkdir()
+    base = {"arch": "dat", "preset": "tiny", "lr": 0.001, "dropout": 0.1, "valid_subset": 0}
+    for name, extra in (
+        ("pre", {"objective": "nll", "warmup": 10, "max_tokens": 300, "update_freq": 1}),
+        ("ft", {"objective": "fuzzy", "glat_p": "0.1", "max_tokens": 300, "update_freq": 2}),
+    ):
+        (tmp_path / "configs" / f"{name}.yaml").write_text(yaml.safe_dump({**base, **extra}))
+    experiment = tmp_path / "exp.yaml"
+    plateau = {"plateau": {"min_updates": 4, "window": 0.5, "gain": 1000}}  # holds at N = 4
+    experiment.write_text(
+        yaml.safe_dump(
+            {
+                "name": "e2e",
+                "data": "data",
+                "stages": [
+                    {"name": "pre", "config": "configs/pre.yaml", "until": plateau,
+                     "max_updates": 100000, "average": 2, "train": {"validate_every": 2}},
+                    {"name": "ft", "config": "configs/ft.yaml", "seeds": [3],
+                     "init_from": {"stage": "pre", "seed": 1}, "average": 1,
+                     "max_updates": {"share_of_pretrain_tokens": 2.0, "batch_ratio": 2},
+                     "warmup_share": 0.5, "validations": 2},
+                ],
+            }
+        )
+    )  # fmt: skip
+    where = [str(experiment), "--root", str(tmp_path / "runs"), "--data-root", str(data.parent)]
+    ex.main(["run", *where, "--slice", "5m", "--threads", "1"])
+    runs = tmp_path / "runs" / "e2e"
+    pre = runs / "pre-s1"
+    assert ex.plateau_update(ex.valid_curve(pre), ex.load(str(experiment))[1][0].plateau) == 4
+    assert ex.progress(pre)[0] < 100000  # interrupted, not run to max_updates
+    averaged = json.loads((pre / "model" / "config.json").read_text())
+    assert averaged["model_type"] == "dat"
+    ft = runs / "ft-s3"
+    config = yaml.safe_load((ft / "config.yaml").read_text())
+    # round(4 × 2.0 / 2) = 4 updates, warm-up 0.5 × 4 = 2, validate every 4 // 2 = 2
+    assert (config["max_updates"], config["warmup"], config["validate_every"]) == (4, 2, 2)
+    assert (config["seed"], config["init_from"]) == (3, str(pre / "model"))
+    assert ex.progress(ft)[0] == 4 and (ft / "model" / "config.json").exists()
