@@ -5,7 +5,8 @@ integer variables (N, M), seeds and an ordered list of training stages, each tra
 seed, and what ``evaluate`` compares. ``run`` trains the pending stages in order for at most
 ``--slice`` of training time, then stops; running it again continues where it stopped
 (``fadat train --resume RUN --max-time ...``), also after a kill (the runs save
-``checkpoint_last.pt`` every ``save_every`` updates). A finished stage is averaged into
+``checkpoint_last.pt`` every ``save_every`` updates; a run whose train log changed in the last
+5 minutes is taken to be training elsewhere and left alone). A finished stage is averaged into
 ``RUN/model``. ``evaluate`` runs ``fadat evaluate`` per seed on the whole test split (the seed's
 models plus the ``shared`` stages), with sacreBLEU's paired bootstrap against the first listed
 model and the short-word drift statistics of every system's hypotheses; ``table`` prints the
@@ -67,6 +68,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -76,6 +78,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 POLL_SECONDS = 5.0  # how often a plateau stage's valid log is read while it trains
+# A run whose train log changed this recently is taken to be training in another process (a run
+# started by hand, or the child of a killed harness): resuming it too would corrupt it. Longer
+# than a validation of the whole valid set on one thread.
+BUSY_SECONDS = 300.0
 
 STAGE_KEYS = {
     "name", "config", "seeds", "average", "train", "data", "prepare", "optional",
@@ -405,6 +411,7 @@ def run(args: argparse.Namespace) -> None:
     budget = parse_minutes(args.slice)
     spent = 0.0
     only = set(args.only.split(",")) if args.only else None
+    waiting = []
     for stage in stages:
         if (only is not None and stage.key not in only) or (stage.optional and only is None):
             continue
@@ -415,10 +422,12 @@ def run(args: argparse.Namespace) -> None:
         init = paths.runs / stage.init_key / "model"
         if stage.init_from and not (init / "config.json").exists():
             print(f"{stage.key}: waits for {init}")
+            waiting.append(stage.key)
             continue
         max_updates, derived, text = resolve(stage, stages, paths)
         if max_updates is None:
             print(f"{stage.key}: {text}")
+            waiting.append(stage.key)
             continue
         end = stage_end(stage, run_dir)[0] if stage.plateau else None
         updates, elapsed = progress(run_dir)
@@ -427,6 +436,13 @@ def run(args: argparse.Namespace) -> None:
             if left <= 0:
                 print(f"slice of {args.slice} used up; run again to continue")
                 return
+            log = run_dir / "train_log.jsonl"
+            age = time.time() - log.stat().st_mtime if log.exists() else math.inf
+            if age < BUSY_SECONDS:
+                raise SystemExit(
+                    f"{stage.key}: {log} was written {age:.0f} s ago: another process seems to "
+                    f"train {run_dir}; let it finish (or kill it and wait {BUSY_SECONDS:.0f} s)"
+                )
             data = paths.dataset(stage.data)
             if not (data / "meta.json").exists():
                 if fadat("prepare", *stage.prepare, "--output", str(data)) != 0:
@@ -465,7 +481,7 @@ def run(args: argparse.Namespace) -> None:
             source = ["--run", str(run_dir), "--best", str(stage.average)]
         if fadat("average", *source, "--output", str(model_dir)) != 0:
             raise SystemExit(f"{stage.key}: fadat average failed")
-    print("all stages finished")
+    print(f"waiting: {', '.join(waiting)}" if waiting else "all stages finished")
 
 
 def parse_minutes(text: str) -> float:

@@ -260,6 +260,11 @@ def test_run_resumes_a_plateau_stage_then_averages_up_to_n(tmp_path, monkeypatch
     fake = FakeFadat(rising)
     monkeypatch.setattr(ex, "fadat", fake)
     monkeypatch.setattr(ex, "train_until_plateau", fake.until_plateau)
+    # a log written moments ago: another process trains the run; it is left alone
+    with pytest.raises(SystemExit, match="written 0 s ago: another process seems to train"):
+        ex.main(["run", *where, "--slice", "10m", "--only", "pretrain-s1"])
+    assert fake.calls == []
+    monkeypatch.setattr(ex, "BUSY_SECONDS", 0.0)
     ex.main(["run", *where, "--slice", "10m", "--threads", "1", "--only", "pretrain-s1"])
     assert fake.calls == [[
         "train", "--resume", str(run_dir), "--threads", "1", "--no-progress-bar",
@@ -294,9 +299,16 @@ def test_run_resumes_a_plateau_stage_then_averages_up_to_n(tmp_path, monkeypatch
     assert fake.calls == []
 
 
-def test_run_starts_fine_tunes_from_another_seed_with_the_derived_budget(tmp_path, monkeypatch):
+def test_run_starts_fine_tunes_from_another_seed_with_the_derived_budget(
+    tmp_path, monkeypatch, capsys
+):
     ex, where, runs = plateau_setup(tmp_path, monkeypatch)
     pre = runs / "pretrain-s1"
+    monkeypatch.setattr(ex, "fadat", None)  # nothing may run while pretrain-s1 has no model
+    ex.main(["run", *where, "--only", "ft-nll-s1,ft-fadat-s2"])
+    out = capsys.readouterr().out
+    assert f"ft-nll-s1: waits for {pre / 'model'}" in out
+    assert out.endswith("waiting: ft-nll-s1, ft-fadat-s2\n")
     write_jsonl(
         pre / "valid_log.jsonl", curve([(u, min(u, 21000) / 1000) for u in range(500, 30001, 500)])
     )
