@@ -651,10 +651,17 @@ def write_drift(report_file: Path, hyps_dir: Path, data: Path, subset: int) -> P
     return out
 
 
-def eval_models(spec: dict[str, Any], stages: list[Stage], paths: Paths) -> dict[int, list[Stage]]:
-    """Per seed of the ``evaluate.models`` stages: those stages of that seed, then the
+def comparisons(spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The ``evaluate`` comparisons as (file prefix, settings): one mapping (prefix ""), or a
+    list of them, each after the first with a ``name`` (prefix ``NAME-``)."""
+    ev = spec.get("evaluate") or {}
+    items = ev if isinstance(ev, list) else [ev]
+    return [(f"{item['name']}-" if k else "", item) for k, item in enumerate(items)]
+
+
+def eval_models(ev: dict[str, Any], stages: list[Stage]) -> dict[int, list[Stage]]:
+    """Per seed of the comparison's ``models`` stages: those stages of that seed, then the
     ``shared`` stages (each at its first seed)."""
-    ev = spec["evaluate"]
     seeds = sorted({s.seed for s in stages if s.name in ev["models"]})
     shared = [next(s for s in stages if s.name == name) for name in ev.get("shared", [])]
     return {
@@ -667,27 +674,28 @@ def eval_models(spec: dict[str, Any], stages: list[Stage], paths: Paths) -> dict
 def evaluate(args: argparse.Namespace) -> None:
     spec, stages = load(args.experiment)
     paths = paths_of(args, spec)
-    ev = spec["evaluate"]
-    data = paths.dataset(ev.get("data", spec.get("data", "")))
-    for seed, chosen in eval_models(spec, stages, paths).items():
-        models = [paths.runs / s.key / "model" for s in chosen]
-        missing = [str(m) for m in models if not (m / "config.json").exists()]
-        if missing:
-            print(f"seed {seed}: missing {', '.join(missing)}")
-            continue
-        report = paths.runs / f"report-s{seed}.json"
-        hyps = paths.runs / f"hypotheses-s{seed}"
-        if args.force or not report.exists():
-            rc = fadat(
-                "evaluate", "--model", *map(str, models), "--data", str(data), "--split", "test",
-                "--strategies", ev.get("strategies", "greedy,lookahead,joint-viterbi"),
-                "--subset", str(args.subset), "--report", str(report),
-                "--save-hypotheses", str(hyps),
-                "--threads", str(args.threads), "--latency-subset", str(args.latency_subset),
-            )  # fmt: skip
-            if rc != 0:
-                raise SystemExit(f"seed {seed}: fadat evaluate exited {rc}")
-        print(f"seed {seed}: {write_drift(report, hyps, data, args.subset)}")
+    for prefix, ev in comparisons(spec):
+        data = paths.dataset(ev.get("data", spec.get("data", "")))
+        for seed, chosen in eval_models(ev, stages).items():
+            models = [paths.runs / s.key / "model" for s in chosen]
+            missing = [str(m) for m in models if not (m / "config.json").exists()]
+            if missing:
+                print(f"{prefix}seed {seed}: missing {', '.join(missing)}")
+                continue
+            report = paths.runs / f"report-{prefix}s{seed}.json"
+            hyps = paths.runs / f"hypotheses-{prefix}s{seed}"
+            if args.force or not report.exists():
+                rc = fadat(
+                    "evaluate", "--model", *map(str, models), "--data", str(data),
+                    "--split", "test",
+                    "--strategies", ev.get("strategies", "greedy,lookahead,joint-viterbi"),
+                    "--subset", str(args.subset), "--report", str(report),
+                    "--save-hypotheses", str(hyps), "--threads", str(args.threads),
+                    "--latency-subset", str(args.latency_subset),
+                )  # fmt: skip
+                if rc != 0:
+                    raise SystemExit(f"{report}: fadat evaluate exited {rc}")
+            print(f"{prefix}seed {seed}: {write_drift(report, hyps, data, args.subset)}")
 
 
 # ---- tables
@@ -755,17 +763,33 @@ def plot_curves(series: list[tuple[Stage, list[dict[str, Any]]]], out: Path) -> 
 
 
 def table(args: argparse.Namespace) -> None:
-    """Per seed: every system's scores; the seeds side by side with the p-values of the paired
-    bootstrap of each model against the first listed one (same strategy); training time per arm;
-    the short-word statistics; the plateau curves (and ``--plot``)."""
+    """Per comparison (``evaluate``): its reports' tables; then the plateau curves (and
+    ``--plot``)."""
     spec, stages = load(args.experiment)
     paths = paths_of(args, spec)
-    per_seed = eval_models(spec, stages, paths)
+    for prefix, ev in comparisons(spec):
+        if prefix:
+            print(f"\n## comparison {prefix[:-1]}")
+        comparison_table(eval_models(ev, stages), prefix, paths)
+    series = []
+    for stage in stages:
+        if stage.plateau and valid_curve(paths.runs / stage.key):
+            print("\n".join(curve_table(stage, paths.runs / stage.key)))
+            series.append((stage, valid_curve(paths.runs / stage.key)))
+    if args.plot and series:
+        plot_curves(series, Path(args.plot))
+        print(f"\nplot: {args.plot}")
+
+
+def comparison_table(per_seed: dict[int, list[Stage]], prefix: str, paths: Paths) -> None:
+    """Per seed: every system's scores; the seeds side by side with the p-values of the paired
+    bootstrap of each model against the first listed one (same strategy); training time per arm;
+    the short-word statistics."""
     rows: dict[str, dict[int, dict[str, Any]]] = {}
     seeds, first = [], ""
     drift_rows: list[str] = []
     for seed, chosen in per_seed.items():
-        report_file = paths.runs / f"report-s{seed}.json"
+        report_file = paths.runs / f"report-{prefix}s{seed}.json"
         if not report_file.exists():
             continue
         seeds.append(seed)
@@ -791,7 +815,7 @@ def table(args: argparse.Namespace) -> None:
             for key, value in system.get("p_value_tok_bleu", {}).items():
                 if stage_of.get(key.split(":")[0]) == first and stage_name != first:
                     rows[label][seed]["p_first"] = value
-        drift_file = paths.runs / f"drift-s{seed}.json"
+        drift_file = paths.runs / f"drift-{prefix}s{seed}.json"
         if drift_file.exists():
             drift = json.loads(drift_file.read_text(encoding="utf-8"))
             ref = drift["reference"]
@@ -836,14 +860,6 @@ def table(args: argparse.Namespace) -> None:
         print("\n".join(drift_rows))
     else:
         print("no reports yet: run `evaluate` first")
-    series = []
-    for stage in stages:
-        if stage.plateau and valid_curve(paths.runs / stage.key):
-            print("\n".join(curve_table(stage, paths.runs / stage.key)))
-            series.append((stage, valid_curve(paths.runs / stage.key)))
-    if args.plot and series:
-        plot_curves(series, Path(args.plot))
-        print(f"\nplot: {args.plot}")
 
 
 def main(argv: list[str] | None = None) -> None:
