@@ -32,7 +32,10 @@ Experiment file
 ---------------
 Top level: ``name``; ``data`` (dataset directory, relative to ``--data-root``) and ``prepare``
 (its ``fadat prepare`` arguments, run when the directory has no ``meta.json``); ``vars``;
-``seeds``; ``stages``; ``evaluate: {models, shared, strategies, data}``.
+``seeds``; ``stages``; ``evaluate: {models, shared, strategies, data}`` (or a list of such
+comparisons, each after the first with a ``name``); ``datasets``: derived datasets that a
+stage's ``data`` may name, built when a stage needs them (``distill`` by a stage's AT model,
+``retokenize`` with another dataset's sentencepiece model; see :func:`make_dataset`).
 
 A stage: ``name``, ``config`` (relative to the checkout), ``seeds`` (default: the top level's),
 ``average`` (K: the K best checkpoints by valid BLEU are averaged), ``train`` (extra
@@ -199,6 +202,9 @@ def load(path: str) -> tuple[dict[str, Any], list[Stage]]:
     """
     spec = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     variables = spec.get("vars", {})
+    for name, recipe in (spec.get("datasets") or {}).items():
+        if sorted(recipe) not in (["distill"], ["retokenize"]):
+            raise SystemExit(f"{path}: dataset {name!r}: give one of distill, retokenize")
     items = {item["name"]: item for item in spec["stages"]}
     stages: list[Stage] = []
     for item in spec["stages"]:
@@ -405,6 +411,84 @@ def checkpoints_to_average(run_dir: Path, k: int, last_update: int) -> list[Path
     return chosen
 
 
+def export_text(data: Path, out: Path) -> list[str]:
+    """Write a prepared dataset's train pairs as text (ids decoded by its sentencepiece model) to
+    ``out/train.{src,tgt}``; returns the ``fadat prepare`` flags for them and for the dataset's
+    raw valid and test text (references untouched), so that the pairs can be prepared again with
+    another vocabulary."""
+    from fadat.data.binarized import BinarizedDataset
+    from fadat.data.spm import decode, load_sentencepiece
+
+    sp = load_sentencepiece(data / "spm.model")
+    train = BinarizedDataset(data, "train")
+    out.mkdir(parents=True, exist_ok=True)
+    pairs = [train[i] for i in range(len(train))]
+    for k, side in enumerate(("src", "tgt")):
+        lines = "".join(decode(sp, pair[k]) + "\n" for pair in pairs)
+        (out / f"train.{side}").write_text(lines, encoding="utf-8")
+    flags = ["--source-file", str(out / "train.src"), "--target-file", str(out / "train.tgt")]
+    raw = data / "raw"
+    for split in ("valid", "test"):
+        if (raw / f"{split}.src.txt").exists():
+            flags += [f"--{split}-source-file", str(raw / f"{split}.src.txt"),
+                      f"--{split}-target-file", str(raw / f"{split}.ref.txt")]  # fmt: skip
+            k = 2
+            while (raw / f"{split}.ref{k}.txt").exists():
+                flags += [f"--{split}-extra-ref", str(raw / f"{split}.ref{k}.txt")]
+                k += 1
+    return flags
+
+
+def make_dataset(name: str, spec: dict[str, Any], paths: Paths, threads: int) -> str:
+    """Build the derived dataset ``name`` of the experiment's ``datasets`` once its inputs exist;
+    returns "" when it is ready, else what it waits for.
+
+    ``distill: {teacher: STAGE, seed: S, data: DATASET, beam: 5}``: ``fadat distill`` by the
+    stage's averaged AT model (resumable after a kill; not cut into slices).
+    ``retokenize: {data: DATASET, spm_model_of: DATASET}``: the first dataset's pairs prepared
+    again with the second's sentencepiece model (a 4k DAT on data distilled by an 8k AT); its
+    test references must come out identical.
+    """
+    out = paths.dataset(name)
+    if (out / "meta.json").exists():
+        return ""
+    recipe = spec.get("datasets", {})[name]
+    kind = "distill" if "distill" in recipe else "retokenize"
+    settings = recipe[kind]
+    source = paths.dataset(settings["data"])
+    if not (source / "meta.json").exists():
+        if settings["data"] not in spec.get("datasets", {}):
+            return f"waits for the dataset {source}"
+        wait = make_dataset(settings["data"], spec, paths, threads)
+        if wait:
+            return wait
+    if kind == "distill":
+        teacher = paths.runs / f"{settings['teacher']}-s{settings.get('seed', 1)}" / "model"
+        if not (teacher / "config.json").exists():
+            return f"waits for the teacher {teacher}"
+        rc = fadat(
+            "distill", "--model", str(teacher), "--data", str(source), "--output", str(out),
+            "--beam", str(settings.get("beam", 5)), "--threads", str(threads),
+            "--no-progress-bar",
+        )  # fmt: skip
+    else:
+        spm_model = paths.dataset(settings["spm_model_of"]) / "spm.model"
+        meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
+        flags = export_text(source, out.parent / f"{name}.text")
+        rc = fadat(
+            "prepare", "--output", str(out), *flags, "--spm-model", str(spm_model),
+            "--source-lang", meta["source_lang"], "--target-lang", meta["target_lang"],
+        )  # fmt: skip
+        for ref in sorted((source / "raw").glob("*.ref*.txt")) if rc == 0 else []:
+            if not (out / "raw" / ref.name).is_file() or (
+                (out / "raw" / ref.name).read_bytes() != ref.read_bytes()
+            ):
+                raise SystemExit(f"{out / 'raw' / ref.name}: differs from {ref}")
+    if rc != 0:
+        raise SystemExit(f"{out}: fadat {kind} exited {rc}")
+    return ""
+
+
 def run(args: argparse.Namespace) -> None:
     spec, stages = load(args.experiment)
     paths = paths_of(args, spec)
@@ -444,7 +528,13 @@ def run(args: argparse.Namespace) -> None:
                     f"train {run_dir}; let it finish (or kill it and wait {BUSY_SECONDS:.0f} s)"
                 )
             data = paths.dataset(stage.data)
-            if not (data / "meta.json").exists():
+            if stage.data in spec.get("datasets", {}):
+                wait = make_dataset(stage.data, spec, paths, args.threads)
+                if wait:
+                    print(f"{stage.key}: {wait}")
+                    waiting.append(stage.key)
+                    continue
+            elif not (data / "meta.json").exists():
                 if fadat("prepare", *stage.prepare, "--output", str(data)) != 0:
                     raise SystemExit(f"{stage.key}: fadat prepare failed")
             limit = ["--max-updates", str(max_updates), "--max-time", f"{elapsed + left:.0f}"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import shutil
 import sys
 from pathlib import Path
 
@@ -189,7 +190,10 @@ def test_fine_tune_budget_arithmetic_and_the_experiment_file(tmp_path, monkeypat
     by_key = {s.key: s for s in stages}
     assert list(by_key) == [
         "pretrain-s1", "at-s1", "ft-nll-s1", "ft-nll-s2", "ft-fadat-s1", "ft-fadat-s2",
+        "kd-pretrain-s1", "kd-ft-nll-s1", "kd-ft-fadat-s1",
     ]  # fmt: skip
+    assert [s.key for s in stages if s.optional] == list(by_key)[6:]
+    assert by_key["kd-ft-fadat-s1"].init_key == "kd-pretrain-s1"
     assert (by_key["pretrain-s1"].data, by_key["at-s1"].data) == ("bible-en-es-4k", "bible-en-es")
     assert by_key["at-s1"].prepare == ("bible-en-es",)
     assert by_key["pretrain-s1"].prepare == ("bible-en-es", "--vocab-size", "4000")
@@ -565,3 +569,83 @@ def test_plateau_experiment_end_to_end_with_real_fadat(tmp_path, monkeypatch):
     assert (config["max_updates"], config["warmup"], config["validate_every"]) == (4, 2, 2)
     assert (config["seed"], config["init_from"]) == (3, str(pre / "model"))
     assert ex.progress(ft)[0] == 4 and (ft / "model" / "config.json").exists()
+
+
+def test_distilled_dataset_is_built_when_a_stage_needs_it(tmp_path, monkeypatch, capsys):
+    ex, where, runs = plateau_setup(tmp_path, monkeypatch)
+    data = tmp_path / "data"
+    (data / "bible-en-es" / "raw").mkdir()
+    (data / "bible-en-es" / "raw" / "test.ref.txt").write_text("a\nb\n")
+    (data / "bible-en-es" / "meta.json").write_text('{"source_lang": "en", "target_lang": "es"}')
+    test_refs = {"bible-en-es-4k-kd": "a\nb\n"}
+
+    def fake(*args):
+        args = list(args)
+        calls.append(args)
+        out = Path(args[args.index("--output") + 1])
+        (out / "raw").mkdir(parents=True)
+        (out / "meta.json").write_text('{"source_lang": "en", "target_lang": "es"}')
+        (out / "raw" / "test.ref.txt").write_text(test_refs.get(out.name, "a\nb\n"))
+        return 0
+
+    calls: list[list[str]] = []
+    monkeypatch.setattr(ex, "fadat", fake)
+    monkeypatch.setattr(ex, "export_text", lambda source, out: ["--source-file", str(out)])
+    # named, an optional stage waits for the AT teacher
+    ex.main(["run", *where, "--only", "kd-pretrain-s1"])
+    teacher = runs / "at-s1" / "model"
+    assert f"kd-pretrain-s1: waits for the teacher {teacher}" in capsys.readouterr().out
+    for model in (teacher, runs / "pretrain-s1" / "model"):
+        model.mkdir(parents=True)
+        (model / "config.json").write_text("{}")
+    # not named, it does not run (the others wait for the pre-training's plateau)
+    ex.main(["run", *where])
+    assert calls == []
+    assert capsys.readouterr().out.endswith(
+        "waiting: ft-nll-s1, ft-nll-s2, ft-fadat-s1, ft-fadat-s2\n"
+    )
+    monkeypatch.setattr(ex, "train_until_plateau", lambda cmd, run_dir, p: calls.append(cmd) or 1)
+    with pytest.raises(SystemExit, match="kd-pretrain-s1: fadat train exited 1"):
+        ex.main(["run", *where, "--threads", "1", "--only", "kd-pretrain-s1"])
+    kd, kd4 = data / "bible-en-es-kd", data / "bible-en-es-4k-kd"
+    assert calls[0] == [
+        "distill", "--model", str(teacher), "--data", str(data / "bible-en-es"),
+        "--output", str(kd), "--beam", "5", "--threads", "1", "--no-progress-bar",
+    ]  # fmt: skip
+    assert calls[1] == [
+        "prepare", "--output", str(kd4), "--source-file", str(data / "bible-en-es-4k-kd.text"),
+        "--spm-model", str(data / "bible-en-es-4k" / "spm.model"),
+        "--source-lang", "en", "--target-lang", "es",
+    ]  # fmt: skip
+    assert calls[2][calls[2].index("--data") + 1] == str(kd4)  # the DAT trains on it
+    # a re-prepared dataset whose test references changed is refused
+    for d in (kd, kd4):
+        shutil.rmtree(d)
+    test_refs["bible-en-es-4k-kd"] = "a\nB\n"
+    with pytest.raises(SystemExit, match="test.ref.txt: differs from"):
+        ex.main(["run", *where, "--only", "kd-pretrain-s1"])
+
+
+def test_retokenize_round_trips_a_prepared_dataset(tmp_path, capsys):
+    """The copy task of test_train prepared by the real fadat prepare (word pieces): exported as
+    text and prepared again with its own sentencepiece model, it gives the same ids."""
+    import numpy as np
+    from test_train import _prepare_copy_data
+
+    ex = load_recipe("experiment")
+    data = _prepare_copy_data(tmp_path, repeats=False)
+    flags = ex.export_text(data, tmp_path / "text")
+    assert (tmp_path / "text" / "train.src").read_text() == (tmp_path / "train.src").read_text()
+    assert (tmp_path / "text" / "train.tgt").read_text() == (tmp_path / "train.tgt").read_text()
+    raw = data / "raw"
+    assert flags[4:] == [
+        "--valid-source-file", str(raw / "valid.src.txt"),
+        "--valid-target-file", str(raw / "valid.ref.txt"),
+    ]  # fmt: skip
+    spec = {"datasets": {"again": {"retokenize": {"data": "data", "spm_model_of": "data"}}}}
+    assert ex.make_dataset("again", spec, ex.Paths(tmp_path / "runs", tmp_path), 1) == ""
+    for name in ("train.src.ids.npy", "train.tgt.ids.npy", "valid.src.ids.npy"):
+        assert np.array_equal(np.load(data / name), np.load(tmp_path / "again" / name))
+    assert (tmp_path / "again" / "raw" / "valid.ref.txt").read_text() == (
+        raw / "valid.ref.txt"
+    ).read_text()
