@@ -23,10 +23,11 @@ Usage (``--root`` and ``--data-root`` are accepted by every command)::
     python recipes/experiment.py evaluate EXPERIMENT [--subset N] [--force]
     python recipes/experiment.py table EXPERIMENT [--plot curves.png]
 
-fadat is run as ``sys.executable -m fadat.cli`` with this process's environment, and the drift
-statistics import ``fadat.scoring``: ``PYTHONPATH=/path/to/frozen/copy python
-recipes/experiment.py ...`` runs the whole experiment on that copy of the library while the
-checkout changes.
+fadat is run as ``sys.executable -m fadat.cli`` with this process's environment, and the few
+in-process uses (the test references of the drift statistics, the text export of
+``retokenize``) import ``fadat`` from the same ``sys.path``: ``PYTHONPATH=/path/to/frozen/copy
+python recipes/experiment.py ...`` runs the whole experiment on that copy of the library while
+the checkout changes (configs and the experiment file are read from this checkout).
 
 Experiment file
 ---------------
