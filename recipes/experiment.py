@@ -786,6 +786,10 @@ def evaluate(args: argparse.Namespace) -> None:
                 )  # fmt: skip
                 if rc != 0:
                     raise SystemExit(f"{report}: fadat evaluate exited {rc}")
+            if not hyps.is_dir():
+                print(f"{report}: no {hyps.name} (evaluated before this harness saved them); "
+                      "`evaluate --force` for the short-word statistics")  # fmt: skip
+                continue
             print(f"{prefix}seed {seed}: {write_drift(report, hyps, data, args.subset)}")
 
 

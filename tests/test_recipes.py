@@ -387,10 +387,10 @@ def test_drift_statistics_by_hand():
     # 14 words; ≤ 2 letters: El es mi me Y la (6); "pastor;" and "luz." are not short
     ref = ex.drift_statistics(REFERENCE)
     assert ref == {"words": 14, "characters": 63, "short_share": 6 / 14, "distinct": 14}
-    # "3:16" has no letters (a word, not short); "y," and "á" are short
-    hyp = ex.drift_statistics(["y, de la y de", "3:16 á luz."], REFERENCE)
-    assert hyp["words"] == 8 and hyp["distinct"] == 7 and hyp["short_share"] == 6 / 8
-    assert hyp["words_ratio"] == 8 / 14 and hyp["characters_ratio"] == 24 / 63
+    # letters, not characters: "3:16" has none (a word, not short); "y,", "de," and "á" are short
+    hyp = ex.drift_statistics(["y, de, la y de", "3:16 á luz."], REFERENCE)
+    assert hyp["words"] == 8 and hyp["distinct"] == 8 and hyp["short_share"] == 6 / 8
+    assert hyp["words_ratio"] == 8 / 14 and hyp["characters_ratio"] == 25 / 63
     verbose = "BLEU = 10.00 40.0/20.0/10.0/5.0 (BP = 0.90 ratio = 0.91 hyp_len = 91 ref_len = 100)"
     assert ex.length_ratio(verbose) == 0.91
 
@@ -496,6 +496,12 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
     assert drift["systems"][f"{fadat_label}:lookahead"]["short_share"] == 6 / 8
     monkeypatch.setattr(ex, "fadat", None)  # a second evaluate reuses the report
     ex.main(["evaluate", *where])
+    # a report of an older evaluation without hypotheses: no drift statistics, no crash
+    shutil.move(runs / "hypotheses-s1", tmp_path / "hypotheses-s1")
+    capsys.readouterr()
+    ex.main(["evaluate", *where])
+    assert "report-s1.json: no hypotheses-s1" in capsys.readouterr().out
+    shutil.move(tmp_path / "hypotheses-s1", runs / "hypotheses-s1")
 
     plot = tmp_path / "out" / "curves.png"
     capsys.readouterr()
