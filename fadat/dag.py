@@ -76,6 +76,18 @@ def _masked_links(links: torch.Tensor, graph_lengths: torch.Tensor) -> torch.Ten
     return torch.where(valid, links, _NEG_INF)  # (B, L, L)
 
 
+def _use_triton(tensor: torch.Tensor, backend: str) -> bool:
+    """Whether a DP on ``tensor`` runs in the Triton kernels (:mod:`fadat.kernels.triton_dag`;
+    ``backend`` is ``"auto"``, ``"torch"`` or ``"triton"``, see
+    :func:`fadat.kernels.triton_dag.use_triton`). Imports nothing of Triton for ``"torch"`` or a
+    CPU tensor under ``"auto"``."""
+    if backend == "torch" or (backend == "auto" and not tensor.is_cuda):
+        return False
+    from fadat.kernels import triton_dag
+
+    return triton_dag.use_triton(tensor, backend)
+
+
 def _exp_floor(dtype: torch.dtype) -> float:
     """The log of the smallest normal number of ``dtype``, rounded up a little (f32: −86.8)."""
     return math.log(torch.finfo(dtype).tiny) + 0.5
@@ -506,7 +518,9 @@ class _LikelihoodFn(torch.autograd.Function):
         return grad_match * g[:, None, None], grad_links * g[:, None, None], None, None, None
 
 
-def _likelihood(match, links, graph_lengths, target_lengths, force_logspace=False):
+def _likelihood(
+    match, links, graph_lengths, target_lengths, force_logspace=False, backend: str = "auto"
+):
     if match.dim() != 3 or links.dim() != 3:
         raise ValueError(
             f"need match (B, T, L) and links (B, L, L), got {tuple(match.shape)}, "
@@ -518,6 +532,14 @@ def _likelihood(match, links, graph_lengths, target_lengths, force_logspace=Fals
     _check_lengths(target_lengths, steps, "target_lengths")
     _check_lengths(graph_lengths, size, "graph_lengths")
     dtype = torch.promote_types(match.dtype, links.dtype)
+    if not force_logspace and _use_triton(match.to(dtype), backend):
+        from fadat.kernels import triton_dag
+
+        logz = triton_dag.log_likelihood(
+            match.to(dtype), links.to(dtype), graph_lengths, target_lengths
+        )
+        too_short = target_lengths > graph_lengths  # (B,)
+        return logz, too_short, torch.zeros_like(too_short)  # log space: nothing recomputed
     return _LikelihoodFn.apply(
         match.to(dtype),
         links.to(dtype),
@@ -533,6 +555,7 @@ def dag_log_likelihood_from_match(
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     return_stats: bool = False,
+    backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, LikelihoodStats]:
     """log P(y | x) marginalised over all paths with exactly ``T_b`` vertices, from ``match``.
 
@@ -555,6 +578,10 @@ def dag_log_likelihood_from_match(
         graph_lengths: ``(B,)`` int64 ``L_b`` in ``[1, L]``.
         target_lengths: ``(B,)`` int64 ``T_b`` in ``[1, T]`` (counts ``<s>`` and ``</s>``).
         return_stats: also return a :class:`LikelihoodStats`.
+        backend: ``"auto"`` (the Triton kernels of :mod:`fadat.kernels.triton_dag` for float32
+            CUDA tensors when ``triton`` is importable, else this PyTorch path), ``"torch"`` or
+            ``"triton"`` (forced; on CPU tensors only under ``TRITON_INTERPRET=1``). The
+            kernels run the log-space DP in float32 (``underflow_recomputed`` is then 0).
 
     Returns:
         ``(B,)`` log-likelihoods in the promoted dtype of ``match`` and ``links``: −inf (never
@@ -563,11 +590,14 @@ def dag_log_likelihood_from_match(
         ``links`` only.
 
     Raises:
-        ValueError: bad shapes or lengths out of range.
+        ValueError: bad shapes or lengths out of range; an unknown ``backend``, or
+            ``"triton"`` where it cannot run (see :func:`fadat.kernels.triton_dag.use_triton`).
 
     Device-agnostic; run on CPU only (CUDA was not run here).
     """
-    logz, too_short, redo = _likelihood(match, links, graph_lengths, target_lengths)
+    logz, too_short, redo = _likelihood(
+        match, links, graph_lengths, target_lengths, backend=backend
+    )
     if return_stats:
         return logz, LikelihoodStats(int(too_short.sum()), int(redo.sum()))
     return logz
@@ -580,6 +610,7 @@ def dag_log_likelihood(
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
     return_stats: bool = False,
+    backend: str = "auto",
 ) -> torch.Tensor | tuple[torch.Tensor, LikelihoodStats]:
     """log P(y | x) of the DAG (paper Eq. 3; docs/reference-behaviour.md, "DAG likelihood"),
     batched.
@@ -595,6 +626,8 @@ def dag_log_likelihood(
         target_lengths: ``(B,)`` int64 ``T_b``.
         return_stats: also return a :class:`LikelihoodStats` (``too_short`` = #``T_b > L_b``,
             ``underflow_recomputed`` = #float64 recomputations).
+        backend: ``"auto"``, ``"torch"`` or ``"triton"`` (see
+            :func:`dag_log_likelihood_from_match`).
 
     Returns:
         ``(B,)`` log-likelihoods (−inf where ``T_b > L_b``, gradient 0 there); with
@@ -607,7 +640,7 @@ def dag_log_likelihood(
     """
     match = gather_match(token_logprobs, targets)  # (B, T, L)
     return dag_log_likelihood_from_match(
-        match, links, graph_lengths, target_lengths, return_stats=return_stats
+        match, links, graph_lengths, target_lengths, return_stats=return_stats, backend=backend
     )
 
 
@@ -622,6 +655,7 @@ def best_alignment_from_match(
     links: torch.Tensor,
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Most probable path for the reference, from ``match`` (docs/reference-behaviour.md, "Glancing"
     step 2).
@@ -635,6 +669,10 @@ def best_alignment_from_match(
         links: ``(B, L, L)`` float, ``log E``.
         graph_lengths: ``(B,)`` int64 ``L_b``.
         target_lengths: ``(B,)`` int64 ``T_b``.
+        backend: ``"auto"`` (the Triton Viterbi kernel of :mod:`fadat.kernels.triton_dag` for
+            float32 CUDA tensors when ``triton`` is importable, else this PyTorch path),
+            ``"torch"`` or ``"triton"`` (forced; on CPU tensors only under
+            ``TRITON_INTERPRET=1``).
 
     Returns:
         ``(B, L)`` int64: the target index aligned to each vertex on the best path, −1 for
@@ -652,6 +690,10 @@ def best_alignment_from_match(
         raise ValueError(f"links {tuple(links.shape)} does not match match {tuple(match.shape)}")
     _check_lengths(graph_lengths, size, "graph_lengths")
     glen, tlen = graph_lengths.long(), target_lengths.long()
+    if _use_triton(match, backend):
+        from fadat.kernels import triton_dag
+
+        return triton_dag.best_alignment(match, links.to(match.dtype), glen, tlen)
     # Masked links in a destination-major copy (one pass), so that each step reduces over the
     # contiguous last dimension.
     to_from = torch.empty(batch, size, size, dtype=match.dtype, device=match.device)
@@ -693,6 +735,7 @@ def best_alignment(
     targets: torch.Tensor,
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Most probable path's target index for each vertex (used by glancing,
     docs/reference-behaviour.md, "Glancing").
@@ -705,6 +748,7 @@ def best_alignment(
         targets: ``(B, T)`` int64.
         graph_lengths: ``(B,)`` int64 ``L_b``.
         target_lengths: ``(B,)`` int64 ``T_b``.
+        backend: ``"auto"``, ``"torch"`` or ``"triton"`` (see :func:`best_alignment_from_match`).
 
     Returns:
         ``(B, L)`` int64: target index per vertex on the best path, −1 off the path (all −1
@@ -717,7 +761,7 @@ def best_alignment(
     """
     with torch.no_grad():
         match = gather_match(token_logprobs, targets)  # (B, T, L)
-    return best_alignment_from_match(match, links, graph_lengths, target_lengths)
+    return best_alignment_from_match(match, links, graph_lengths, target_lengths, backend=backend)
 
 
 # --------------------------------------------------------------------------------------------

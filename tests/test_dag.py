@@ -599,3 +599,25 @@ def test_bad_inputs_raise():
         dag.best_alignment(logp, links, targets + 10, glen, tlen)
     with pytest.raises(ValueError, match="order"):
         dag.fuzzy_alignment(logp, links, targets, glen, tlen, order=0)
+
+
+def test_backend_argument_is_checked_and_auto_on_cpu_imports_no_triton():
+    """``backend="auto"`` on CPU tensors is the PyTorch path and imports nothing of Triton
+    (checked in a fresh process); an unknown backend is a ValueError naming the choices."""
+    import subprocess
+    import sys
+
+    logits, scores, targets, glen, tlen = model_outputs(81)
+    logp, links = logits.log_softmax(-1).detach(), link_logprobs(scores, glen).detach()
+    with pytest.raises(ValueError, match="auto, torch, triton"):
+        dag.dag_log_likelihood(logp, links, targets, glen, tlen, backend="cuda")
+    with pytest.raises(ValueError, match="auto, torch, triton"):
+        dag.best_alignment(logp, links, targets, glen, tlen, backend="")
+    code = (
+        "import sys, torch; from fadat import dag; "
+        "m = torch.zeros(1, 2, 3); l = torch.zeros(1, 3, 3); n = torch.tensor([3]); "
+        "t = torch.tensor([2]); dag.dag_log_likelihood_from_match(m, l, n, t); "
+        "dag.best_alignment_from_match(m, l, n, t); print('triton' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False"]

@@ -1,0 +1,425 @@
+"""Triton kernels for the DAG likelihood (forward and backward) and the best alignment.
+
+The same dynamic programmes as :mod:`fadat.dag` (paper Eq. 3; docs/reference-behaviour.md, "DAG
+likelihood" and "Glancing" step 2), in float32 log space over target positions:
+
+- forward: ``f_0 = match[0, 0]`` at vertex 0, ``f_t[j] = logsumexp_{i<j}(f_{t−1}[i] + links[i,
+  j]) + match[t, j]``, ``log P = f_{T_b−1}[L_b−1]``;
+- backward: ``g_{T_b−1} = 0`` at vertex ``L_b − 1``, ``g_{t−1}[i] = logsumexp_{j>i}(links[i, j] +
+  match[t, j] + g_t[j])``; the posteriors ``∂ log P / ∂ match[t, j] = exp(f_t[j] + g_t[j] − log
+  P)`` and ``∂ log P / ∂ links[i, j] = Σ_t exp(f_{t−1}[i] + links[i, j] + match[t, j] + g_t[j] −
+  log P)``;
+- best alignment: the forward with ``max`` in place of ``logsumexp`` and a back-pointer per
+  ``(t, j)`` (ties to the lowest vertex, as :func:`fadat.dag.best_alignment_from_match`), then
+  the walk back from ``(T_b − 1, L_b − 1)``.
+
+One program per sentence runs the sequential recursions (each target step is a sweep over
+``(BLOCK, BLOCK)`` tiles of the link matrix with an online logsumexp, and a block barrier between
+steps); the link gradient is one program per ``(sentence, tile)`` summing over the steps. Log
+space needs no rescaling and no float64 recomputation (:func:`fadat.dag.dag_log_likelihood`'s
+exp-space path needs both on CPU, where matvecs are what is fast).
+
+Selection (:func:`use_triton`): ``backend="auto"`` picks these kernels for float32 CUDA tensors
+when ``triton`` is importable, else the PyTorch path; ``"triton"`` forces them (on CPU tensors
+only under Triton's interpreter, ``TRITON_INTERPRET=1``, which is how CI tests them); ``"torch"``
+forces the PyTorch path.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from types import SimpleNamespace
+
+import torch
+
+__all__ = ["BACKENDS", "BLOCK", "NUM_WARPS", "best_alignment", "log_likelihood", "use_triton"]
+
+#: The values of the ``backend`` argument of :mod:`fadat.dag`'s likelihood and alignment.
+BACKENDS = ("auto", "torch", "triton")
+
+#: Tile edge (vertices) of the link matrix processed at once; a fixed launch configuration (no
+#: autotuning), so that the interpreter tests run exactly what a GPU runs.
+BLOCK = 32
+NUM_WARPS = 4
+
+_NEG_INF = float("-inf")
+
+
+@functools.cache
+def triton_importable() -> bool:
+    """Whether the ``triton`` package is installed (cached). Does not import it: Triton fixes
+    compiler-or-interpreter for the whole process when it is first imported."""
+    return importlib.util.find_spec("triton") is not None
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+
+
+def use_triton(tensor: torch.Tensor, backend: str) -> bool:
+    """Whether the DAG programmes on ``tensor`` run in these kernels.
+
+    Args:
+        tensor: the ``match`` (or ``links``) tensor of the call.
+        backend: one of :data:`BACKENDS`.
+
+    Returns:
+        ``"auto"``: True for float32 CUDA tensors when ``triton`` is importable; ``"torch"``:
+        False; ``"triton"``: True (or an error).
+
+    Raises:
+        ValueError: an unknown backend; ``"triton"`` without the package, on a dtype other than
+            float32, or on CPU tensors outside Triton's interpreter.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "torch":
+        return False
+    if backend == "auto":
+        return tensor.is_cuda and tensor.dtype == torch.float32 and triton_importable()
+    if not triton_importable():
+        raise ValueError("backend='triton' needs the triton package (pip install triton)")
+    if tensor.dtype != torch.float32:
+        raise ValueError(f"the Triton DAG kernels run in float32, got {tensor.dtype}")
+    if not tensor.is_cuda and not _interpreting():
+        raise ValueError(
+            "backend='triton' on CPU tensors runs only under Triton's interpreter "
+            "(TRITON_INTERPRET=1 set before triton is imported); use a CUDA tensor or "
+            "backend='torch'"
+        )
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels (decorated by _kernels() on first use)
+# --------------------------------------------------------------------------------------------
+
+
+def _make_kernels() -> SimpleNamespace:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def forward_kernel(
+        match_ptr,  # (B, T, L) f32, contiguous
+        links_ptr,  # (B, L, L) f32, contiguous
+        alpha_ptr,  # (B, T, L) f32 out, pre-filled with −inf
+        glen_ptr,  # (B,) int64
+        tlen_ptr,  # (B,) int64
+        steps,
+        size,
+        BLOCK_I: tl.constexpr,
+        BLOCK_J: tl.constexpr,
+    ):
+        b = tl.program_id(0).to(tl.int64)
+        n_vert = tl.load(glen_ptr + b).to(tl.int32)
+        n_step = tl.load(tlen_ptr + b).to(tl.int32)
+        match_b = match_ptr + b * steps * size
+        links_b = links_ptr + b * size * size
+        alpha_b = alpha_ptr + b * steps * size
+        start = tl.load(match_b)
+        tl.store(alpha_b, start)
+        tl.debug_barrier()
+        for t in range(1, n_step):
+            for j0 in range(0, size, BLOCK_J):
+                j = j0 + tl.arange(0, BLOCK_J)  # (BJ,)
+                run_max = tl.full([BLOCK_J], _NEG_INF, tl.float32)
+                run_sum = tl.zeros([BLOCK_J], tl.float32)
+                # Only sources i < j: tiles up to the diagonal.
+                for i0 in range(0, j0 + BLOCK_J, BLOCK_I):
+                    i = i0 + tl.arange(0, BLOCK_I)  # (BI,)
+                    prev = tl.load(alpha_b + (t - 1) * size + i, mask=i < size, other=_NEG_INF)
+                    ok = (i[:, None] < j[None, :]) & (j[None, :] < n_vert)  # (BI, BJ)
+                    edge = tl.load(
+                        links_b + i[:, None] * size + j[None, :], mask=ok, other=_NEG_INF
+                    )
+                    x = prev[:, None] + edge  # (BI, BJ)
+                    new_max = tl.maximum(run_max, tl.max(x, 0))
+                    # An all −inf column keeps shift 0 so that −inf − shift never is NaN.
+                    shift = tl.where(new_max == _NEG_INF, 0.0, new_max)
+                    run_sum = run_sum * tl.exp(run_max - shift) + tl.sum(
+                        tl.exp(x - shift[None, :]), 0
+                    )
+                    run_max = new_max
+                emit = tl.load(match_b + t * size + j, mask=j < n_vert, other=_NEG_INF)
+                # log 0 = −inf where unreachable, without taking log(0)
+                has = run_sum > 0
+                lse = tl.where(has, run_max + tl.log(tl.where(has, run_sum, 1.0)), _NEG_INF)
+                value = lse + emit
+                tl.store(alpha_b + t * size + j, value, mask=j < size)
+            tl.debug_barrier()  # step t is read by every thread at step t + 1
+
+    @triton.jit
+    def backward_kernel(
+        match_ptr,  # (B, T, L) f32
+        links_ptr,  # (B, L, L) f32
+        beta_ptr,  # (B, T, L) f32 out, pre-filled with −inf
+        glen_ptr,
+        tlen_ptr,
+        steps,
+        size,
+        BLOCK_I: tl.constexpr,
+        BLOCK_J: tl.constexpr,
+    ):
+        b = tl.program_id(0).to(tl.int64)
+        n_vert = tl.load(glen_ptr + b).to(tl.int32)
+        n_step = tl.load(tlen_ptr + b).to(tl.int32)
+        match_b = match_ptr + b * steps * size
+        links_b = links_ptr + b * size * size
+        beta_b = beta_ptr + b * steps * size
+        tl.store(beta_b + (n_step - 1) * size + (n_vert - 1), 0.0)
+        tl.debug_barrier()
+        for s in range(0, n_step - 1):
+            t = n_step - 1 - s  # g_{t−1} from g_t
+            for i0 in range(0, size, BLOCK_I):
+                i = i0 + tl.arange(0, BLOCK_I)  # (BI,)
+                run_max = tl.full([BLOCK_I], _NEG_INF, tl.float32)
+                run_sum = tl.zeros([BLOCK_I], tl.float32)
+                # Only destinations j > i: tiles from the diagonal on.
+                for j0 in range((i0 // BLOCK_J) * BLOCK_J, size, BLOCK_J):
+                    j = j0 + tl.arange(0, BLOCK_J)  # (BJ,)
+                    on = j < n_vert
+                    h = tl.load(match_b + t * size + j, mask=on, other=_NEG_INF) + tl.load(
+                        beta_b + t * size + j, mask=on, other=_NEG_INF
+                    )  # (BJ,)
+                    ok = (i[:, None] < j[None, :]) & on[None, :]  # (BI, BJ)
+                    edge = tl.load(
+                        links_b + i[:, None] * size + j[None, :], mask=ok, other=_NEG_INF
+                    )
+                    x = edge + h[None, :]  # (BI, BJ)
+                    new_max = tl.maximum(run_max, tl.max(x, 1))
+                    shift = tl.where(new_max == _NEG_INF, 0.0, new_max)
+                    run_sum = run_sum * tl.exp(run_max - shift) + tl.sum(
+                        tl.exp(x - shift[:, None]), 1
+                    )
+                    run_max = new_max
+                has = run_sum > 0
+                value = tl.where(has, run_max + tl.log(tl.where(has, run_sum, 1.0)), _NEG_INF)
+                tl.store(beta_b + (t - 1) * size + i, value, mask=i < size)
+            tl.debug_barrier()
+
+    @triton.jit
+    def links_grad_kernel(
+        match_ptr,  # (B, T, L) f32
+        links_ptr,  # (B, L, L) f32
+        alpha_ptr,  # (B, T, L) f32
+        beta_ptr,  # (B, T, L) f32
+        shift_ptr,  # (B,) f32: log P, 0 where not finite
+        scale_ptr,  # (B,) f32: upstream gradient, 0 where log P is not finite
+        grad_ptr,  # (B, L, L) f32 out
+        glen_ptr,
+        tlen_ptr,
+        steps,
+        size,
+        BLOCK_I: tl.constexpr,
+        BLOCK_J: tl.constexpr,
+    ):
+        b = tl.program_id(0).to(tl.int64)
+        i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)  # (BI,)
+        j = tl.program_id(2) * BLOCK_J + tl.arange(0, BLOCK_J)  # (BJ,)
+        n_vert = tl.load(glen_ptr + b).to(tl.int32)
+        n_step = tl.load(tlen_ptr + b).to(tl.int32)
+        log_z = tl.load(shift_ptr + b)
+        scale = tl.load(scale_ptr + b)
+        match_b = match_ptr + b * steps * size
+        alpha_b = alpha_ptr + b * steps * size
+        beta_b = beta_ptr + b * steps * size
+        on = j < n_vert
+        ok = (i[:, None] < j[None, :]) & on[None, :]  # (BI, BJ)
+        offs = b * size * size + i[:, None] * size + j[None, :]  # (BI, BJ)
+        edge = tl.load(links_ptr + offs, mask=ok, other=_NEG_INF) - log_z
+        acc = tl.zeros([BLOCK_I, BLOCK_J], tl.float32)
+        for t in range(1, n_step):
+            prev = tl.load(alpha_b + (t - 1) * size + i, mask=i < size, other=_NEG_INF)
+            h = tl.load(match_b + t * size + j, mask=on, other=_NEG_INF) + tl.load(
+                beta_b + t * size + j, mask=on, other=_NEG_INF
+            )
+            acc += tl.exp(prev[:, None] + edge + h[None, :])  # edge posterior at step t
+        inside = (i[:, None] < size) & (j[None, :] < size)
+        tl.store(grad_ptr + offs, acc * scale, mask=inside)
+
+    @triton.jit
+    def viterbi_kernel(
+        match_ptr,  # (B, T, L) f32
+        links_ptr,  # (B, L, L) f32
+        alpha_ptr,  # (B, T, L) f32 scratch, pre-filled with −inf
+        back_ptr,  # (B, T, L) int32 scratch
+        path_ptr,  # (B, L) int64 out, pre-filled with −1
+        glen_ptr,
+        tlen_ptr,
+        steps,
+        size,
+        BLOCK_I: tl.constexpr,
+        BLOCK_J: tl.constexpr,
+    ):
+        b = tl.program_id(0).to(tl.int64)
+        n_vert = tl.load(glen_ptr + b).to(tl.int32)
+        n_step = tl.load(tlen_ptr + b).to(tl.int32)
+        match_b = match_ptr + b * steps * size
+        links_b = links_ptr + b * size * size
+        alpha_b = alpha_ptr + b * steps * size
+        back_b = back_ptr + b * steps * size
+        tl.store(alpha_b, tl.load(match_b))
+        tl.debug_barrier()
+        for t in range(1, n_step):
+            for j0 in range(0, size, BLOCK_J):
+                j = j0 + tl.arange(0, BLOCK_J)
+                best = tl.full([BLOCK_J], _NEG_INF, tl.float32)
+                arg = tl.zeros([BLOCK_J], tl.int32)
+                for i0 in range(0, j0 + BLOCK_J, BLOCK_I):
+                    i = i0 + tl.arange(0, BLOCK_I)
+                    prev = tl.load(alpha_b + (t - 1) * size + i, mask=i < size, other=_NEG_INF)
+                    ok = (i[:, None] < j[None, :]) & (j[None, :] < n_vert)
+                    edge = tl.load(
+                        links_b + i[:, None] * size + j[None, :], mask=ok, other=_NEG_INF
+                    )
+                    x = prev[:, None] + edge  # (BI, BJ)
+                    tile_best, tile_arg = tl.max(x, 0, return_indices=True)  # lowest i on ties
+                    # Strictly greater: an earlier tile (lower i) wins ties.
+                    better = tile_best > best
+                    arg = tl.where(better, tile_arg + i0, arg)
+                    best = tl.where(better, tile_best, best)
+                emit = tl.load(match_b + t * size + j, mask=j < n_vert, other=_NEG_INF)
+                tl.store(alpha_b + t * size + j, best + emit, mask=j < size)
+                tl.store(back_b + t * size + j, arg, mask=j < size)
+            tl.debug_barrier()
+        end = tl.load(alpha_b + (n_step - 1) * size + (n_vert - 1))
+        reachable = (n_step <= n_vert) & (end > _NEG_INF)
+        walk = tl.where(reachable, n_step, 0)
+        cur = n_vert - 1
+        for s in range(0, walk):
+            t = n_step - 1 - s
+            tl.store(path_ptr + b * size + cur, t.to(tl.int64))
+            # At t = 0 this reads the unused row 0 (zeros); the loop ends there.
+            cur = tl.load(back_b + t * size + cur)
+
+    return SimpleNamespace(
+        forward=forward_kernel,
+        backward=backward_kernel,
+        links_grad=links_grad_kernel,
+        viterbi=viterbi_kernel,
+    )
+
+
+@functools.cache
+def _kernels() -> SimpleNamespace:
+    """The kernels, decorated on first use, so that importing this module imports no Triton.
+    Whether they compile or run in the interpreter is fixed by ``TRITON_INTERPRET`` when
+    ``triton`` is first imported in the process (its own ``tl.*`` helpers are decorated then)."""
+    return _make_kernels()
+
+
+def _inputs(
+    match: torch.Tensor, links: torch.Tensor, graph_lengths: torch.Tensor, target_lengths
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (
+        match.contiguous(),
+        links.contiguous(),
+        graph_lengths.long().contiguous(),
+        target_lengths.long().contiguous(),
+    )
+
+
+class _LikelihoodFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, match, links, graph_lengths, target_lengths):
+        match, links, glen, tlen = _inputs(match, links, graph_lengths, target_lengths)
+        batch, steps, size = match.shape
+        alpha = torch.full_like(match, _NEG_INF)  # (B, T, L)
+        if batch:
+            _kernels().forward[(batch,)](
+                match, links, alpha, glen, tlen, steps, size,
+                BLOCK_I=BLOCK, BLOCK_J=BLOCK, num_warps=NUM_WARPS,
+            )  # fmt: skip
+        rows = torch.arange(batch, device=match.device)
+        log_z = alpha[rows, tlen - 1, glen - 1]  # (B,)
+        log_z = torch.where(tlen > glen, torch.full_like(log_z, _NEG_INF), log_z)
+        ctx.save_for_backward(match, links, alpha, log_z, glen, tlen)
+        return log_z
+
+    @staticmethod
+    def backward(ctx, grad_log_z):
+        match, links, alpha, log_z, glen, tlen = ctx.saved_tensors
+        batch, steps, size = match.shape
+        finite = torch.isfinite(log_z)  # (B,)
+        shift = torch.where(finite, log_z, torch.zeros_like(log_z))  # (B,)
+        # A sentence without a path (or an upstream inf/NaN) gets gradient 0, as the torch path.
+        scale = torch.where(finite & torch.isfinite(grad_log_z), grad_log_z, 0.0)  # (B,)
+        beta = torch.full_like(match, _NEG_INF)  # (B, T, L)
+        grad_links = torch.empty_like(links)  # (B, L, L)
+        if batch:
+            kernels = _kernels()
+            kernels.backward[(batch,)](
+                match, links, beta, glen, tlen, steps, size,
+                BLOCK_I=BLOCK, BLOCK_J=BLOCK, num_warps=NUM_WARPS,
+            )  # fmt: skip
+            tiles = -(-size // BLOCK)
+            kernels.links_grad[(batch, tiles, tiles)](
+                match, links, alpha, beta, shift.contiguous(), scale.contiguous(), grad_links,
+                glen, tlen, steps, size,
+                BLOCK_I=BLOCK, BLOCK_J=BLOCK, num_warps=NUM_WARPS,
+            )  # fmt: skip
+        # Vertex posteriors; exp(−inf) = 0 off the graph and past T_b (α, β are −inf there).
+        grad_match = (alpha + beta - shift[:, None, None]).exp() * scale[:, None, None]
+        return grad_match, grad_links, None, None
+
+
+def log_likelihood(
+    match: torch.Tensor,
+    links: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> torch.Tensor:
+    """log P(y | x) per sentence by the Triton kernels, differentiable w.r.t. ``match`` and
+    ``links``.
+
+    Callers go through :func:`fadat.dag.dag_log_likelihood_from_match` (``backend=``), which
+    checks shapes and lengths first.
+
+    Args:
+        match: ``(B, T, L)`` float32 ``log P(y_t | vertex j)``; entries at ``j ≥ L_b`` or
+            ``t ≥ T_b`` are never read.
+        links: ``(B, L, L)`` float32 ``log E``; entries outside ``i < j < L_b`` are never read.
+        graph_lengths: ``(B,)`` int ``L_b`` in ``[1, L]``.
+        target_lengths: ``(B,)`` int ``T_b`` in ``[1, T]``.
+
+    Returns:
+        ``(B,)`` float32; −inf where no path exists (``T_b > L_b``), gradient 0 there.
+    """
+    return _LikelihoodFn.apply(match, links, graph_lengths, target_lengths)
+
+
+@torch.no_grad()
+def best_alignment(
+    match: torch.Tensor,
+    links: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    target_lengths: torch.Tensor,
+) -> torch.Tensor:
+    """Target index per vertex on the most probable path, by the Triton Viterbi kernel.
+
+    Callers go through :func:`fadat.dag.best_alignment_from_match` (``backend=``).
+
+    Args:
+        match: ``(B, T, L)`` float32.
+        links: ``(B, L, L)`` float32 ``log E``.
+        graph_lengths: ``(B,)`` int ``L_b``.
+        target_lengths: ``(B,)`` int ``T_b``.
+
+    Returns:
+        ``(B, L)`` int64: the aligned target index, −1 off the path; all −1 where no path
+        exists. Ties go to the lowest source vertex, as the PyTorch path.
+    """
+    match, links, glen, tlen = _inputs(match, links, graph_lengths, target_lengths)
+    batch, steps, size = match.shape
+    path = torch.full((batch, size), -1, dtype=torch.int64, device=match.device)  # (B, L)
+    if batch:
+        alpha = torch.full_like(match, _NEG_INF)  # (B, T, L)
+        back = torch.zeros(batch, steps, size, dtype=torch.int32, device=match.device)
+        _kernels().viterbi[(batch,)](
+            match, links, alpha, back, path, glen, tlen, steps, size,
+            BLOCK_I=BLOCK, BLOCK_J=BLOCK, num_warps=NUM_WARPS,
+        )  # fmt: skip
+    return path
