@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from types import SimpleNamespace
+from types import ModuleType
 
 import torch
 
@@ -92,223 +92,13 @@ def use_triton(tensor: torch.Tensor, backend: str) -> bool:
     return True
 
 
-# --------------------------------------------------------------------------------------------
-# Kernels (decorated by _kernels() on first use)
-# --------------------------------------------------------------------------------------------
+def _kernels() -> ModuleType:
+    """The kernel module, imported on first use, so that importing this module imports no
+    Triton: whether the kernels compile or run in the interpreter is fixed by
+    ``TRITON_INTERPRET`` when ``triton`` is first imported in the process."""
+    from fadat.kernels import _triton_dag_jit
 
-
-def _make_kernels() -> SimpleNamespace:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def forward_kernel(
-        match_ptr,  # (B, T, L) f32, contiguous
-        links_ptr,  # (B, L, L) f32, contiguous
-        alpha_ptr,  # (B, T, L) f32 out, pre-filled with −inf
-        glen_ptr,  # (B,) int64
-        tlen_ptr,  # (B,) int64
-        steps,
-        size,
-        BLOCK_I: tl.constexpr,
-        BLOCK_J: tl.constexpr,
-    ):
-        b = tl.program_id(0).to(tl.int64)
-        n_vert = tl.load(glen_ptr + b).to(tl.int32)
-        n_step = tl.load(tlen_ptr + b).to(tl.int32)
-        match_b = match_ptr + b * steps * size
-        links_b = links_ptr + b * size * size
-        alpha_b = alpha_ptr + b * steps * size
-        start = tl.load(match_b)
-        tl.store(alpha_b, start)
-        tl.debug_barrier()
-        for t in range(1, n_step):
-            for j0 in range(0, size, BLOCK_J):
-                j = j0 + tl.arange(0, BLOCK_J)  # (BJ,)
-                run_max = tl.full([BLOCK_J], _NEG_INF, tl.float32)
-                run_sum = tl.zeros([BLOCK_J], tl.float32)
-                # Only sources i < j: tiles up to the diagonal.
-                for i0 in range(0, j0 + BLOCK_J, BLOCK_I):
-                    i = i0 + tl.arange(0, BLOCK_I)  # (BI,)
-                    prev = tl.load(alpha_b + (t - 1) * size + i, mask=i < size, other=_NEG_INF)
-                    ok = (i[:, None] < j[None, :]) & (j[None, :] < n_vert)  # (BI, BJ)
-                    edge = tl.load(
-                        links_b + i[:, None] * size + j[None, :], mask=ok, other=_NEG_INF
-                    )
-                    x = prev[:, None] + edge  # (BI, BJ)
-                    new_max = tl.maximum(run_max, tl.max(x, 0))
-                    # An all −inf column keeps shift 0 so that −inf − shift never is NaN.
-                    shift = tl.where(new_max == _NEG_INF, 0.0, new_max)
-                    run_sum = run_sum * tl.exp(run_max - shift) + tl.sum(
-                        tl.exp(x - shift[None, :]), 0
-                    )
-                    run_max = new_max
-                emit = tl.load(match_b + t * size + j, mask=j < n_vert, other=_NEG_INF)
-                # log 0 = −inf where unreachable, without taking log(0)
-                has = run_sum > 0
-                lse = tl.where(has, run_max + tl.log(tl.where(has, run_sum, 1.0)), _NEG_INF)
-                value = lse + emit
-                tl.store(alpha_b + t * size + j, value, mask=j < size)
-            tl.debug_barrier()  # step t is read by every thread at step t + 1
-
-    @triton.jit
-    def backward_kernel(
-        match_ptr,  # (B, T, L) f32
-        links_ptr,  # (B, L, L) f32
-        beta_ptr,  # (B, T, L) f32 out, pre-filled with −inf
-        glen_ptr,
-        tlen_ptr,
-        steps,
-        size,
-        BLOCK_I: tl.constexpr,
-        BLOCK_J: tl.constexpr,
-    ):
-        b = tl.program_id(0).to(tl.int64)
-        n_vert = tl.load(glen_ptr + b).to(tl.int32)
-        n_step = tl.load(tlen_ptr + b).to(tl.int32)
-        match_b = match_ptr + b * steps * size
-        links_b = links_ptr + b * size * size
-        beta_b = beta_ptr + b * steps * size
-        tl.store(beta_b + (n_step - 1) * size + (n_vert - 1), 0.0)
-        tl.debug_barrier()
-        for s in range(0, n_step - 1):
-            t = n_step - 1 - s  # g_{t−1} from g_t
-            for i0 in range(0, size, BLOCK_I):
-                i = i0 + tl.arange(0, BLOCK_I)  # (BI,)
-                run_max = tl.full([BLOCK_I], _NEG_INF, tl.float32)
-                run_sum = tl.zeros([BLOCK_I], tl.float32)
-                # Only destinations j > i: tiles from the diagonal on.
-                for j0 in range((i0 // BLOCK_J) * BLOCK_J, size, BLOCK_J):
-                    j = j0 + tl.arange(0, BLOCK_J)  # (BJ,)
-                    on = j < n_vert
-                    h = tl.load(match_b + t * size + j, mask=on, other=_NEG_INF) + tl.load(
-                        beta_b + t * size + j, mask=on, other=_NEG_INF
-                    )  # (BJ,)
-                    ok = (i[:, None] < j[None, :]) & on[None, :]  # (BI, BJ)
-                    edge = tl.load(
-                        links_b + i[:, None] * size + j[None, :], mask=ok, other=_NEG_INF
-                    )
-                    x = edge + h[None, :]  # (BI, BJ)
-                    new_max = tl.maximum(run_max, tl.max(x, 1))
-                    shift = tl.where(new_max == _NEG_INF, 0.0, new_max)
-                    run_sum = run_sum * tl.exp(run_max - shift) + tl.sum(
-                        tl.exp(x - shift[:, None]), 1
-                    )
-                    run_max = new_max
-                has = run_sum > 0
-                value = tl.where(has, run_max + tl.log(tl.where(has, run_sum, 1.0)), _NEG_INF)
-                tl.store(beta_b + (t - 1) * size + i, value, mask=i < size)
-            tl.debug_barrier()
-
-    @triton.jit
-    def links_grad_kernel(
-        match_ptr,  # (B, T, L) f32
-        links_ptr,  # (B, L, L) f32
-        alpha_ptr,  # (B, T, L) f32
-        beta_ptr,  # (B, T, L) f32
-        shift_ptr,  # (B,) f32: log P, 0 where not finite
-        scale_ptr,  # (B,) f32: upstream gradient, 0 where log P is not finite
-        grad_ptr,  # (B, L, L) f32 out
-        glen_ptr,
-        tlen_ptr,
-        steps,
-        size,
-        BLOCK_I: tl.constexpr,
-        BLOCK_J: tl.constexpr,
-    ):
-        b = tl.program_id(0).to(tl.int64)
-        i = tl.program_id(1) * BLOCK_I + tl.arange(0, BLOCK_I)  # (BI,)
-        j = tl.program_id(2) * BLOCK_J + tl.arange(0, BLOCK_J)  # (BJ,)
-        n_vert = tl.load(glen_ptr + b).to(tl.int32)
-        n_step = tl.load(tlen_ptr + b).to(tl.int32)
-        log_z = tl.load(shift_ptr + b)
-        scale = tl.load(scale_ptr + b)
-        match_b = match_ptr + b * steps * size
-        alpha_b = alpha_ptr + b * steps * size
-        beta_b = beta_ptr + b * steps * size
-        on = j < n_vert
-        ok = (i[:, None] < j[None, :]) & on[None, :]  # (BI, BJ)
-        offs = b * size * size + i[:, None] * size + j[None, :]  # (BI, BJ)
-        edge = tl.load(links_ptr + offs, mask=ok, other=_NEG_INF) - log_z
-        acc = tl.zeros([BLOCK_I, BLOCK_J], tl.float32)
-        for t in range(1, n_step):
-            prev = tl.load(alpha_b + (t - 1) * size + i, mask=i < size, other=_NEG_INF)
-            h = tl.load(match_b + t * size + j, mask=on, other=_NEG_INF) + tl.load(
-                beta_b + t * size + j, mask=on, other=_NEG_INF
-            )
-            acc += tl.exp(prev[:, None] + edge + h[None, :])  # edge posterior at step t
-        inside = (i[:, None] < size) & (j[None, :] < size)
-        tl.store(grad_ptr + offs, acc * scale, mask=inside)
-
-    @triton.jit
-    def viterbi_kernel(
-        match_ptr,  # (B, T, L) f32
-        links_ptr,  # (B, L, L) f32
-        alpha_ptr,  # (B, T, L) f32 scratch, pre-filled with −inf
-        back_ptr,  # (B, T, L) int32 scratch
-        path_ptr,  # (B, L) int64 out, pre-filled with −1
-        glen_ptr,
-        tlen_ptr,
-        steps,
-        size,
-        BLOCK_I: tl.constexpr,
-        BLOCK_J: tl.constexpr,
-    ):
-        b = tl.program_id(0).to(tl.int64)
-        n_vert = tl.load(glen_ptr + b).to(tl.int32)
-        n_step = tl.load(tlen_ptr + b).to(tl.int32)
-        match_b = match_ptr + b * steps * size
-        links_b = links_ptr + b * size * size
-        alpha_b = alpha_ptr + b * steps * size
-        back_b = back_ptr + b * steps * size
-        tl.store(alpha_b, tl.load(match_b))
-        tl.debug_barrier()
-        for t in range(1, n_step):
-            for j0 in range(0, size, BLOCK_J):
-                j = j0 + tl.arange(0, BLOCK_J)
-                best = tl.full([BLOCK_J], _NEG_INF, tl.float32)
-                arg = tl.zeros([BLOCK_J], tl.int32)
-                for i0 in range(0, j0 + BLOCK_J, BLOCK_I):
-                    i = i0 + tl.arange(0, BLOCK_I)
-                    prev = tl.load(alpha_b + (t - 1) * size + i, mask=i < size, other=_NEG_INF)
-                    ok = (i[:, None] < j[None, :]) & (j[None, :] < n_vert)
-                    edge = tl.load(
-                        links_b + i[:, None] * size + j[None, :], mask=ok, other=_NEG_INF
-                    )
-                    x = prev[:, None] + edge  # (BI, BJ)
-                    tile_best, tile_arg = tl.max(x, 0, return_indices=True)  # lowest i on ties
-                    # Strictly greater: an earlier tile (lower i) wins ties.
-                    better = tile_best > best
-                    arg = tl.where(better, tile_arg + i0, arg)
-                    best = tl.where(better, tile_best, best)
-                emit = tl.load(match_b + t * size + j, mask=j < n_vert, other=_NEG_INF)
-                tl.store(alpha_b + t * size + j, best + emit, mask=j < size)
-                tl.store(back_b + t * size + j, arg, mask=j < size)
-            tl.debug_barrier()
-        end = tl.load(alpha_b + (n_step - 1) * size + (n_vert - 1))
-        reachable = (n_step <= n_vert) & (end > _NEG_INF)
-        walk = tl.where(reachable, n_step, 0)
-        cur = n_vert - 1
-        for s in range(0, walk):
-            t = n_step - 1 - s
-            tl.store(path_ptr + b * size + cur, t.to(tl.int64))
-            # At t = 0 this reads the unused row 0 (zeros); the loop ends there.
-            cur = tl.load(back_b + t * size + cur)
-
-    return SimpleNamespace(
-        forward=forward_kernel,
-        backward=backward_kernel,
-        links_grad=links_grad_kernel,
-        viterbi=viterbi_kernel,
-    )
-
-
-@functools.cache
-def _kernels() -> SimpleNamespace:
-    """The kernels, decorated on first use, so that importing this module imports no Triton.
-    Whether they compile or run in the interpreter is fixed by ``TRITON_INTERPRET`` when
-    ``triton`` is first imported in the process (its own ``tl.*`` helpers are decorated then)."""
-    return _make_kernels()
+    return _triton_dag_jit
 
 
 def _inputs(
@@ -329,7 +119,7 @@ class _LikelihoodFn(torch.autograd.Function):
         batch, steps, size = match.shape
         alpha = torch.full_like(match, _NEG_INF)  # (B, T, L)
         if batch:
-            _kernels().forward[(batch,)](
+            _kernels().forward_kernel[(batch,)](
                 match, links, alpha, glen, tlen, steps, size,
                 BLOCK_I=BLOCK, BLOCK_J=BLOCK, num_warps=NUM_WARPS,
             )  # fmt: skip
@@ -351,12 +141,12 @@ class _LikelihoodFn(torch.autograd.Function):
         grad_links = torch.empty_like(links)  # (B, L, L)
         if batch:
             kernels = _kernels()
-            kernels.backward[(batch,)](
+            kernels.backward_kernel[(batch,)](
                 match, links, beta, glen, tlen, steps, size,
                 BLOCK_I=BLOCK, BLOCK_J=BLOCK, num_warps=NUM_WARPS,
             )  # fmt: skip
             tiles = -(-size // BLOCK)
-            kernels.links_grad[(batch, tiles, tiles)](
+            kernels.links_grad_kernel[(batch, tiles, tiles)](
                 match, links, alpha, beta, shift.contiguous(), scale.contiguous(), grad_links,
                 glen, tlen, steps, size,
                 BLOCK_I=BLOCK, BLOCK_J=BLOCK, num_warps=NUM_WARPS,
@@ -418,7 +208,7 @@ def best_alignment(
     if batch:
         alpha = torch.full_like(match, _NEG_INF)  # (B, T, L)
         back = torch.zeros(batch, steps, size, dtype=torch.int32, device=match.device)
-        _kernels().viterbi[(batch,)](
+        _kernels().viterbi_kernel[(batch,)](
             match, links, alpha, back, path, glen, tlen, steps, size,
             BLOCK_I=BLOCK, BLOCK_J=BLOCK, num_warps=NUM_WARPS,
         )  # fmt: skip
