@@ -71,12 +71,19 @@ def with_precision(model: nn.Module, precision: str) -> nn.Module:
         ``model`` (fp32) or a converted copy in eval mode, tagged ``inference_precision``.
 
     Raises:
-        ValueError: unknown ``precision``.
+        ValueError: unknown ``precision``, or bf16/int8 for a model that is not on the CPU (CPU
+            autocast and dynamic quantization are CPU-only; on a GPU run fp32 or train-time
+            autocast instead).
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp32":
         return model
+    device = next(model.parameters()).device
+    if device.type != "cpu":
+        raise ValueError(
+            f"precision {precision!r} converts models on the CPU; this one is on {device}"
+        )
     out = copy.deepcopy(model).eval()
     heads = {"links_head"}  # stays fp32: small, and its links feed every decision
     if precision == "bf16":

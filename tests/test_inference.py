@@ -111,3 +111,17 @@ def test_translate_verb_and_translator_take_a_precision(tmp_path, capsys):
     assert translator.model.inference_precision == "bf16"
     assert len(translator.translate(["ab cd"], strategy="joint-viterbi")) == 1
     assert len(translator.translate(["ab cd"], strategy="sample", seed=1)) == 1  # full path
+
+
+def test_low_precision_refuses_a_model_off_the_cpu():
+    """bf16 (CPU autocast) and int8 (dynamic quantization) copies exist on the CPU only: a model
+    on another device (here "meta", as a CUDA one would be) is a clear error, not a copy that
+    fails later inside autocast or quantization; fp32 returns the model itself."""
+    from fadat.model import DATModel
+    from fadat.transformer import make_config
+
+    model = DATModel(make_config("tiny", 16)).to("meta")
+    for precision in ("bf16", "int8"):
+        with pytest.raises(ValueError, match="on the CPU; this one is on meta"):
+            with_precision(model, precision)
+    assert with_precision(model, "fp32") is model
