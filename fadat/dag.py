@@ -16,7 +16,9 @@ function:
   ``1 ≤ T_b ≤ T``.
 
 Everything works in float32 (training) and float64 (tests) and is device-agnostic; it was run on
-CPU only (CUDA was not run here).
+CPU only (CUDA was not run here). On float32 CUDA tensors the likelihood (forward and backward)
+and the best alignment run in the Triton kernels of :mod:`fadat.kernels.triton_dag` when
+``triton`` is installed; their ``backend`` argument forces either implementation.
 """
 
 from __future__ import annotations
