@@ -225,6 +225,7 @@ def glance(
     target_lengths: torch.Tensor,
     ratio: float,
     seed: int,
+    backend: str = "auto",
 ) -> GlanceResult:
     """Glancing pass 1 (docs/reference-behaviour.md, "Glancing"): decode the plain input without
     gradient under the dropout seed ``seed``, align the target with the best path of the DAG, count
@@ -241,6 +242,8 @@ def glance(
         target_lengths: ``(B,)`` int64 T_b.
         ratio: glancing ratio p in [0, 1].
         seed: dropout seed shared with pass 2.
+        backend: the best alignment's implementation, ``"auto"``, ``"torch"`` or ``"triton"``
+            (:func:`fadat.dag.best_alignment_from_match`).
 
     Returns:
         A :class:`GlanceResult`. Sentences with T_b > L_b have no path and get no glance.
@@ -257,7 +260,7 @@ def glance(
             width = int(target_lengths[rows].max())
             match = target_logprobs(fit_rows(logits, rows), targets[rows, :width])  # (B', T', L)
             path[rows] = dag.best_alignment_from_match(
-                match, links[rows], graph_lengths[rows], target_lengths[rows]
+                match, links[rows], graph_lengths[rows], target_lengths[rows], backend=backend
             )
         oracle = oracle_tokens(targets, path)  # (B, L)
         aligned = path >= 0  # (B, L)

@@ -186,6 +186,7 @@ def nll_loss(
     target_lengths: torch.Tensor,
     glance: GlanceResult | None = None,
     force_emit: bool = True,
+    backend: str = "auto",
 ) -> LossOutput:
     """DAG negative log-likelihood (docs/reference-behaviour.md, "DAG likelihood"; paper §2.2 ``L =
     −log P(y|x)``).
@@ -204,6 +205,8 @@ def nll_loss(
         glance: the glancing decision of pass 1; with ``force_emit`` the glanced vertices are
             pinned to their oracle token (docs/reference-behaviour.md, "Force-emit").
         force_emit: apply force-emit to glanced vertices.
+        backend: the DAG likelihood's implementation, ``"auto"``, ``"torch"`` or ``"triton"``
+            (:func:`fadat.dag.dag_log_likelihood_from_match`).
 
     :func:`nll_loss_from_logits` is the same loss from the output-projection logits (the
     training step's path: no ``(B, L, V)`` fp32 log-softmax).
@@ -220,6 +223,7 @@ def nll_loss(
         target_lengths,
         glance,
         force_emit,
+        backend,
     )
 
 
@@ -232,6 +236,7 @@ def nll_loss_from_logits(
     glance: GlanceResult | None = None,
     force_emit: bool = True,
     inplace_backward: bool = False,
+    backend: str = "auto",
 ) -> LossOutput:
     """:func:`nll_loss` with ``token_logprobs = log_softmax(logits)``, computed through
     :func:`fadat.losses.target_logprobs` (``logits`` ``(B, L, V)`` in any float dtype; the other
@@ -249,6 +254,7 @@ def nll_loss_from_logits(
         target_lengths,
         glance,
         force_emit,
+        backend,
     )
 
 
@@ -266,6 +272,7 @@ def _nll(
     target_lengths: torch.Tensor,
     glance: GlanceResult | None,
     force_emit: bool,
+    backend: str,
 ) -> LossOutput:
     """The body of :func:`nll_loss`; ``match_of(rows, targets[rows, :T'])`` gives the
     ``(B', T', L)`` match of the sentences that fit."""
@@ -280,7 +287,12 @@ def _nll(
         if glance is not None and force_emit:
             match = force_emit_match(match, glance.path[rows], glance.glanced[rows])
         ll, dag_stats = dag.dag_log_likelihood_from_match(
-            match, widen(links[rows]), graph_lengths[rows], target_lengths[rows], return_stats=True
+            match,
+            widen(links[rows]),
+            graph_lengths[rows],
+            target_lengths[rows],
+            return_stats=True,
+            backend=backend,
         )  # (B',)
         underflow = dag_stats.underflow_recomputed
         finite = torch.isfinite(ll)  # (B',)

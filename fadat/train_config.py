@@ -104,8 +104,9 @@ TrainConfig.__doc__ = "Resolved training configuration (core fields and objectiv
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 _OPTIONS = {o.name: o for o in all_options()}
 
-# Keys that may change when a run is resumed (stop criteria, logging, hardware); every other key
-# must match the saved config.
+# Keys that may change when a run is resumed (stop criteria, logging, hardware, and the DAG
+# programmes' implementation, which computes the same values); every other key must match the
+# saved config.
 RESUMABLE_KEYS = {
     "max_updates",
     "max_epochs",
@@ -120,6 +121,7 @@ RESUMABLE_KEYS = {
     "log_every",
     "progress_bar",
     "keep_best",
+    "dag_backend",
 }
 
 

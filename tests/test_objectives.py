@@ -418,3 +418,31 @@ def test_compute_loss_at_counts_tokens():
 def test_unknown_objective():
     with pytest.raises(ValueError):
         compute_loss(tiny_model(), toy_batch(), ObjectiveConfig(name="no-such-objective"))
+
+
+@pytest.mark.parametrize("name", ["nll", "fuzzy"])
+def test_dag_backend_option_reaches_the_dag_calls(monkeypatch, name):
+    """``dag_backend`` (``--dag-backend``) is passed to the glancing best alignment and, for
+    the NLL, to the likelihood; ``auto`` by default."""
+    seen = []
+    real_align, real_ll = dag.best_alignment_from_match, dag.dag_log_likelihood_from_match
+
+    def align(*args, backend="auto", **kw):
+        seen.append(("alignment", backend))
+        return real_align(*args, backend="torch", **kw)
+
+    def likelihood(*args, backend="auto", **kw):
+        seen.append(("likelihood", backend))
+        return real_ll(*args, backend="torch", **kw)
+
+    monkeypatch.setattr(dag, "best_alignment_from_match", align)
+    monkeypatch.setattr(dag, "dag_log_likelihood_from_match", likelihood)
+    model, batch = tiny_model().train(), toy_batch()
+    for backend in ("torch", "auto"):
+        seen.clear()
+        settings = ObjectiveConfig(name=name, glancing_ratio=0.5, dag_backend=backend)
+        out = compute_loss(model, batch, settings)
+        assert torch.isfinite(out.loss_sum)
+        want = [("alignment", backend)] + ([("likelihood", backend)] if name == "nll" else [])
+        assert seen == want
+    assert ObjectiveConfig(name=name).dag_backend == "auto"

@@ -179,6 +179,7 @@ def test_validate_config_rejects_bad_combinations():
         ({"bf16": True, "fp16": True}, "exclude"),
         ({"max_updates": 0}, "stop criterion"),
         ({"update_freq": 0}, "update-freq"),
+        ({"dag_backend": "cuda"}, "dag_backend must be one of auto, torch, triton"),
     ]:
         with pytest.raises(InputError, match=message):
             validate_config(TrainConfig(**{**base, **extra}))
@@ -187,6 +188,24 @@ def test_validate_config_rejects_bad_combinations():
 def test_resume_requires_checkpoint(tmp_path):
     with pytest.raises(InputError, match="cannot resume"):
         resolve_config(parse(["--resume", str(tmp_path)]))
+
+
+def test_resume_may_change_the_dag_backend_but_not_the_objective_options(tmp_path):
+    """``--dag-backend`` picks an implementation of the same DAG programmes (a run moved to a
+    GPU may switch), so a resumed run may change it; a run saved before the option existed
+    (no ``dag_backend`` key) resumes with ``auto``."""
+    import yaml
+
+    saved = config_to_dict(TrainConfig(data="d", run_dir=str(tmp_path), max_updates=5))
+    del saved["dag_backend"]  # as written before the option existed
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # only its existence is checked here
+    cfg, resumed = resolve_config(parse(["--resume", str(tmp_path)]))
+    assert resumed and cfg.dag_backend == "auto"
+    cfg, _ = resolve_config(parse(["--resume", str(tmp_path), "--dag-backend", "torch"]))
+    assert cfg.dag_backend == "torch"
+    with pytest.raises(InputError, match="only stop criteria"):
+        resolve_config(parse(["--resume", str(tmp_path), "--ngram-order", "3"]))
 
 
 def test_missing_data_flag():

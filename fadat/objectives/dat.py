@@ -13,6 +13,7 @@ from torch import nn
 
 from fadat.data.contract import Batch
 from fadat.glancing import GlanceResult, decode_with_seed, glance, no_autocast
+from fadat.kernels.triton_dag import BACKENDS
 from fadat.losses import LossOutput, fuzzy_loss, nll_loss_from_logits, widen
 from fadat.objectives.base import Objective, Option
 
@@ -25,14 +26,24 @@ NGRAM_ORDER = Option(
     check=lambda v: v >= 1,
     problem="ngram_order must be >= 1",
 )
+DAG_BACKEND = Option(
+    "dag_backend",
+    str,
+    "auto",
+    "DAG likelihood and best alignment: auto (Triton kernels on CUDA when triton is installed), "
+    "torch or triton (fadat.kernels.triton_dag)",
+    check=lambda v: v in BACKENDS,
+    problem=f"dag_backend must be one of {', '.join(BACKENDS)}",
+)
 #: Statistics of both DAG objectives (sums over a micro-batch).
 STATISTICS = ("glanced", "invalid_too_long", "invalid_nonfinite", "underflow_recomputed")
 
 
 def forward(
-    model: nn.Module, batch: Batch, glancing_ratio: float
+    model: nn.Module, batch: Batch, glancing_ratio: float, dag_backend: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, GlanceResult | None]:
-    """Pass 2 (with glancing pass 1 first when ``glancing_ratio > 0``).
+    """Pass 2 (with glancing pass 1 first when ``glancing_ratio > 0``; its best alignment runs
+    in ``dag_backend``).
 
     Returns:
         ``(logits (B, L, V) in the autocast dtype, links (B, L, L), graph_lengths (B,),
@@ -55,6 +66,7 @@ def forward(
             batch.target_lengths,
             glancing_ratio,
             seed,
+            backend=dag_backend,
         )
         decoder_tokens = glanced.decoder_tokens
     logits, links = decode_with_seed(model, encoder_out, decoder_tokens, seed, logits=True)
@@ -71,7 +83,9 @@ def _finish(out: LossOutput, batch: Batch, glanced: GlanceResult | None) -> Loss
 def nll_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
     """The DAG NLL of pass 2, straight from the logits (:func:`fadat.losses.nll_loss_from_logits`,
     force-emit on the glanced vertices unless ``force_emit`` is off)."""
-    logits, links, graph_lengths, glanced = forward(model, batch, settings.glancing_ratio)
+    logits, links, graph_lengths, glanced = forward(
+        model, batch, settings.glancing_ratio, settings.dag_backend
+    )
     with no_autocast(logits.device):
         out = nll_loss_from_logits(
             logits,
@@ -82,13 +96,16 @@ def nll_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
             glance=glanced,
             force_emit=settings.force_emit,
             inplace_backward=True,  # the logits of this step are used by nothing else
+            backend=settings.dag_backend,
         )
     return _finish(out, batch, glanced)
 
 
 def fuzzy_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
     """FA-DAT's fuzzy alignment loss of pass 2 (:func:`fadat.losses.fuzzy_loss`)."""
-    logits, links, graph_lengths, glanced = forward(model, batch, settings.glancing_ratio)
+    logits, links, graph_lengths, glanced = forward(
+        model, batch, settings.glancing_ratio, settings.dag_backend
+    )
     with no_autocast(logits.device):
         out = fuzzy_loss(
             torch.log_softmax(widen(logits), dim=-1),
@@ -128,7 +145,7 @@ NLL = Objective(
     name="nll",
     architecture="dat",
     step=nll_step,
-    options=(FORCE_EMIT,),
+    options=(FORCE_EMIT, DAG_BACKEND),
     statistics=STATISTICS,
     log=log_dag,
     glancing="0.5:0.1@200k",  # the reference recipe's NLL stage: 0.5 → 0.1 over 200k updates
@@ -139,7 +156,7 @@ FUZZY = Objective(
     name="fuzzy",
     architecture="dat",
     step=fuzzy_step,
-    options=(NGRAM_ORDER,),
+    options=(NGRAM_ORDER, DAG_BACKEND),
     statistics=(*STATISTICS, "precision_sum", "bp_sum", "length_ratio_sum"),
     log=log_fuzzy,
     glancing="0.1",  # FA-DAT fine-tuning keeps 0.1
