@@ -396,8 +396,9 @@ def test_fadat_train_on_device_matches_the_cpu_run_and_its_model_loads_on_the_cp
     tmp_path,
 ):
     """Three updates of ``fadat train`` with and without ``--device cuda`` (dropout and glancing
-    off, so both runs draw nothing random): the same losses (update 1 to 1e-5 relative, the
-    next ones 1e-3 after two Adam steps with accumulated rounding); then the CUDA run's
+    off, so both runs draw nothing random) and with ``--dag-backend torch`` on the device: the
+    same losses (update 1 to 1e-5 relative, the next ones 1e-3 after two Adam steps with
+    accumulated rounding); then the CUDA run's
     checkpoint becomes a model directory that loads on the CPU and on CUDA with the same
     weights bit for bit. A bf16 and an fp16 run on the device give finite losses."""
     common = [
@@ -411,6 +412,13 @@ def test_fadat_train_on_device_matches_the_cpu_run_and_its_model_loads_on_the_cp
     assert len(dev) == 3
     assert dev[0] == pytest.approx(cpu[0], rel=1e-5)
     assert dev == pytest.approx(cpu, rel=1e-3)
+    # The PyTorch DAG programmes on the device (auto uses the Triton kernels there when triton
+    # is installed): the same losses to float32 rounding of the DP (1e-5), the same path after.
+    torch_run = tmp_path / "dev-torch"
+    argv = ["--run-dir", str(torch_run), "--device", str(DEVICE), "--dag-backend", "torch"]
+    assert main(["train", *argv, *common]) == 0
+    assert _losses(torch_run)[0] == pytest.approx(dev[0], rel=1e-5)
+    assert _losses(torch_run) == pytest.approx(dev, rel=1e-3)
     for flag in ("--bf16", "--fp16"):
         out = tmp_path / flag.strip("-")
         assert main(["train", "--run-dir", str(out), "--device", str(DEVICE), flag, *common]) == 0
