@@ -14,8 +14,9 @@ Memory: the peak of ``torch.cuda.max_memory_allocated`` during one call above wh
 before it. The table also shows the largest difference between the backends' log-likelihoods,
 gradients and alignments, as a check that both computed the same thing.
 
-Usage: ``python bench/bench_dag_gpu.py [--sizes 64x240,256x240] [--repeats 20]`` (T = 30, so
-λ = L / 30: 8 at L = 240, the paper's).
+Usage: ``python bench/bench_dag_gpu.py [--sizes 64x240,256x240] [--repeats 20] [--block 32]
+[--warps 4]`` (T = 30, so λ = L / 30: 8 at L = 240, the paper's; ``--block`` / ``--warps`` try
+other launch configurations than the library's fixed one).
 Exits with status 2 and a message where CUDA or Triton is missing. ``--device cpu`` runs the same
 code on the CPU (the Triton side then needs ``TRITON_INTERPRET=1``): a dry run of this script,
 its timings mean nothing.
@@ -104,7 +105,17 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--tasks", default="likelihood,alignment")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument(
+        "--block", type=int, default=triton_dag.BLOCK, help="Triton tile edge (a power of 2)"
+    )
+    parser.add_argument("--warps", type=int, default=triton_dag.NUM_WARPS, help="Triton warps")
     args = parser.parse_args()
+    if args.block < 1 or args.block & (args.block - 1):
+        print(f"bench_dag_gpu: --block must be a power of 2, got {args.block}", file=sys.stderr)
+        return 2
+    # The launch configuration is a module constant (fixed, so that the interpreter tests run
+    # what a GPU runs); the benchmark may try others.
+    triton_dag.BLOCK, triton_dag.NUM_WARPS = args.block, args.warps
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print(
