@@ -300,7 +300,8 @@ def _lookahead_like(
 ) -> list[Hypothesis]:
     token_logprobs, links = _working_dtype(token_logprobs), _working_dtype(links)
     s, tok = vertex_top1(token_logprobs)  # (B, L), (B, L)
-    scores = links if beta is None else links + beta * s[:, None, :]  # (B, L, L)
+    # β = 0 reads no s (and 0·(−inf) of a pruned vertex would be NaN, fadat.inference)
+    scores = links if not beta else links + beta * s[:, None, :]  # (B, L, L)
     next_vertex = scores.argmax(dim=2)  # (B, L)
     paths, lengths = _walk(next_vertex, graph_lengths)  # (B, K), (B,)
     path_tokens = tok.gather(1, paths)  # (B, K)

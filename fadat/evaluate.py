@@ -71,9 +71,10 @@ from fadat.scoring import (
     read_languages,
     tokenized_bleu_metric,
 )
-from fadat.translate import check_strategy, encode_sources, translate_lines
+from fadat.translate import apply_reduced_head, check_strategy, encode_sources, translate_lines
 from fadat.verbs import (
     add_decoding_arguments,
+    add_head_arguments,
     add_upsample_argument,
     apply_threads,
     decoding_options,
@@ -438,6 +439,8 @@ def _load_systems(
     models = []
     for label, directory in zip(model_labels(args.model), args.model, strict=True):
         model, sp = load_model(directory, device, args.upsample_ratio)
+        if model.model_type == "dat":  # the AT baselines run their own decoders
+            model = apply_reduced_head(model, directory, args.shortlist, args.prune_threshold)
         models.append((label, model, sp))
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies and any(not m.autoregressive for _, m, _ in models):
@@ -717,6 +720,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     add_upsample_argument(parser)
+    add_head_arguments(parser)
     parser.add_argument(
         "--baseline", default=None, help="system for speed-ups and significance (default AT beam)"
     )

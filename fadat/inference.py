@@ -22,20 +22,37 @@ vertex), so the decoders' outputs are the same (tests/test_inference.py). Lower 
   ``torch.ao.quantization.quantize_dynamic``); the links head stays fp32.
 
 Their test BLEU is in RESULTS.md ("DAT inference against CTranslate2").
+
+Two ways to compute less of the token head (issue 34), both off by default:
+
+- a vocabulary shortlist (:mod:`fadat.shortlist`): each sentence's vertices take their best
+  token and ``s_v`` over the sentence's candidate tokens only, the log-softmax renormalised over
+  them (Marian's and CTranslate2's approximation); in int8 the shortlist's rows of the output
+  projection are its int8 weights dequantized and multiplied in fp32;
+- pruning (``prune_threshold`` τ): the token head runs only on the vertices whose passing
+  probability under the links (:func:`fadat.dag.passing_probabilities`, paper Eq. 16) is at
+  least τ, plus the argmax-link successor of every kept vertex (so a walk never meets a vertex
+  without a kept successor); the others get ``s = −inf`` and ``<pad>``. Exact: a decoder whose
+  full-head path visits only kept vertices gives the same output (lookahead picks the same
+  argmax at every vertex of that path; joint-Viterbi's optimum and its length are unchanged).
 """
 
 from __future__ import annotations
 
 import copy
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fadat.dag import passing_probabilities
 from fadat.data.contract import PAD_ID
 from fadat.decoding import TOP1_STRATEGIES, VertexTop1, walk_links
+
+if TYPE_CHECKING:
+    from fadat.shortlist import Shortlist
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -109,6 +126,28 @@ def with_precision(model: nn.Module, precision: str) -> nn.Module:
     return out
 
 
+def with_reduced_head(
+    model: nn.Module, shortlist: Shortlist | None = None, prune_threshold: float | None = None
+) -> nn.Module:
+    """Tag ``model`` (in place) so that :meth:`fadat.model.DATModel.translate_batch` runs the
+    top-1 decoders with ``shortlist`` and ``prune_threshold`` (see :func:`graph_top1`);
+    ``None`` turns each off. Returns ``model``.
+
+    Raises:
+        ValueError: ``prune_threshold`` outside ``[0, 1]``; a shortlist for another vocabulary.
+    """
+    if prune_threshold is not None and not 0.0 <= prune_threshold <= 1.0:
+        raise ValueError(f"prune threshold must lie in [0, 1], got {prune_threshold}")
+    if shortlist is not None and shortlist.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"the shortlist is for a vocabulary of {shortlist.vocab_size}, the model has "
+            f"{model.config.vocab_size}"
+        )
+    model.inference_shortlist = shortlist
+    model.inference_prune_threshold = prune_threshold
+    return model
+
+
 def precision_autocast(model: nn.Module):
     """The autocast context a model converted by :func:`with_precision` runs in (bf16: CPU
     autocast to bfloat16; otherwise a disabled one)."""
@@ -123,22 +162,86 @@ def _logits(model: nn.Module, states: Tensor) -> Tensor:
     return F.linear(states, model.output_weight)
 
 
-def vertex_top1_of_states(model: nn.Module, states: Tensor) -> tuple[Tensor, Tensor]:
+def head_weight(model: nn.Module) -> Tensor:
+    """``(V, d)`` output projection of the token head in the model's precision: the fp32 or
+    bf16 weights, or for int8 the int8 weights dequantized to fp32 (computed once, kept on the
+    model)."""
+    if precision_of(model) != "int8":
+        return model.output_weight
+    weight = getattr(model, "int8_output_dequantized", None)
+    if weight is None:
+        weight = model.int8_output[0].weight().dequantize()  # (V, d) fp32
+        model.int8_output_dequantized = weight
+    return weight
+
+
+def vertex_top1_of_states(
+    model: nn.Module, states: Tensor, candidates: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """``s`` and argmax token of the rows of ``states`` ``(N, d)``: ``(N,)`` fp32 and ``(N,)``
-    int64, computed in blocks of :data:`TOP1_BLOCK_ROWS` rows (log-softmax in fp32)."""
+    int64, computed in blocks of :data:`TOP1_BLOCK_ROWS` rows (log-softmax in fp32).
+
+    With ``candidates`` ``(n,)`` int64 (a sentence's shortlist, sorted), only those rows of the
+    output projection (:func:`head_weight`) are used and the log-softmax runs over them.
+    """
     n = states.shape[0]
     s = torch.empty(n, dtype=torch.float32, device=states.device)
     tok = torch.empty(n, dtype=torch.int64, device=states.device)
+    weight = None if candidates is None else head_weight(model)[candidates]  # (n_c, d)
+    int8 = precision_of(model) == "int8"
     for start in range(0, n, TOP1_BLOCK_ROWS):
-        block = _logits(model, states[start : start + TOP1_BLOCK_ROWS])  # (rows, V)
+        rows = states[start : start + TOP1_BLOCK_ROWS]  # (rows, d)
+        if weight is None:
+            block = _logits(model, rows)  # (rows, V)
+        else:
+            block = F.linear(rows.float() if int8 else rows, weight)  # (rows, n_c)
         best = torch.log_softmax(block.float(), dim=-1).max(dim=-1)  # (rows,) each
         s[start : start + TOP1_BLOCK_ROWS] = best.values
-        tok[start : start + TOP1_BLOCK_ROWS] = best.indices
+        index = best.indices if candidates is None else candidates[best.indices]
+        tok[start : start + TOP1_BLOCK_ROWS] = index
     return s, tok
 
 
+def kept_vertices(links: Tensor, graph_lengths: Tensor, threshold: float) -> Tensor:
+    """The vertices whose token head pruning computes (see the module docstring).
+
+    Args:
+        links: ``(B, L, L)`` fp32 log transition probabilities.
+        graph_lengths: ``(B,)`` int64.
+        threshold: τ in ``[0, 1]``; ``0`` keeps every real vertex.
+
+    Returns:
+        ``(B, L)`` bool: real vertices with passing probability ≥ τ, vertex 0, the end vertex, and
+        the argmax-link successor of every kept vertex before the end.
+
+    Raises:
+        ValueError: ``threshold`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"prune threshold must lie in [0, 1], got {threshold}")
+    b, size, _ = links.shape
+    vertex = torch.arange(size, device=links.device)  # (L,)
+    real = vertex[None, :] < graph_lengths[:, None]  # (B, L)
+    end = vertex[None, :] == graph_lengths[:, None] - 1  # (B, L)
+    keep = (passing_probabilities(links, graph_lengths) >= threshold) & real  # (B, L)
+    keep[:, 0] = True
+    keep |= end
+    successor = links.argmax(dim=2)  # (B, L): the end vertex and padding rows point at 0
+    while True:  # close under "successor of a kept vertex": a few rounds at most in practice
+        add = torch.zeros_like(keep)
+        add.scatter_(1, torch.where(keep & ~end & real, successor, 0), True)  # (B, L)
+        grown = keep | (add & real)
+        if torch.equal(grown, keep):
+            return keep
+        keep = grown
+
+
 def graph_top1(
-    model: nn.Module, source: Tensor, path_only: bool = False
+    model: nn.Module,
+    source: Tensor,
+    path_only: bool = False,
+    shortlist: Shortlist | None = None,
+    prune_threshold: float | None = None,
 ) -> tuple[VertexTop1, Tensor, Tensor]:
     """One decoder pass on the decoding graph, reduced to what the top-1 decoders read.
 
@@ -147,25 +250,48 @@ def graph_top1(
         source: ``(B, S)`` int64 ``x </s>``, right-padded.
         path_only: compute ``s``/argmax only on the vertices of the greedy path (the argmax
             walk of the links); other vertices get ``s = 0`` and ``<pad>``. For greedy only.
+        shortlist: take each vertex's best token over its sentence's shortlist candidates
+            (:meth:`fadat.shortlist.Shortlist.candidates` of its source), renormalised.
+        prune_threshold: compute the token head only on :func:`kept_vertices` (passing
+            probability ≥ τ); the others get ``s = −inf`` and ``<pad>``. Ignored with
+            ``path_only``, which computes less.
 
     Returns:
         ``(top1, links, graph_lengths)``: :class:`VertexTop1` ``(B, L)``, ``(B, L, L)`` fp32
         links, ``(B,)`` int64 graph sizes.
+
+    Raises:
+        ValueError: ``prune_threshold`` outside ``[0, 1]``; a shortlist for another vocabulary.
     """
+    if shortlist is not None and shortlist.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"the shortlist is for a vocabulary of {shortlist.vocab_size}, the model has "
+            f"{model.config.vocab_size}"
+        )
     with torch.inference_mode(), precision_autocast(model):
         graph_lengths = model.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
         decoder_tokens = model.decoder_input_tokens(graph_lengths)  # (B, L)
         states = model.decoder_states(model.encode(source), decoder_tokens)  # (B, L, d)
         links = model.links_head(states, graph_lengths)  # (B, L, L) fp32
         b, size, _ = states.shape
+        vertex = torch.arange(size, device=states.device)
+        real = vertex[None, :] < graph_lengths[:, None]  # (B, L): no padding rows
+        s = torch.zeros(b, size, dtype=torch.float32, device=states.device)
         if path_only:
             paths, _ = walk_links(links, graph_lengths)  # (B, K): rows repeat their end vertex
             wanted = torch.zeros(b, size, dtype=torch.bool, device=states.device)
             wanted.scatter_(1, paths, True)  # (B, L)
+        elif prune_threshold is not None:
+            wanted = kept_vertices(links, graph_lengths, prune_threshold)  # (B, L)
+            s.masked_fill_(real & ~wanted, float("-inf"))  # pruned: no decoder may pick them
         else:
-            vertex = torch.arange(size, device=states.device)
-            wanted = vertex[None, :] < graph_lengths[:, None]  # (B, L): no padding rows
-        s = torch.zeros(b, size, dtype=torch.float32, device=states.device)
+            wanted = real
         tok = torch.full((b, size), PAD_ID, dtype=torch.int64, device=states.device)
-        s[wanted], tok[wanted] = vertex_top1_of_states(model, states[wanted])
+        if shortlist is None:
+            s[wanted], tok[wanted] = vertex_top1_of_states(model, states[wanted])
+        else:
+            for row in range(b):  # each sentence its own candidates
+                cand = torch.from_numpy(shortlist.candidates(source[row])).to(states.device)
+                rows = wanted[row]  # (L,)
+                s[row, rows], tok[row, rows] = vertex_top1_of_states(model, states[row, rows], cand)
     return VertexTop1(s, tok), links, graph_lengths

@@ -371,11 +371,21 @@ class DATModel(PretrainedMixin, nn.Module):
                 one that can give several hypotheses: repeated draws).
         """
         from fadat.decoding import decode
+        from fadat.inference import reads_top1_only
 
         if nbest > 1 and strategy != "sample":
             raise ValueError(
                 f"--nbest {nbest} needs strategy 'sample' of a DAT model (the beam searches "
                 "return one hypothesis per sentence)"
+            )
+        reduced = getattr(self, "inference_shortlist", None) is not None or (
+            getattr(self, "inference_prune_threshold", None) is not None
+        )
+        if reduced and not reads_top1_only(strategy, options):
+            raise ValueError(
+                "--shortlist and --prune-threshold apply to greedy, lookahead without n-gram "
+                "bans, viterbi and joint-viterbi (the decoders that read each vertex's best "
+                "token only)"
             )
         size, vocab = 4, self.config.vocab_size
         token_logprobs = torch.full((1, size, vocab), -math.log(vocab))  # (1, L, V)
@@ -418,7 +428,13 @@ class DATModel(PretrainedMixin, nn.Module):
         from fadat.inference import graph_top1, precision_autocast, reads_top1_only
 
         if nbest == 1 and reads_top1_only(strategy, options):
-            top1, links, lengths = graph_top1(self, source, path_only=strategy == "greedy")
+            top1, links, lengths = graph_top1(
+                self,
+                source,
+                path_only=strategy == "greedy",
+                shortlist=getattr(self, "inference_shortlist", None),
+                prune_threshold=getattr(self, "inference_prune_threshold", None),
+            )
             hyps = decode(top1, links, lengths, strategy, **options)
             return [[(list(h.tokens), float(h.score))] for h in hyps]
         with torch.inference_mode(), precision_autocast(self):

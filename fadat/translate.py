@@ -41,6 +41,7 @@ from fadat.verbs import (
     Warn,
     add_common_arguments,
     add_decoding_arguments,
+    add_head_arguments,
     apply_threads,
     check_output,
     decoding_options,
@@ -448,21 +449,27 @@ class Translator:
         device: str = "cpu",
         upsample_ratio: float | None = None,
         precision: str = "fp32",
+        shortlist: bool | str | Path | None = None,
+        prune_threshold: float | None = None,
     ) -> Translator:
         """Load a model directory (DAT or AT) onto ``device``; ``upsample_ratio`` replaces the
         decoding λ of a DAT (see :func:`fadat.model_dir.load_model`); a DAT can run in
         ``precision`` ``fp32``, ``bf16`` or ``int8`` weights on the CPU
-        (:func:`fadat.inference.with_precision`).
+        (:func:`fadat.inference.with_precision`), with a vocabulary ``shortlist`` (``True``:
+        the directory's ``shortlist.safetensors``, or a path) and with the token head pruned
+        to vertices of passing probability ≥ ``prune_threshold`` (:func:`apply_reduced_head`).
 
         Raises:
-            InputError: as :func:`load_model` and :func:`apply_precision`.
+            InputError: as :func:`load_model`, :func:`apply_precision` and
+                :func:`apply_reduced_head`.
         """
         if not isinstance(directory, str | Path):
             raise InputError(
                 f"directory must be a path (str or pathlib.Path), got {type(directory).__name__}"
             )
         model, sp = load_model(directory, device, upsample_ratio)
-        return cls(apply_precision(model, precision), sp)
+        model = apply_precision(model, precision)
+        return cls(apply_reduced_head(model, directory, shortlist, prune_threshold), sp)
 
     @property
     def model_type(self) -> str:
@@ -632,6 +639,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="DAT on CPU: weights in fp32 (default), bf16 or int8 (fadat.inference; test BLEU "
         "of each in RESULTS.md)",
     )
+    add_head_arguments(parser)
     add_common_arguments(parser)
     add_decoding_arguments(parser)
 
@@ -651,6 +659,47 @@ def apply_precision(model: nn.Module, precision: str) -> nn.Module:
     if model.model_type != "dat" or model_device(model).type != "cpu":
         raise InputError(f"--precision {precision} is for DAT models on the CPU")
     return with_precision(model, precision)
+
+
+def apply_reduced_head(
+    model: nn.Module,
+    directory: str | Path,
+    shortlist: bool | str | Path | None = None,
+    prune_threshold: float | None = None,
+) -> nn.Module:
+    """``model`` tagged to run with a shortlist and/or pruning (fadat.inference
+    :func:`~fadat.inference.with_reduced_head`).
+
+    Args:
+        model: the model loaded from ``directory``.
+        directory: its model directory (where ``shortlist=True``/``"model"`` looks).
+        shortlist: ``None``/``False`` off; ``True`` or ``"model"`` the directory's
+            ``shortlist.safetensors``; else a shortlist file.
+        prune_threshold: τ in ``[0, 1]`` or ``None`` (off).
+
+    Raises:
+        InputError: either set for an AT model; a missing or unreadable shortlist, or one for
+            another vocabulary; τ outside ``[0, 1]``.
+    """
+    from fadat.inference import with_reduced_head
+    from fadat.shortlist import load_shortlist
+
+    if shortlist is False:
+        shortlist = None
+    if shortlist is None and prune_threshold is None:
+        return model
+    if model.model_type != "dat":
+        raise InputError("--shortlist and --prune-threshold are for DAT models")
+    loaded = None
+    if shortlist is not None:
+        where = directory if shortlist is True or shortlist == "model" else shortlist
+        if not isinstance(where, str | Path):
+            raise InputError(f"shortlist must be True, 'model' or a path, got {shortlist!r}")
+        loaded = load_shortlist(where, model.config.vocab_size)
+    try:
+        return with_reduced_head(model, loaded, prune_threshold)
+    except ValueError as err:
+        raise InputError(str(err)) from err
 
 
 def format_translations(
@@ -677,6 +726,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.output)
     model, sp = load_model(args.model, args.device, args.upsample_ratio)
     model = apply_precision(model, args.precision)
+    model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
     check_strategy(model, strategy, options, args.nbest)

@@ -25,13 +25,13 @@ from fadat.options import (
     nonnegative_int,
     positive_float,
     positive_int,
+    probability,
 )
 
 #: Default per-batch budget (see :func:`fadat.translate.batch_cost`).
 DEFAULT_MAX_TOKENS = 4096
 
 Warn = Callable[[str], None]
-
 
 
 def read_lines(path: str | None) -> list[str]:
@@ -183,6 +183,28 @@ def add_upsample_argument(parser: argparse.ArgumentParser) -> None:
         metavar="λ",
         help="DAT graph size L = λ·|x| at decoding (DA-Transformer's --decode-upsample-scale; "
         "default: the model's)",
+    )
+
+
+def add_head_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--shortlist [FILE]`` and ``--prune-threshold τ``: less of a DAT's token head
+    (fadat.inference; greedy, lookahead, viterbi, joint-viterbi)."""
+    parser.add_argument(
+        "--shortlist",
+        nargs="?",
+        const="model",
+        default=None,
+        metavar="FILE",
+        help="DAT: take each vertex's best token over the sentence's lexical shortlist (`fadat "
+        "shortlist`); without FILE the model directory's shortlist.safetensors (default off)",
+    )
+    parser.add_argument(
+        "--prune-threshold",
+        type=probability,
+        default=None,
+        metavar="τ",
+        help="DAT: compute the token head only on vertices with passing probability >= τ "
+        "(exact when the decoder's path stays on them; default off)",
     )
 
 

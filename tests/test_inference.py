@@ -125,3 +125,161 @@ def test_low_precision_refuses_a_model_off_the_cpu():
         with pytest.raises(ValueError, match="on the CPU; this one is on meta"):
             with_precision(model, precision)
     assert with_precision(model, "fp32") is model
+
+
+# ----------------------------------------------------------------------------------------------
+# Less of the token head (issue 34): a vocabulary shortlist and pruning by passing probability
+
+TEST_50_ES = ROOT / "tests" / "data" / "bible-en-es-test-50.es"
+
+
+@pytest.fixture(scope="module")
+def small_shortlist(released):
+    """A shortlist from the 50 test pairs themselves, small (5 candidates per source token, 30
+    frequent), so that some sentences' path tokens fall outside it."""
+    from fadat.shortlist import build_shortlist, text_pairs
+
+    translator = Translator.from_pretrained(MODEL)
+    pairs = text_pairs(translator.sp, TEST_50, TEST_50_ES)
+    return build_shortlist(pairs, translator.model.config.vocab_size, top_k=5, frequent=30)
+
+
+def _full(model, source):
+    graph_lengths = model.graph_lengths(source.ne(1).sum(1), decoding=True)
+    with torch.no_grad():
+        token_logprobs, links = model(source, graph_lengths)  # (B, L, V), (B, L, L)
+    return token_logprobs, links, graph_lengths
+
+
+# The reduced-head tests use the first 21 sentences: batches of 1, and ragged batches of 7.
+REDUCED_SENTENCES = 21
+
+
+@pytest.fixture(scope="module")
+def full_passes(released):
+    """Batch size -> [(source, token_logprobs, links, graph_lengths)] of the full path."""
+    model, sources = released
+    torch.set_num_threads(1)
+    return {
+        size: [(s, *_full(model, s)) for s in _batches(sources[:REDUCED_SENTENCES], size)]
+        for size in (1, 7)
+    }
+
+
+def _same(got, expected):
+    for e, g in zip(expected, got, strict=True):
+        assert (g.tokens, g.path, g.path_tokens) == (e.tokens, e.path, e.path_tokens)
+        assert g.score == pytest.approx(e.score, rel=1e-5, abs=1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "lookahead", "joint-viterbi", "viterbi"])
+@pytest.mark.parametrize("batch", [1, 7])  # 7: ragged batches of unsorted sentences
+def test_shortlist_path_is_the_full_head_renormalised_over_the_shortlist(
+    released, full_passes, small_shortlist, strategy, batch
+):
+    """The reference: the full (B, L, V) log-probabilities with every token outside a sentence's
+    shortlist removed and the rest renormalised, decoded by the same decoder. Greedy and
+    Viterbi (whose path does not read s) also give the full head's outputs whenever its path
+    tokens are in the shortlist."""
+    model, _ = released
+    torch.set_num_threads(1)
+    covered = 0
+    for source, token_logprobs, links, lengths in full_passes[batch]:
+        mask = torch.zeros_like(token_logprobs[:, 0, :], dtype=torch.bool)  # (B, V)
+        for row in range(source.shape[0]):
+            mask[row, torch.from_numpy(small_shortlist.candidates(source[row]))] = True
+        restricted = token_logprobs.masked_fill(~mask[:, None, :], float("-inf"))
+        restricted = torch.log_softmax(restricted, dim=-1)  # (B, L, V)
+        expected = decode(restricted, links, lengths, strategy)
+        top1, fast_links, fast_lengths = graph_top1(
+            model, source, strategy == "greedy", shortlist=small_shortlist
+        )
+        got = decode(top1, fast_links, fast_lengths, strategy)
+        _same(got, expected)
+        full = decode(token_logprobs, links, lengths, strategy)
+        for row, (f, g) in enumerate(zip(full, got, strict=True)):
+            if set(f.path_tokens) <= set(small_shortlist.candidates(source[row]).tolist()):
+                covered += 1
+                if strategy in ("greedy", "viterbi"):
+                    assert (g.tokens, g.path) == (f.tokens, f.path)
+    assert 0 < covered < REDUCED_SENTENCES  # both cases occur with this small shortlist
+
+
+@pytest.mark.parametrize("strategy", ["lookahead", "joint-viterbi", "viterbi"])
+@pytest.mark.parametrize("batch", [1, 7])
+def test_pruned_path_gives_the_full_outputs_when_its_path_is_kept(
+    released, full_passes, strategy, batch
+):
+    """Exact above the threshold: with τ at most the passing probability of every vertex of the
+    full head's path, and at a fixed τ for every sentence whose full path stays on kept
+    vertices; and τ = 1e-3 does prune."""
+    from fadat.dag import passing_probabilities
+    from fadat.inference import kept_vertices
+
+    model, _ = released
+    torch.set_num_threads(1)
+    kept = real = checked = 0
+    for source, token_logprobs, links, lengths in full_passes[batch]:
+        full = decode(token_logprobs, links, lengths, strategy)
+        passing = passing_probabilities(links, lengths)  # (B, L)
+        tau = min(float(passing[row, f.path].min()) for row, f in enumerate(full))
+        _same(decode(*graph_top1(model, source, prune_threshold=tau), strategy), full)
+        top1, _, _ = graph_top1(model, source, prune_threshold=1e-3)
+        keep = kept_vertices(links, lengths, 1e-3)  # (B, L)
+        real_vertex = torch.arange(links.shape[1])[None, :] < lengths[:, None]  # (B, L)
+        assert torch.equal(torch.isfinite(top1.s) | ~real_vertex, keep | ~real_vertex)
+        got = decode(top1, links, lengths, strategy)
+        for row, (f, g) in enumerate(zip(full, got, strict=True)):
+            if bool(keep[row, f.path].all()):
+                checked += 1
+                assert (g.tokens, g.path, g.path_tokens) == (f.tokens, f.path, f.path_tokens)
+        kept += int(keep.sum())
+        real += int(lengths.sum())
+    assert checked >= 0.8 * REDUCED_SENTENCES and kept < 0.9 * real, (checked, kept, real)
+
+
+def test_kept_vertices_at_the_extremes_and_errors(full_passes):
+    """τ = 0 keeps every real vertex; τ = 1 keeps the argmax-link walk (the greedy path)."""
+    from fadat.decoding import walk_links
+    from fadat.inference import kept_vertices
+
+    _, _, links, lengths = full_passes[7][0]
+    real = torch.arange(links.shape[1])[None, :] < lengths[:, None]
+    assert torch.equal(kept_vertices(links, lengths, 0.0), real)
+    paths, _ = walk_links(links, lengths)
+    walk = torch.zeros_like(real).scatter_(1, paths, True)
+    assert torch.equal(kept_vertices(links, lengths, 1.0), walk)
+    with pytest.raises(ValueError, match="prune threshold"):
+        kept_vertices(links, lengths, 1.5)
+
+
+def test_translator_takes_a_shortlist_and_a_threshold(released, small_shortlist, tmp_path):
+    from fadat.errors import InputError
+    from fadat.shortlist import SHORTLIST_NAME
+
+    lines = TEST_50.read_text(encoding="utf-8").splitlines()[:4]
+    path = small_shortlist.save(tmp_path / SHORTLIST_NAME)
+    plain = Translator.from_pretrained(MODEL)
+    reduced = Translator.from_pretrained(MODEL, shortlist=path, prune_threshold=0.0)
+    assert reduced.model.inference_prune_threshold == 0.0
+    # the pipeline runs graph_top1 with both: the same outputs as calling it directly
+    sources = [encode_source(plain.sp, line) for line in lines]
+    for strategy in ("greedy", "lookahead"):
+        direct = decode(
+            *graph_top1(
+                plain.model,
+                pad_sequences(sources),
+                strategy == "greedy",
+                shortlist=small_shortlist,
+                prune_threshold=0.0,
+            ),
+            strategy,
+        )
+        expected = [plain.sp.decode(h.tokens) for h in direct]
+        assert reduced.translate(lines, strategy, max_tokens=0) == expected
+    with pytest.raises(InputError, match="shortlist"):
+        reduced.translate(lines, "sample", seed=1)
+    with pytest.raises(InputError, match="shortlist"):
+        reduced.translate(lines, "lookahead", no_repeated_ngram=2)
+    with pytest.raises(InputError, match="no shortlist"):
+        Translator.from_pretrained(MODEL, shortlist=True)  # the released dir has none

@@ -1,0 +1,362 @@
+"""``fadat shortlist``: a lexical vocabulary shortlist for the DAT's token head.
+
+The way Marian (``--shortlist``, a lexical table ``lex.s2t`` with the first ``N`` frequent words
+and the ``k`` best translations of each source word) and CTranslate2 (``vmap.txt``, source
+n-gram → target candidates, ``use_vmap``) shorten an AT's output layer, for a DAT: per sentence
+the candidate target tokens are
+
+- the special tokens ``<s>``, ``<pad>``, ``</s>``, ``<unk>``;
+- the ``frequent`` most frequent target tokens of the training data;
+- for every token of the source sentence, its ``top_k`` target tokens by ``P(t | s)``, the share
+  of training pairs holding ``s`` in the source that also hold ``t`` in the target (sentence
+  co-occurrence counts, counted once per pair), among the tokens that are not already frequent.
+
+The table is built with NumPy from the binarized training split (``fadat prepare``'s
+``train.{src,tgt}.ids.npy``) or from raw parallel text encoded with the model's sentencepiece
+model, and stored in the model directory as ``shortlist.safetensors`` (``table`` ``(V, top_k)``
+int32 padded with −1, ``frequent`` ``(N,)`` int32, and the settings as metadata; no pickle).
+
+The decoders then take each vertex's best token and ``s_v`` over the sentence's shortlist:
+the token head's log-softmax is renormalised over the shortlist (as Marian and CTranslate2 do),
+so ``s_v`` is ``log P(y|v) − log P(shortlist|v)``, never below the full head's. Greedy and Viterbi
+(whose path does not read ``s``) then give exactly the full head's outputs whenever the full
+head's path tokens are in the shortlist; lookahead and joint-Viterbi weigh vertices by ``s`` and
+may move where the shortlist's mass ``P(shortlist|v)`` differs between vertices
+(tests/test_inference.py; the rate is measured by ``bench/bench_inference.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from fadat.errors import InputError
+from fadat.options import nonnegative_int
+
+SHORTLIST_NAME = "shortlist.safetensors"
+SPECIAL_IDS = (BOS_ID, PAD_ID, EOS_ID, UNK_ID)
+DEFAULT_TOP_K = 50
+DEFAULT_FREQUENT = 100
+# Pairs of co-occurrence keys counted at once (int64 keys: 64 MiB).
+_CHUNK_KEYS = 1 << 23
+
+
+@dataclass(frozen=True)
+class Shortlist:
+    """A lexical shortlist (see the module docstring).
+
+    Attributes:
+        table: ``(V, top_k)`` int64, each source token's candidate target tokens, best first,
+            −1 where a token has fewer.
+        frequent: ``(N,)`` int64, the always-included target tokens (specials first).
+        metadata: how it was built (strings: ``top_k``, ``frequent``, ``pairs``, ``built_from``).
+    """
+
+    table: np.ndarray
+    frequent: np.ndarray
+    metadata: dict[str, str]
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.table.shape[0])
+
+    def candidates(self, source: Sequence[int] | np.ndarray | torch.Tensor) -> np.ndarray:
+        """The sorted target candidates of one source sentence.
+
+        Args:
+            source: the sentence's source ids (``x </s>``, padding allowed: ``<pad>`` and other
+                specials add no candidates).
+
+        Returns:
+            ``(n,)`` int64, sorted, unique.
+        """
+        if isinstance(source, torch.Tensor):
+            source = source.cpu().numpy()
+        ids = np.asarray(source, dtype=np.int64)
+        ids = ids[(ids >= 0) & (ids < self.vocab_size)]
+        lexical = self.table[np.unique(ids)].reshape(-1)
+        return np.union1d(self.frequent, lexical[lexical >= 0])
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``shortlist.safetensors`` at ``path`` all-or-nothing; returns ``path``."""
+        from safetensors.numpy import save
+
+        from fadat.outputs import atomic_write
+
+        data = save(
+            {"table": self.table.astype(np.int32), "frequent": self.frequent.astype(np.int32)},
+            metadata=self.metadata,
+        )
+        atomic_write(path, data)
+        return Path(path)
+
+
+def load_shortlist(path: str | Path, vocab_size: int | None = None) -> Shortlist:
+    """Read a shortlist written by :meth:`Shortlist.save` (a model directory or the file).
+
+    Raises:
+        InputError: missing or unreadable file, wrong tensors, or a vocabulary size other than
+            ``vocab_size`` (the message names the file).
+    """
+    from safetensors import safe_open
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / SHORTLIST_NAME
+    if not path.is_file():
+        raise InputError(f"{path}: no shortlist (create one with `fadat shortlist`)")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            keys = set(f.keys())
+            if keys != {"table", "frequent"}:
+                raise InputError(
+                    f"{path}: expected tensors 'table' and 'frequent', got {sorted(keys)}"
+                )
+            table = f.get_tensor("table").astype(np.int64)
+            frequent = f.get_tensor("frequent").astype(np.int64)
+            metadata = dict(f.metadata() or {})
+    except InputError:
+        raise
+    except Exception as err:  # safetensors raises its own error types for a corrupt file
+        raise InputError(f"{path}: unreadable shortlist ({err})") from err
+    if table.ndim != 2 or frequent.ndim != 1:
+        raise InputError(f"{path}: table must be (V, k) and frequent (N,)")
+    if vocab_size is not None and table.shape[0] != vocab_size:
+        raise InputError(
+            f"{path}: built for a vocabulary of {table.shape[0]}, the model has {vocab_size}"
+        )
+    v = table.shape[0]
+    if table.max(initial=-1) >= v or table.min(initial=-1) < -1 or frequent.max(initial=0) >= v:
+        raise InputError(f"{path}: token ids outside the vocabulary of {v}")
+    return Shortlist(table, frequent, metadata)
+
+
+def cooccurrence_counts(
+    pairs: Iterable[tuple[np.ndarray, np.ndarray]], vocab_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Sentence co-occurrence counts of (source token, target token), each pair counted once.
+
+    Args:
+        pairs: ``(source ids, target ids)`` per training pair; specials are ignored.
+        vocab_size: ``V``.
+
+    Returns:
+        ``(keys, counts, source_counts, target_counts, n_pairs)``: ``keys`` ``(M,)`` int64
+        ``s·V + t`` sorted with their ``counts`` ``(M,)``; ``source_counts``/``target_counts``
+        ``(V,)`` int64 pairs holding each token; the number of pairs.
+    """
+    special = np.zeros(vocab_size, dtype=bool)
+    special[list(SPECIAL_IDS)] = True
+    src_count = np.zeros(vocab_size, dtype=np.int64)
+    tgt_count = np.zeros(vocab_size, dtype=np.int64)
+    merged_keys, merged_counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pending: list[np.ndarray] = []
+    size, n = 0, 0
+
+    def flush() -> None:
+        nonlocal merged_keys, merged_counts, pending, size
+        if not pending:
+            return
+        keys, counts = np.unique(np.concatenate(pending), return_counts=True)
+        both = np.concatenate([merged_keys, keys])
+        merged_keys, inverse = np.unique(both, return_inverse=True)
+        merged_counts = np.bincount(
+            inverse, weights=np.concatenate([merged_counts, counts]), minlength=len(merged_keys)
+        ).astype(np.int64)
+        pending, size = [], 0
+
+    for src, tgt in pairs:
+        s = np.unique(np.asarray(src, dtype=np.int64))
+        t = np.unique(np.asarray(tgt, dtype=np.int64))
+        s, t = s[~special[s]], t[~special[t]]
+        src_count[s] += 1
+        tgt_count[t] += 1
+        n += 1
+        keys = (s[:, None] * vocab_size + t[None, :]).reshape(-1)  # (|s|·|t|,)
+        pending.append(keys)
+        size += len(keys)
+        if size >= _CHUNK_KEYS:
+            flush()
+    flush()
+    return merged_keys, merged_counts, src_count, tgt_count, n
+
+
+def build_shortlist(
+    pairs: Iterable[tuple[np.ndarray, np.ndarray]],
+    vocab_size: int,
+    top_k: int = DEFAULT_TOP_K,
+    frequent: int = DEFAULT_FREQUENT,
+    built_from: str = "",
+) -> Shortlist:
+    """Build the lexical table of the module docstring.
+
+    Args:
+        pairs: ``(source ids, target ids)`` per training pair.
+        vocab_size: ``V``.
+        top_k: candidates per source token (≥ 0), besides the frequent ones.
+        frequent: the most frequent target tokens always included (≥ 0), besides the specials.
+        built_from: a note stored in the metadata (the data it came from).
+
+    Returns:
+        The :class:`Shortlist`.
+
+    Raises:
+        InputError: negative ``top_k`` or ``frequent``.
+    """
+    if top_k < 0 or frequent < 0:
+        raise InputError(f"top_k and frequent must be >= 0, got {top_k} and {frequent}")
+    keys, counts, src_count, tgt_count, n = cooccurrence_counts(pairs, vocab_size)
+    order = np.argsort(-tgt_count, kind="stable")
+    top = order[:frequent][tgt_count[order[:frequent]] > 0]
+    frequent_ids = np.concatenate([np.array(SPECIAL_IDS, dtype=np.int64), np.sort(top)])
+    is_frequent = np.zeros(vocab_size, dtype=bool)
+    is_frequent[frequent_ids] = True
+    s, t = keys // vocab_size, keys % vocab_size  # (M,) each
+    keep = ~is_frequent[t]
+    s, t, c = s[keep], t[keep], counts[keep]
+    # Within a source token, P(t|s) = c / count(s) ranks as c; ties by the target's frequency.
+    rank = np.lexsort((-tgt_count[t], -c, s))  # by s, then count descending
+    s, t = s[rank], t[rank]
+    starts = np.searchsorted(s, np.arange(vocab_size))  # (V,) first entry of each source token
+    within = np.arange(len(s)) - starts[s]  # (M',) rank within its source token
+    sel = within < top_k
+    table = np.full((vocab_size, top_k), -1, dtype=np.int64)
+    table[s[sel], within[sel]] = t[sel]
+    metadata = {
+        "format": "fadat-lexical-shortlist-1",
+        "top_k": str(top_k),
+        "frequent": str(frequent),
+        "pairs": str(n),
+        "built_from": built_from,
+    }
+    return Shortlist(table, frequent_ids, metadata)
+
+
+# ----------------------------------------------------------------------------------------------
+# Training pairs
+
+
+def binarized_pairs(
+    data_dir: str | Path, split: str = "train"
+) -> Iterable[tuple[np.ndarray, np.ndarray]]:
+    """``(source, target)`` id arrays of a prepared split (fadat.data.binarized)."""
+    from fadat.data.binarized import BinarizedDataset
+
+    data = BinarizedDataset(data_dir, split)
+    for i in range(len(data)):
+        yield data[i]
+
+
+def text_pairs(
+    sp, source_path: str | Path, target_path: str | Path
+) -> Iterable[tuple[list[int], list[int]]]:
+    """``(source, target)`` ids of raw parallel text files encoded with ``sp``.
+
+    Raises:
+        InputError: the files have different numbers of lines, or invalid UTF-8.
+    """
+    from fadat.data.spm import encode_source, encode_target
+    from fadat.verbs import read_lines
+
+    src, tgt = read_lines(str(source_path)), read_lines(str(target_path))
+    if len(src) != len(tgt):
+        raise InputError(f"{source_path}: {len(src)} lines but {target_path}: {len(tgt)} lines")
+    for x, y in zip(src, tgt, strict=True):
+        yield list(encode_source(sp, x)), list(encode_target(sp, y))
+
+
+def coverage(
+    shortlist: Shortlist, sources: Sequence[Sequence[int]], tokens: Sequence[Sequence[int]]
+) -> dict:
+    """How many of ``tokens`` (e.g. a decoder's path tokens per sentence) the sentences'
+    shortlists hold: ``{"tokens": share of tokens, "sentences": share of sentences with all of
+    their tokens, "size": mean shortlist size}``."""
+    held = total = whole = 0
+    sizes = []
+    for src, toks in zip(sources, tokens, strict=True):
+        cand = shortlist.candidates(src)
+        sizes.append(len(cand))
+        inside = np.isin(np.asarray(toks, dtype=np.int64), cand)
+        held += int(inside.sum())
+        total += len(inside)
+        whole += bool(inside.all())
+    n = max(len(sizes), 1)
+    return {
+        "tokens": held / max(total, 1),
+        "sentences": whole / n,
+        "size": float(np.mean(sizes)) if sizes else 0.0,
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``fadat shortlist``."""
+    parser.description = (
+        "Build a lexical vocabulary shortlist for a DAT model from its training data and store "
+        f"it in the model directory ({SHORTLIST_NAME}); use it with `fadat translate "
+        "--shortlist`."
+    )
+    parser.add_argument("--model", required=True, help="DAT model directory")
+    parser.add_argument("--data", default=None, help="prepared data directory (fadat prepare)")
+    parser.add_argument("--split", default="train", help="its split to count (default train)")
+    parser.add_argument("--source", default=None, help="or: raw source text (one per line)")
+    parser.add_argument("--target", default=None, help="and its raw target text")
+    parser.add_argument(
+        "--top-k", type=nonnegative_int, default=DEFAULT_TOP_K,
+        help=f"candidates per source token (default {DEFAULT_TOP_K})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--frequent", type=nonnegative_int, default=DEFAULT_FREQUENT,
+        help=f"most frequent target tokens always included (default {DEFAULT_FREQUENT})",
+    )  # fmt: skip
+    parser.add_argument("--output", default=None, help=f"default MODEL/{SHORTLIST_NAME}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build and write the shortlist; returns 0.
+
+    Raises:
+        InputError: neither ``--data`` nor ``--source``/``--target`` (or both), a model
+            directory without a sentencepiece model, a vocabulary other than the model's.
+    """
+    from fadat.model_dir import read_model_metadata, spm_model_path
+
+    model = Path(args.model)
+    meta = read_model_metadata(model)
+    vocab = int(meta["config"]["vocab_size"])
+    if (args.data is None) == (args.source is None and args.target is None):
+        raise InputError("give either --data DIR or --source FILE --target FILE")
+    if args.data is not None:
+        from fadat.data.binarized import read_meta
+
+        data_vocab = int(read_meta(args.data)["vocab_size"])
+        if data_vocab != vocab:
+            raise InputError(f"{args.data}: vocabulary of {data_vocab}, the model has {vocab}")
+        pairs = binarized_pairs(args.data, args.split)
+        built_from = f"{Path(args.data).resolve()} split {args.split}"
+    else:
+        if args.source is None or args.target is None:
+            raise InputError("--source and --target go together")
+        import sentencepiece as spm
+
+        path = spm_model_path(model)
+        if path is None:
+            raise InputError(f"{model}: has no sentencepiece model to encode the text with")
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+        pairs = text_pairs(sp, args.source, args.target)
+        built_from = f"{Path(args.source).resolve()} / {Path(args.target).resolve()}"
+    shortlist = build_shortlist(pairs, vocab, args.top_k, args.frequent, built_from)
+    out = shortlist.save(args.output or model / SHORTLIST_NAME)
+    summary = {k: shortlist.metadata[k] for k in ("pairs", "top_k", "frequent")}
+    print(f"wrote {out}: {json.dumps(summary)}")
+    return 0
