@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -285,24 +286,59 @@ class CTranslate2AT:
         max_len_a: float = 1.2,
         max_len_b: int = 10,
         max_batch_size: int = 0,
+        use_vmap: bool = False,
+        target_lengths: Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Translate source ids (``x </s>``, or a ``(B, S)`` PAD-padded tensor) to output ids
         without ``<s>``/``</s>``, as :meth:`fadat.baseline.ATModel.beam_search`
         (``beam_size`` > 1) or ``greedy`` (``beam_size`` 1) would, up to the limit case of the
         module docstring.
 
+        Args:
+            sources: as above.
+            beam_size, length_penalty, max_len_a, max_len_b: fadat's decoding options.
+            max_batch_size: CTranslate2 splits the sentences into batches of at most this
+                many, run in parallel by its ``inter_threads`` replicas (0 = one batch).
+            use_vmap: restrict the output vocabulary with the export's ``vmap.txt``
+                (CTranslate2's vocabulary map; :func:`fadat.shortlist.write_ctranslate2_vmap`).
+            target_lengths: force sentence ``i`` to ``target_lengths[i]`` output tokens: the
+                engine decodes exactly ``n + 1`` steps (the work of ``n`` tokens and ``</s>``,
+                with ``</s>`` suppressed until then) and the first ``n`` are returned. For
+                timing against an AT whose outputs would have the references' lengths;
+                sentences of equal ``n`` are translated together.
+
         Raises:
-            ValueError: ``beam_size`` < 1.
+            ValueError: ``beam_size`` < 1, or ``target_lengths`` of another length or < 0.
         """
         if beam_size < 1:
             raise ValueError(f"beam_size must be >= 1, got {beam_size}")
         if isinstance(sources, Tensor):
             sources = [[t for t in row if t != PAD_ID] for row in sources.tolist()]
+        if target_lengths is not None:
+            if len(target_lengths) != len(sources) or min(target_lengths, default=0) < 0:
+                raise ValueError("target_lengths must give one length >= 0 per sentence")
+            out: list[list[int]] = [[] for _ in sources]
+            for n in sorted(set(target_lengths)):
+                rows = [i for i, m in enumerate(target_lengths) if m == n]
+                tokens = [self._pieces(sources[i]) for i in rows]
+                results = self.translator.translate_batch(
+                    tokens,
+                    max_batch_size=max_batch_size,
+                    beam_size=beam_size,
+                    length_penalty=length_penalty,
+                    min_decoding_length=n + 1,
+                    max_decoding_length=n + 1,
+                    max_input_length=0,
+                    use_vmap=use_vmap,
+                    suppress_sequences=[[SPECIAL_PIECES[BOS_ID]], [SPECIAL_PIECES[PAD_ID]]],
+                )
+                for i, result in zip(rows, results, strict=True):
+                    out[i] = [self.ids[p] for p in result.hypotheses[0]][:n]
+            return out
         tokens, limits = [], []
         for ids in sources:
-            body = ids[:-1] if ids and ids[-1] == EOS_ID else ids
-            tokens.append([self.pieces[t] for t in body])
-            limit = int(max_len_a * (len(body) + 1) + max_len_b)  # as ATModel._max_lengths
+            tokens.append(self._pieces(ids))
+            limit = int(max_len_a * (len(tokens[-1]) + 1) + max_len_b)  # as ATModel._max_lengths
             limits.append(min(max(limit, 1), self.max_target_positions))
         if not tokens:
             return []
@@ -315,6 +351,7 @@ class CTranslate2AT:
             min_decoding_length=0,
             max_decoding_length=max(max(limits) - 1, 1),
             max_input_length=0,
+            use_vmap=use_vmap,
             suppress_sequences=[[SPECIAL_PIECES[BOS_ID]], [SPECIAL_PIECES[PAD_ID]]],
         )
         out = []
@@ -324,6 +361,11 @@ class CTranslate2AT:
                 ids = ids[: ids.index(EOS_ID)]
             out.append(ids[: limit - 1])
         return out
+
+    def _pieces(self, ids: list[int]) -> list[str]:
+        """The pieces of ``x`` (``</s>`` dropped: CTranslate2 adds its own)."""
+        body = ids[:-1] if ids and ids[-1] == EOS_ID else ids
+        return [self.pieces[t] for t in body]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -239,6 +239,35 @@ def build_shortlist(
     return Shortlist(table, frequent_ids, metadata)
 
 
+def write_ctranslate2_vmap(shortlist: Shortlist, pieces: Sequence[str], path: str | Path) -> Path:
+    """The same shortlist as CTranslate2's vocabulary map (``vmap.txt``, ``use_vmap=True``):
+    a line ``<TAB>frequent pieces`` (always candidates) and ``piece<TAB>its candidates`` per
+    source token that has any; CTranslate2 then takes, per batch, the union over its source
+    tokens (docs: CTranslate2 "Vocabulary mapping").
+
+    Args:
+        shortlist: built for the vocabulary ``pieces`` (id order).
+        pieces: sentencepiece pieces in id order (no piece may hold a space or a tab).
+        path: the file to write (inside a CTranslate2 model directory for ``use_vmap``).
+
+    Raises:
+        InputError: ``pieces`` has another size than the shortlist's vocabulary.
+    """
+    from fadat.outputs import atomic_write
+
+    if len(pieces) != shortlist.vocab_size:
+        raise InputError(
+            f"{len(pieces)} pieces, the shortlist's vocabulary has {shortlist.vocab_size}"
+        )
+    lines = ["\t" + " ".join(pieces[t] for t in shortlist.frequent.tolist())]
+    for s in range(shortlist.vocab_size):
+        row = [pieces[t] for t in shortlist.table[s].tolist() if t >= 0]
+        if row and int(s) not in SPECIAL_IDS:
+            lines.append(pieces[s] + "\t" + " ".join(row))
+    atomic_write(path, "\n".join(lines) + "\n")
+    return Path(path)
+
+
 # ----------------------------------------------------------------------------------------------
 # Training pairs
 

@@ -1,0 +1,59 @@
+"""The inference benchmark's smoke mode (bench/bench_inference.py --smoke) on the tiny random
+DAT and AT of tests/test_translate.py: every kind of row runs, CTranslate2's forced rows have
+the references' lengths, and the reduced-head rows agree with their full-head rows wherever
+the coverage column says they must."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ctranslate2")
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "bench_inference.py"
+
+
+def test_smoke_mode_runs_every_kind_of_row(tmp_path):
+    from test_translate import random_models
+
+    from fadat import cli
+
+    spec = importlib.util.spec_from_file_location("bench_inference", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_inference"] = bench  # its dataclass looks its module up there
+    spec.loader.exec_module(bench)
+    models = random_models(str(tmp_path / "random"))
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("ab cd ef\ngh ij\nab gh\ncd ef gh ij\n", encoding="utf-8")
+    ref.write_text("ab cd\ngh ij ef\nab\ncd\n", encoding="utf-8")
+    argv = ["shortlist", "--model", str(models["dat"]), "--source", str(src)]
+    assert cli.main([*argv, "--target", str(ref), "--top-k", "1", "--frequent", "0"]) == 0
+    results = bench.main(
+        ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"])]
+        + ["--src", str(src), "--ref", str(ref), "--precisions", "fp32", "int8"]
+        + ["--upsample-ratios", "3", "--json", str(tmp_path / "out.json")]
+    )
+    names = set(results)
+    for name in (
+        "DAT lookahead fp32 +sl +prune 0.001",
+        "DAT joint-viterbi int8 λ=3 +prune 0.001",
+        "CT2 beam5 int8 +vmap",
+        "CT2 greedy int8 =ref len",
+    ):
+        assert name in names, name
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(models["spm"]))
+    lengths = [len(sp.encode(line)) for line in ref.read_text(encoding="utf-8").splitlines()]
+    for beam in ("greedy", "beam5"):
+        outputs = results[f"CT2 {beam} int8 =ref len"]["outputs"]
+        assert [len(y) for y in outputs] == lengths
+    for name, x in results.items():
+        assert x[1]["settings"] and all(v["ms"][0] > 0 for v in x[1]["settings"].values())
+        exact = " fp32" in name and ("+prune" in name and "+sl" not in name or "greedy" in name)
+        if exact and "cover" in x:  # covered sentences must give the full head's output
+            assert x["same_as_full"] >= x["cover"], name
+    assert (tmp_path / "out.json").is_file()
