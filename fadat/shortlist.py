@@ -42,7 +42,7 @@ from fadat.options import nonnegative_int
 
 SHORTLIST_NAME = "shortlist.safetensors"
 SPECIAL_IDS = (BOS_ID, PAD_ID, EOS_ID, UNK_ID)
-DEFAULT_TOP_K = 50
+DEFAULT_TOP_K = 20
 DEFAULT_FREQUENT = 100
 # Pairs of co-occurrence keys counted at once (int64 keys: 64 MiB).
 _CHUNK_KEYS = 1 << 23
