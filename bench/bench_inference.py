@@ -5,7 +5,7 @@ Usage::
     python bench/bench_inference.py --dat models/bible-en-es-fadat-cpu-small --at AT_DIR \\
         --data data/bible-en-es [--threads 1 2] [--repeats 3] [--latency-sentences 100] \\
         [--batch-sentences 512] [--batch-size 64] [--test-sentences 0] \\
-        [--upsample-ratios 4 3] [--prune-thresholds 1e-3] [--shortlist FILE] \\
+        [--upsample-ratios 4 3] [--prune-thresholds 1e-2] [--shortlist FILE] \\
         [--only REGEX] [--json out.json]
     python bench/bench_inference.py --smoke --dat DAT --at AT --src SRC --ref REF   # seconds
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
     p.add_argument("--upsample-ratios", type=float, nargs="*", default=[], help="extra λ values")
-    p.add_argument("--prune-thresholds", type=float, nargs="*", default=[1e-3])
+    p.add_argument("--prune-thresholds", type=float, nargs="*", default=[1e-2])
     p.add_argument("--shortlist", help="shortlist file (default: the DAT's shortlist.safetensors)")
     p.add_argument("--ct2-compute", nargs="+", default=["int8"])
     p.add_argument("--only", help="keep the rows whose name matches this regular expression")

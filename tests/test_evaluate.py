@@ -297,6 +297,8 @@ def test_evaluate_input_problems(models, tmp_path, capsys):
         (["--data", str(data), "--strategies", "greedy,nope"], "nope"),
         (["--data", str(data), "--baseline", "zzz"], "zzz"),
         (["--data", str(data), "--tune-length-penalty", "--length-penalty-grid", "1,x"], "grid"),
+        (["--data", str(data), "--shortlist"], "no shortlist"),  # the DAT directory has none
+        (["--data", str(data), "--prune-threshold", "1.5"], "[0, 1]"),
     ]
     for extra, needle in cases:
         code = cli.main(
