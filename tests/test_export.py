@@ -195,3 +195,43 @@ def test_export_of_a_dat_or_corrupt_directory_is_a_one_line_error(tmp_path, caps
     code, err = _export(["--model", str(models["at"]), "--output", str(tmp_path / "o")], capsys)
     assert code == 2 and "--force" in err
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
+def test_vocabulary_map_and_forced_lengths(tmp_path):
+    """``use_vmap`` with a vmap.txt written from a shortlist keeps every output token among the
+    batch's candidates; ``target_lengths`` gives exactly that many tokens per sentence."""
+    import numpy as np
+    import sentencepiece as spm
+    from test_translate import random_models
+
+    from fadat.data.spm import encode_source
+    from fadat.shortlist import build_shortlist, text_pairs, write_ctranslate2_vmap
+
+    models = random_models(str(tmp_path / "random"))
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("ab cd\ngh ij\n", encoding="utf-8")
+    tgt.write_text("ab\ngh\n", encoding="utf-8")
+    sp = spm.SentencePieceProcessor(model_file=str(models["spm"]))
+    shortlist = build_shortlist(text_pairs(sp, src, tgt), 16, top_k=1, frequent=0)
+    out = export_ctranslate2(models["at"], tmp_path / "ct2")
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    write_ctranslate2_vmap(shortlist, pieces, out / "vmap.txt")
+    engine = CTranslate2AT(out, "float32")
+    sources = [encode_source(sp, line) for line in ("ab cd", "gh ij", "ab gh ij")]
+    for source in sources:
+        allowed = set(shortlist.candidates(source).tolist())
+        (ids,) = engine.translate_ids([source], beam_size=2, use_vmap=True)
+        assert set(ids) <= allowed, (ids, allowed)
+    free = engine.translate_ids(sources, beam_size=2)
+    outside = [
+        set(y) - set(shortlist.candidates(x).tolist()) for x, y in zip(sources, free, strict=True)
+    ]
+    assert any(outside)  # without the map the random AT leaves the shortlist
+    lengths = [3, 0, 5]
+    forced = engine.translate_ids(sources, beam_size=1, target_lengths=lengths)
+    assert [len(y) for y in forced] == lengths
+    assert np.array_equal(
+        forced[2][:3], engine.translate_ids(sources[2:], 1, target_lengths=[3])[0]
+    )
+    with pytest.raises(ValueError, match="target_lengths"):
+        engine.translate_ids(sources, target_lengths=[1])
