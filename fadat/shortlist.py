@@ -355,13 +355,16 @@ def run(args: argparse.Namespace) -> int:
     """Build and write the shortlist; returns 0.
 
     Raises:
-        InputError: neither ``--data`` nor ``--source``/``--target`` (or both), a model
-            directory without a sentencepiece model, a vocabulary other than the model's.
+        InputError: neither ``--data`` nor ``--source``/``--target`` (or both), not a DAT
+            model directory, one without a sentencepiece model, a vocabulary other than the
+            model's.
     """
     from fadat.model_dir import read_model_metadata, spm_model_path
 
     model = Path(args.model)
     meta = read_model_metadata(model)
+    if meta["model_type"] != "dat":
+        raise InputError(f"{model}: holds a {meta['model_type']!r} model; shortlists are for DATs")
     vocab = int(meta["config"]["vocab_size"])
     if (args.data is None) == (args.source is None and args.target is None):
         raise InputError("give either --data DIR or --source FILE --target FILE")

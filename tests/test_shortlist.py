@@ -87,6 +87,9 @@ def test_shortlist_verb_and_translate_flags(tmp_path, capsys):
     assert shortlist.table.shape == (16, 2) and shortlist.metadata["pairs"] == "3"
     assert cli.main([*argv, "--target", str(tgt), "--data", str(tmp_path)]) == 2
     assert "either --data" in capsys.readouterr().err
+    at = ["shortlist", "--model", str(models["at"]), "--source", str(src), "--target", str(tgt)]
+    assert cli.main(at) == 2
+    assert "shortlists are for DATs" in capsys.readouterr().err
     tgt.write_text("ab cd\n", encoding="utf-8")
     assert cli.main([*argv, "--target", str(tgt)]) == 2
     assert "3 lines" in capsys.readouterr().err
