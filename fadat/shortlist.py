@@ -18,11 +18,17 @@ int32 padded with −1, ``frequent`` ``(N,)`` int32, and the settings as metadat
 
 The decoders then take each vertex's best token and ``s_v`` over the sentence's shortlist:
 the token head's log-softmax is renormalised over the shortlist (as Marian and CTranslate2 do),
-so ``s_v`` is ``log P(y|v) − log P(shortlist|v)``, never below the full head's. Greedy and Viterbi
-(whose path does not read ``s``) then give exactly the full head's outputs whenever the full
-head's path tokens are in the shortlist; lookahead and joint-Viterbi weigh vertices by ``s`` and
-may move where the shortlist's mass ``P(shortlist|v)`` differs between vertices
-(tests/test_inference.py; the rate is measured by ``bench/bench_inference.py``).
+so for a best token inside the shortlist ``s_v`` is ``log P(y|v) − log P(shortlist|v)``, never
+below the full head's. In fp32, greedy and Viterbi (whose path does not read ``s``) then give
+exactly the full head's outputs whenever the full head's path tokens are in the shortlist;
+lookahead and joint-Viterbi weigh vertices by ``s`` and may move where the shortlist's mass
+``P(shortlist|v)`` differs between vertices (tests/test_inference.py). Measured with the
+defaults (20 + 100 frequent, built from bible-en-es's 28,380 training pairs: 337 candidates per
+sentence on average) on the 50 test sentences of tests/data: every full-head path token covered;
+outputs equal to the full head's for greedy 50/50, lookahead 44/50, joint-Viterbi 43/50;
+``bench/bench_inference.py`` reports both rates (``cover``, ``=full``) with BLEU. In int8 the
+shortlist's rows are multiplied in fp32 (dequantized weights), so even greedy may differ from
+the int8 full head (2 of 50 sentences).
 """
 
 from __future__ import annotations
