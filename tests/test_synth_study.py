@@ -1,16 +1,24 @@
-"""The synthetic study recipe's plumbing: its statistics against closed forms, its plan, and the
-resumption of an interrupted training job."""
+"""The synthetic study recipe (recipes/synth_study.py): its statistics against closed forms, the
+convergence criterion on synthetic curves, the plan (branch points, phases, order, estimates),
+the job state (done, stale inputs), the resumption of a killed pre-training (a tiny real run),
+and the tables and plot from fake results."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 
 import pytest
 from test_recipes import load_recipe
 
 
-def test_paired_t_test_and_mcnemar_against_closed_forms():
-    study = load_recipe("synth_study")
+@pytest.fixture(scope="module")
+def study():
+    return load_recipe("synth_study")
+
+
+def test_paired_t_test_and_mcnemar_against_closed_forms(study):
     # Student's t with 2 degrees of freedom: P(|T| > t) = 1 − t / sqrt(t² + 2).
     for diffs in ([1.0, 2.0, 3.0], [0.5, -0.1, 0.2], [-3.0, -2.5, -2.9]):
         mean = sum(diffs) / 3
@@ -27,66 +35,387 @@ def test_paired_t_test_and_mcnemar_against_closed_forms():
     assert study.mcnemar_p([True, False], [False, True]) == 1.0
 
 
-def test_plan_covers_every_arm_and_resumes_interrupted_runs(tmp_path):
-    study = load_recipe("synth_study")
-    jobs = study.plan(tmp_path)
-    names = {j.name for j in jobs}
-    assert len(names) == len(jobs)
-    seeds = len(study.SEEDS)
-    # Pre-training: 3 levels at λ = 4 plus 4 more λ on med, per seed.
-    assert sum(n.startswith("pre-") for n in names) == (3 + len(study.LAMBDAS) - 1) * seeds
-    assert {"fuzzy-n1-med-l4-s1", "fuzzy-n4-med-l4-s3", "nll-high-l4-s2"} <= names
-    assert "fuzzy-n2-med-l8-s1" in names and "nll-med-l2-s3" in names
-    assert "fuzzy-n3-high-l4-s1" not in names
-    assert sum(n.startswith("at-") for n in names) == 3 * seeds
-    job = next(j for j in jobs if j.name == "nll-med-l4-s1")
-    assert job.commands[0][0] == "train" and "--init-from" in job.commands[0]
-    assert study._commands(job) == job.commands
-    job.run_dir.mkdir(parents=True)
-    (job.run_dir / "checkpoint_last.pt").write_bytes(b"")
-    resumed = study._commands(job)
-    assert resumed[0][:3] == ["train", "--resume", str(job.run_dir)]
-    assert resumed[0][-2:] == ["--max-updates", str(study.FINETUNE_UPDATES)]
-    assert resumed[1:] == job.commands[1:]
-    # Done = the model exists and the run reached the current budget (a larger one continues).
-    model = job.done
-    model.parent.mkdir(parents=True)
-    model.write_text("{}")
-    assert not study.is_done(job)
-    (job.run_dir / "DONE").write_text(f"{study.FINETUNE_UPDATES}\n")
-    assert study.is_done(job)
-    (job.run_dir / "DONE").write_text(f"{study.FINETUNE_UPDATES - 1}\n")
-    assert not study.is_done(job)
-    # A run killed before its first checkpoint starts again from scratch.
-    (job.run_dir / "checkpoint_last.pt").unlink()
-    assert study._commands(job) == job.commands and not job.run_dir.exists()
+# ----------------------------------------------------------------------------- the criterion
 
 
-def test_dependencies_follow_the_data_and_models(tmp_path):
-    study = load_recipe("synth_study")
-    jobs = study.plan(tmp_path)
-    needs = study.dependencies(jobs)
-    assert needs["data-med"] == set()
-    assert needs["pre-med-l4-s1"] == {"data-med"}
-    assert needs["fuzzy-n2-med-l8-s3"] == {"data-med", "pre-med-l8-s3"}
-    assert needs["eval-med-l4-s2"] == {
-        "data-med",
-        "pre-med-l4-s2",
-        "nll-med-l4-s2",
-        "fuzzy-n2-med-l4-s2",
-    }
-    assert needs["eval-at-high-s1"] == {"data-high", "at-high-s1"}
-    # Every dependency comes no later in the priority order (phase) than what needs it.
-    phase = {j.name: j.phase for j in jobs}
-    assert all(phase[d] <= phase[n] for n, ds in needs.items() for d in ds)
+def _first_stop(study, losses, crit, entropy=None, every=200):
+    """The verdict at the first validation where the run stops (or at the end of the curve)."""
+    curve = [((i + 1) * every, x) for i, x in enumerate(losses)]
+    for k in range(1, len(curve) + 1):
+        verdict = study.judge(curve[:k], crit, entropy)
+        if verdict.stop:
+            return verdict
+    return verdict
 
 
-def test_priority_finishes_a_seed_of_the_main_comparison_first(tmp_path):
-    study = load_recipe("synth_study")
-    order = [j.name for j in sorted(study.plan(tmp_path), key=study.priority)]
+def test_criterion_stops_after_a_minimum_followed_by_overfitting(study):
+    crit = study.Criterion(patience=3, rise_rel=0.02, rise_abs=0.002, min_updates=600, cap=10_000)
+    # Falls to 0.50 at update 1000 (5th validation), then rises 0.004 per validation: the margin
+    # is max(2 % of 0.50, 0.002) = 0.010, reached at 0.512 (update 1600, 3 validations later).
+    losses = [0.9, 0.7, 0.6, 0.55, 0.50, 0.504, 0.508, 0.512, 0.516]
+    v = _first_stop(study, losses, crit)
+    assert (v.reason, v.best_update, v.best_loss, v.last_update) == ("overfit", 1000, 0.50, 1600)
+    assert v.since_best == 3 and v.rise == pytest.approx(0.012)
+    # A slower rise (0.002 per validation) reaches the margin later: 0.510 at update 2000.
+    slow = [0.9, 0.7, 0.6, 0.55, 0.50, 0.502, 0.504, 0.506, 0.508, 0.510, 0.512]
+    assert _first_stop(study, slow, crit).last_update == 2000
+    # The same curve, but the minimum comes before min_updates: no stop before update 2000.
+    late = dataclasses.replace(crit, min_updates=2000)
+    v = _first_stop(study, [0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4], late)
+    assert (v.reason, v.best_update, v.last_update) == ("overfit", 200, 2000)
+
+
+def test_criterion_does_not_stop_a_falling_or_noisy_curve_before_the_cap(study):
+    crit = study.Criterion(patience=3, rise_rel=0.02, rise_abs=0.002, min_updates=600, cap=4000)
+    falling = [1.0 / (1 + 0.1 * i) for i in range(20)]  # still falling at the cap (update 4000)
+    v = _first_stop(study, falling, crit)
+    assert (v.reason, v.last_update, v.best_update) == ("cap", 4000, 4000)
+    # A falling curve with one spike far above its minimum: the minimum is recent, no stop.
+    spiky = [1.0, 0.9, 0.8, 0.7, 1.5, 0.65, 0.6, 0.58, 0.57, 0.56]
+    assert not study.judge([((i + 1) * 200, x) for i, x in enumerate(spiky)], crit, None).stop
+    # A plateau with noise below the margin (±0.004 around 0.50, margin 0.010): no overfit;
+    # the cap stops it.
+    noise = [0.004, -0.003, 0.002, -0.004, 0.003, 0.0, -0.002, 0.004, -0.001, 0.001]
+    plateau = [0.8, 0.6] + [0.5 + noise[i % 10] for i in range(18)]
+    v = _first_stop(study, plateau, crit)
+    assert v.reason == "cap" and v.best_loss == pytest.approx(0.496)
+    # The same noise on a rising curve: stops once the rise exceeds the margin.
+    rising = [0.8, 0.6, 0.5] + [0.5 + 0.003 * (i + 1) + noise[i] for i in range(10)]
+    v = _first_stop(study, rising, crit)
+    assert v.reason == "overfit" and v.best_update == 600
+    assert v.rise >= 0.010 and v.since_best >= 3
+    # Ties: the earliest minimum is the one early stopping keeps.
+    assert study.judge([(200, 0.5), (400, 0.5), (600, 0.6)], crit, None).best_update == 200
+    assert not study.judge([], crit, None).stop
+
+
+def test_criterion_floor_at_the_data_entropy(study):
+    crit = study.Criterion(patience=5, rise_rel=0.02, rise_abs=0.002, min_updates=600, cap=4000)
+    det = [0.5, 0.01, 0.0015, 0.0012, 0.0011]  # entropy 0: within 0.002 from update 600 on
+    v = _first_stop(study, det, crit, entropy=0.0)
+    assert (v.reason, v.last_update) == ("floor", 600)
+    # Without a known entropy (the AT's smoothed loss) the floor never applies.
+    assert _first_stop(study, det, crit, entropy=None).reason == ""
+    # med: 0.05 nats above its entropy is no floor.
+    assert _first_stop(study, [0.6, 0.4, 0.25, 0.24], crit, entropy=0.19).reason == ""
+
+
+# ----------------------------------------------------------------------------- the plan
+
+
+def test_branch_points_arms_and_phases(study, tmp_path):
+    s = study.Settings()
+    jobs = {j.name: j for j in study.plan(tmp_path, s)}
+    assert len(jobs) == len(study.plan(tmp_path, s))  # unique names
+    pre = jobs["pre-med-l4-s2"]
+    t = pre.training
+    assert [p for p, _ in t.snapshots] == ["u1200", "u3000", "min", "stop"]
+    assert t.criterion.min_updates == 3000 and t.criterion.cap == s.caps["med"]
+    assert pre.early == (tmp_path / "models" / "pre-med-l4-s2-u1200", t.snapshots[1][1])
+    # Both arms at every branch point; the long NLL arm only at the last one.
+    for point in ("u1200", "u3000", "min", "stop"):
+        for arm in ("nll", "fuzzy-n2"):
+            job = jobs[f"{arm}-high-l4-s3-{point}"]
+            assert job.training.init == tmp_path / "models" / f"pre-high-l4-s3-{point}"
+            assert job.training.max_updates == s.finetune_updates
+    assert jobs["nll-long-high-l4-s3-stop"].training.max_updates == s.long_updates
+    assert "nll-long-high-l4-s3-min" not in jobs
+    # The two arms are identical but for the objective.
+    a = study.yaml.safe_load(jobs["nll-med-l4-s1-min"].training.config.read_text())
+    b = study.yaml.safe_load(jobs["fuzzy-n2-med-l4-s1-min"].training.config.read_text())
+    differ = {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    assert differ == {"objective", "ngram_order"}
+    assert jobs["nll-med-l4-s1-min"].phase == "main"
+    assert jobs["nll-med-l4-s1-u1200"].phase == "curve"
+    # The large level: one seed, every branch point, ten times the training pairs.
+    assert {"pre-med10x-l4-s1", "fuzzy-n2-med10x-l4-s1-u3000", "eval-med10x-l4-s1-stop"} <= set(
+        jobs
+    )
+    assert "pre-med10x-l4-s2" not in jobs
+    prepare = jobs["data-med10x"].commands[0]
+    assert prepare[prepare.index("--train-size") + 1] == str(10 * s.train_size)
+    # Figure 2: every λ ≠ 4 pre-trained to convergence, arms only at its branch point.
+    assert jobs["pre-med-l8-s1"].training.criterion is not None
+    assert "fuzzy-n2-med-l2-s3-min" in jobs and "fuzzy-n2-med-l2-s3-u1200" not in jobs
+    assert "pre-high-l8-s1" not in jobs
+    # The AT: to its own convergence, no entropy floor, evaluated at its minimum.
+    at = jobs["at-det-s2"].training
+    assert at.criterion.cap == s.caps["at"] and not at.floor
+    assert jobs["eval-at-det-s2"].inputs[1] == tmp_path / "models" / "at-det-s2-min"
+    at_cfg = study.yaml.safe_load(at.config.read_text())
+    assert at_cfg["lr"] == 0.0005 and at_cfg["validate_every"] == s.validate_every
+    # Other branch points from the command line's form.
+    other = study.Settings(branches=("600", "min", "stop"))
+    other.check()
+    names = {j.name for j in study.plan(tmp_path, other)}
+    assert "nll-det-l4-s1-u600" in names and "nll-det-l4-s1-u1200" not in names
+    for bad in (("min", "1100"), ("stop",), ("12a", "min")):
+        with pytest.raises(SystemExit):
+            study.Settings(branches=bad).check()
+    with pytest.raises(SystemExit):
+        study.Settings(phases=("main", "nope")).check()
+
+
+def test_phase_subsets_pull_in_their_inputs_and_keep_the_order(study, tmp_path):
+    s = study.Settings()
+    every = study.plan(tmp_path, s)
+    curve = study.select(every, ("curve",))
+    names = [j.name for j in curve]
+    # The curve needs the main pre-trainings and their data, not the main fine-tunes.
+    assert {"data-med", "pre-med-l4-s1", "nll-med-l4-s1-u3000"} <= set(names)
+    assert "nll-med-l4-s1-min" not in names and "pre-med10x-l4-s1" not in names
+    order = [j.name for j in study.select(every, study.PHASES)]
     assert order[:3] == ["data-det", "data-med", "data-high"]
-    first_seed = order[: order.index("pre-det-l4-s2")]
-    assert {"pre-high-l4-s1", "fuzzy-n2-high-l4-s1", "eval-high-l4-s1"} <= set(first_seed)
-    assert order.index("eval-high-l4-s3") < order.index("at-det-s1")
-    assert order.index("eval-at-high-s3") < order.index("fuzzy-n1-med-l4-s1")
-    assert order.index("eval-n-med-l4-s3") < order.index("pre-med-l2-s1")
+    assert order.index("eval-high-l4-s1-min") < order.index("pre-det-l4-s2")
+    assert order.index("eval-high-l4-s3-min") < order.index("nll-det-l4-s1-u1200")
+    last = {
+        p: max(i for i, j in enumerate(study.select(every, study.PHASES)) if j.phase == p)
+        for p in study.PHASES
+    }
+    assert [last[p] for p in study.PHASES] == sorted(last.values())
+    # Every input is written by a job of the plan that comes no later in the order.
+    made = study.producers(every)
+    position = {n: i for i, n in enumerate(order)}
+    for job in study.select(every, study.PHASES):
+        for path in job.inputs:
+            assert position[made[path].name] < position[job.name]
+
+
+def test_inputs_are_available_early_only_for_fixed_branch_points(study, tmp_path):
+    jobs = {j.name: j for j in study.plan(tmp_path, study.Settings())}
+    pre = jobs["pre-med-l4-s1"]
+    u1200, minimum = (tmp_path / "models" / f"pre-med-l4-s1-{p}" for p in ("u1200", "min"))
+    for d in (u1200, minimum):
+        d.mkdir(parents=True)
+        (d / "snapshot.json").write_text(json.dumps({"update": 1}))
+    assert study.available(u1200, pre, done=set())  # written once, final: the curve starts
+    assert not study.available(minimum, pre, done=set())  # may still move
+    assert study.available(minimum, pre, done={pre.name})
+    assert not study.available(tmp_path / "models" / "pre-med-l4-s1-u3000", pre, done={pre.name})
+
+
+def test_done_state_follows_settings_and_input_snapshots(study, tmp_path):
+    s = study.Settings()
+    jobs = {j.name: j for j in study.plan(tmp_path, s)}
+    job = jobs["nll-med-l4-s1-min"]
+    init, model = job.training.init, job.outputs[0]
+    for d, text in ((init, '{"update": 3400}'), (model, '{"update": 100}')):
+        d.mkdir(parents=True)
+        (d / "snapshot.json").write_text(text)
+    (tmp_path / "data" / "med").mkdir(parents=True)
+    (tmp_path / "data" / "med" / "meta.json").write_text("{}")
+    assert not study.is_done(tmp_path, job)
+    study.mark_done(tmp_path, job)
+    assert study.is_done(tmp_path, job)
+    # A larger budget: not done (the run continues).
+    longer = dataclasses.replace(s, finetune_updates=200)
+    job2 = {j.name: j for j in study.plan(tmp_path, longer)}["nll-med-l4-s1-min"]
+    assert not study.is_done(tmp_path, job2)
+    study.plan(tmp_path, s)  # the configs back as they were
+    assert study.is_done(tmp_path, job)
+    # The pre-training moved its minimum: the fine-tune is stale, and its run starts afresh.
+    run = job.training.run_dir
+    study._prepare_run_dir(job.training)
+    run.mkdir()
+    (run / "checkpoint_last.pt").write_bytes(b"")
+    study._prepare_run_dir(job.training)
+    assert (run / "checkpoint_last.pt").exists()  # same inputs: resumes
+    (init / "snapshot.json").write_text('{"update": 3600}')
+    assert not study.is_done(tmp_path, job)
+    study._prepare_run_dir(job.training)
+    assert not run.exists()
+
+
+def test_plan_estimates_use_measurements_when_there_are_some(study, tmp_path):
+    s = study.Settings()
+    jobs = {j.name: j for j in study.plan(tmp_path, s)}
+    pre = jobs["pre-med-l4-s1"]
+    low, high = study.estimate(pre, {})
+    validations = s.min_updates() / s.validate_every * study.SECONDS_PER_VALIDATION
+    assert low == pytest.approx(s.min_updates() * study.SECONDS_PER_UPDATE["pre"] + validations)
+    # λ = 8 costs twice λ = 4 per update (estimate).
+    assert study.estimate(jobs["pre-med-l8-s1"], {})[0] == pytest.approx(
+        2 * s.min_updates() * study.SECONDS_PER_UPDATE["pre"] + validations
+    )
+    times = {"pre-det-l4-s1": {"seconds": 500.0, "updates": 4000, "kind": "pre"}}
+    (tmp_path / "times.json").write_text(json.dumps(times))
+    rates = study.measured_rates(tmp_path)
+    assert rates == {"pre": 0.125}
+    assert study.estimate(pre, rates) == (s.min_updates() * 0.125, s.caps["med"] * 0.125)
+    text = study.plan_text(tmp_path, dataclasses.replace(s, phases=("main", "at")))
+    assert "pre 0.125 (measured)" in text and "## curve" not in text
+    assert text.index("## main") < text.index("## at")
+
+
+# ----------------------------------------------------------------------------- a real tiny run
+
+TINY = dict(
+    seeds=(1,),
+    large_seeds=(1,),
+    train_size=120,
+    data_options=(
+        "--source-types", "16", "--max-words", "5", "--seed", "1",
+        "--valid-size", "12", "--test-size", "12",
+    ),
+    validate_every=2,
+    patience=1,
+    rise_rel=0.0,
+    rise_abs=0.0,
+    caps={"det": 6, "med": 6, "high": 6, "med10x": 6, "at": 6},
+    at_min_updates=2,
+    branches=("2", "min", "stop"),
+    finetune_updates=2,
+    long_updates=2,
+)  # fmt: skip
+
+
+def test_a_killed_pretraining_resumes_to_the_same_run(study, tmp_path, monkeypatch):
+    s = study.Settings(**TINY)
+    s.check()
+    roots = {"a": tmp_path / "a", "b": tmp_path / "b"}
+    jobs = {k: {j.name: j for j in study.plan(root, s)} for k, root in roots.items()}
+    assert study.run_job(roots["a"], jobs["a"]["data-med"])[1] == 0
+    study.shutil.copytree(roots["a"] / "data", roots["b"] / "data")
+    study.mark_done(roots["b"], jobs["b"]["data-med"])
+    # a: uninterrupted.
+    assert study.run_job(roots["a"], jobs["a"]["pre-med-l4-s1"])[1:4:2] == (0, 6)
+    # b: killed right after its second segment (checkpoint at update 4 written, the recipe's
+    # bookkeeping not done), run again and killed right after its last segment (update 6, the
+    # minimum of this falling curve, not yet kept), then run a third time.
+    real, calls = study._train_to, []
+
+    def killed(t, target):
+        real(t, target)
+        calls.append(target)
+        if len(calls) in (2, 3):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(study, "_train_to", killed)
+    job = jobs["b"]["pre-med-l4-s1"]
+    with pytest.raises(KeyboardInterrupt):
+        study.run_job(roots["b"], job)
+    assert not study.is_done(roots["b"], job)
+    assert study.exists(job.early[0])  # the update-2 snapshot was written before the kill
+    assert not study.exists(roots["b"] / "models" / "pre-med-l4-s1-min")
+    with pytest.raises(KeyboardInterrupt):
+        study.run_job(roots["b"], job)
+    assert calls == [2, 4, 6] and not study.is_done(roots["b"], job)
+    assert study.run_job(roots["b"], job)[1:4:2] == (0, 0)  # nothing left to train
+    assert calls == [2, 4, 6] and study.is_done(roots["b"], job)
+    curves = [
+        [(e["update"], e["valid_loss"]) for e in study.read_curve(r / "runs" / "pre-med-l4-s1")]
+        for r in roots.values()
+    ]
+    assert [u for u, _ in curves[0]] == [2, 4, 6]
+    assert curves[0] == curves[1]  # exact resumption
+    verdicts = [
+        json.loads((r / "runs/pre-med-l4-s1/verdict.json").read_text()) for r in roots.values()
+    ]
+    assert verdicts[0] == verdicts[1]
+    best = min(curves[0], key=lambda e: e[1])
+    for root in roots.values():
+        snap = json.loads((root / "models/pre-med-l4-s1-min/snapshot.json").read_text())
+        assert (snap["update"], snap["valid_loss"]) == best
+        stop = json.loads((root / "models/pre-med-l4-s1-stop/snapshot.json").read_text())
+        assert stop["update"] == verdicts[0]["last_update"]
+    # The min snapshot holds the weights of the checkpoint at the minimum.
+    from safetensors.torch import load_file
+
+    a = load_file(str(roots["a"] / "models/pre-med-l4-s1-min/model.safetensors"))
+    b = load_file(str(roots["b"] / "models/pre-med-l4-s1-min/model.safetensors"))
+    assert all(study.np.array_equal(a[k].float().numpy(), b[k].float().numpy()) for k in a)
+
+
+# ----------------------------------------------------------------------------- tables and plot
+
+
+def _fake_results(study, root, s):
+    """Valid sets of a small generated corpus and evaluations of two seeds at two branch
+    points: NLL continued outputs valid translations for the first k sentences, FA-DAT for
+    more."""
+    from fadat import validset_metrics
+    from fadat.data import synth
+
+    cfg = synth.SynthConfig(train_size=5, valid_size=10, test_size=10, source_types=12, max_words=6)
+    _, splits = synth.generate(cfg)
+    data = root / "data" / "med"
+    (data / "raw").mkdir(parents=True)
+    rng = study.np.random.default_rng(0)
+    for split in ("valid", "test"):
+        synth.write_valid_sets(
+            data / "raw" / f"{split}.validset.jsonl", splits[split].valid_sets, 64, rng
+        )
+    sets = splits["test"].valid_sets
+    valid = [" ".join(next(vs.enumerate())) for vs in sets]
+    wrong = [" ".join(reversed(next(vs.enumerate()))) + " x" for vs in sets]
+    (root / "eval").mkdir(parents=True)
+    exact = {("nll", 1): 6, ("fuzzy-n2", 1): 9, ("nll", 2): 5, ("fuzzy-n2", 2): 10}
+    updates = {("min", 1): 3400, ("min", 2): 3800, ("u1200", 1): 1200, ("u1200", 2): 1200}
+    nll = {}
+    for (point, seed), update in updates.items():
+        tag = f"med-l4-s{seed}-{point}"
+        systems = []
+        hyp_dir = root / "eval" / tag
+        hyp_dir.mkdir()
+        for arm in ("pre", "nll", "fuzzy-n2"):
+            k = exact.get((arm, seed), 4) - (2 if point == "u1200" else 0)
+            hyps = valid[:k] + wrong[k:]
+            name = f"{arm}-{tag}:lookahead"
+            (hyp_dir / f"{arm}-{tag}.lookahead.txt").write_text("".join(h + "\n" for h in hyps))
+            listed = synth.read_listed_references(data, "test")
+            scores = validset_metrics.validset_scores(hyps, sets, listed, valid)
+            assert scores["exact_valid"] == pytest.approx(10 * k)
+            systems.append({"name": name, "validset": scores})
+            nll[f"{arm}-{tag}"] = {"nll_per_token": 0.5 + 0.1 * seed + (arm == "fuzzy-n2")}
+        (root / "eval" / f"{tag}.json").write_text(json.dumps({"systems": systems}))
+        snap = root / "models" / f"pre-med-l4-s{seed}-{point}"
+        snap.mkdir(parents=True)
+        (snap / "snapshot.json").write_text(json.dumps({"update": update}))
+    (root / "eval" / "all.nll.json").write_text(json.dumps(nll))
+    # A pre-training log: minimum 0.40 at update 3400, then rising to 0.43.
+    run = root / "runs" / "pre-med-l4-s1"
+    run.mkdir(parents=True)
+    losses = [0.9, 0.6, 0.45, 0.40, 0.41, 0.42, 0.43]
+    log = [
+        {"update": 2200 + 400 * i, "valid_loss": x, "bleu": 50.0 + i} for i, x in enumerate(losses)
+    ]
+    (run / "valid_log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
+
+
+def test_tables_and_plot_from_fake_results(study, tmp_path):
+    s = study.Settings(branches=("1200", "min", "stop"), patience=3)
+    _fake_results(study, tmp_path, s)
+    text = study.tables(tmp_path, s)
+    lines = text.splitlines()
+    row = next(x for x in lines if x.startswith("| FA-DAT (n = 2), lookahead | 2 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2] == "95.00 ± 7.07"  # 90 and 100 % exact-valid
+    assert cells[-1] == "1.6500 ± 0.0707"  # test NLL 1.6 and 1.7
+    nll_row = next(x for x in lines if x.startswith("| NLL continued, lookahead | 2 |"))
+    assert nll_row.split("|")[3].strip() == "55.00 ± 7.07"
+    # Paired: seed 1 FA-DAT 9 valid against NLL 6 (3 discordant, one way): McNemar 2 · 2⁻³.
+    paired = next(x for x in lines if x.startswith("| med s1 |"))
+    cells = [c.strip() for c in paired.split("|")[1:-1]]
+    assert cells[3] == "+30.00" and float(cells[4]) == pytest.approx(0.25)
+    assert cells[6] == "+1.0000"
+    mean = next(x for x in lines if x.startswith("| med mean |"))
+    assert "+40.00 | t-test p = " + f"{study.t_test_p([30.0, 50.0]):.3f}" in mean
+    # The curve: branch points with the seeds' mean update.
+    assert any(x.startswith("| u1200 (1200 ± 0): FA-DAT (n = 2) | 2 | 75.00 ± 7.07") for x in lines)
+    assert any(x.startswith("| min (3600 ± 283): NLL continued | 2 |") for x in lines)
+    # The convergence table: the minimum, the rise, the verdict.
+    conv = next(x for x in lines if x.startswith("| pre-med-l4-s1 |"))
+    cells = [c.strip() for c in conv.split("|")[1:-1]]
+    assert cells[1:7] == ["4600", "0.4000 @ 3400", "0.4300", "+0.0300", "+7.5 %", "3"]
+    assert cells[-1] == "converged: overfit (min at 3400)"
+    points = study.curve_points(tmp_path, study.Results(tmp_path), s, "med", s.seeds)
+    assert [(p["point"], p["updates"]) for p in points] == [
+        ("u1200", [1200, 1200]),
+        ("min", [3400, 3800]),
+        ("stop", []),
+    ]
+    png = study.plot(tmp_path, s, tmp_path / "docs" / "curve.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image
+
+    assert Image.open(png).size == (1920, 432)
