@@ -489,7 +489,7 @@ def plan(root: Path, s: Settings) -> list[Job]:
         tag = f"{level}-l{lam}-s{seed}"
         config = write_config(
             root,
-            f"pretrain-l{lam}",
+            f"pretrain-{level}-l{lam}",
             "synth-dat-nll.yaml",
             max_updates=s.caps[level],
             validate_every=s.validate_every,
@@ -790,6 +790,12 @@ def train_to_convergence(t: Training, name: str) -> Verdict:
         target = (update // t.validate_every + 1) * t.validate_every
         target = min([target, *(u for u in stops if u > update)])
         _train_to(t, target)
+    for point, out in t.snapshots:
+        if point.startswith("u") and not exists(out):
+            raise RuntimeError(
+                f"{t.run_dir}: branch point {point} is before the run's update {update} but was "
+                "not kept (added after the run passed it); branch there from a new --root"
+            )
     best = json.loads((t.run_dir / "min.json").read_text(encoding="utf-8"))
     for point, out in t.snapshots:
         info = {"run": name, "point": point}

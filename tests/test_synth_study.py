@@ -324,6 +324,12 @@ def test_a_killed_pretraining_resumes_to_the_same_run(study, tmp_path, monkeypat
     a = load_file(str(roots["a"] / "models/pre-med-l4-s1-min/model.safetensors"))
     b = load_file(str(roots["b"] / "models/pre-med-l4-s1-min/model.safetensors"))
     assert all(study.np.array_equal(a[k].float().numpy(), b[k].float().numpy()) for k in a)
+    # A fixed branch point added after the run passed it cannot be made: a clear error.
+    added = dataclasses.replace(s, branches=("2", "4", "min", "stop"))
+    late = {j.name: j for j in study.plan(roots["b"], added)}["pre-med-l4-s1"]
+    assert not study.is_done(roots["b"], late)
+    with pytest.raises(RuntimeError, match="branch point u4 is before the run's update 6"):
+        study.run_job(roots["b"], late)
 
 
 # ----------------------------------------------------------------------------- tables and plot
