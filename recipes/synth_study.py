@@ -61,6 +61,7 @@ exact-valid rate; across seeds a paired t-test of the per-seed differences.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -70,6 +71,7 @@ import shutil
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -859,45 +861,72 @@ def nll_report(report: Path, data: Path, model_dirs: tuple[Path, ...]) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def job_lock(root: Path, job: Job) -> Iterator[None]:
+    """Hold ``ROOT/state/NAME.lock`` (``flock``) while a job runs: a second ``run`` on the same
+    root (another session) waits for the job instead of writing into the same run directory."""
+    import fcntl
+
+    path = state_path(root, job).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def run_job(root: Path, job: Job) -> tuple[str, int, float, int]:
-    """Run one job in this process; returns (name, exit code, seconds, updates trained)."""
+    """Run one job in this process (under :func:`job_lock`); returns (name, exit code, seconds,
+    updates trained). Raises what the job raised (a fadat verb's non-zero exit: RuntimeError)."""
     start = time.time()
-    before = 0
-    t = job.training
-    if t is not None:
-        _prepare_run_dir(t)
-        before = checkpoint_update(t.run_dir)
-        if t.criterion is not None:
-            train_to_convergence(t, job.name)
-        else:
-            train_fixed(t, job.name)
-    for out in job.outputs if job.commands else ():
-        if out.is_dir():  # a data directory of an interrupted or outdated attempt
-            shutil.rmtree(out)
-    for argv in job.commands:
-        _fadat(list(argv))
-    if job.nll is not None:
-        nll_report(*job.nll)
-    mark_done(root, job)
-    updates = checkpoint_update(t.run_dir) - before if t is not None else 0
+    with job_lock(root, job):
+        before = 0
+        t = job.training
+        if t is not None:
+            _prepare_run_dir(t)
+            before = checkpoint_update(t.run_dir)
+            if t.criterion is not None:
+                train_to_convergence(t, job.name)
+            else:
+                train_fixed(t, job.name)
+        for out in job.outputs if job.commands else ():
+            if out.is_dir():  # a data directory of an interrupted or outdated attempt
+                shutil.rmtree(out)
+        for argv in job.commands:
+            _fadat(list(argv))
+        if job.nll is not None:
+            nll_report(*job.nll)
+        mark_done(root, job)
+        updates = checkpoint_update(t.run_dir) - before if t is not None else 0
     return job.name, 0, time.time() - start, updates
 
 
-def _run_job_safely(root: Path, job: Job) -> tuple[str, int, float, int]:
+def _job_process(root: Path, job: Job, scheduler: int) -> None:
+    """A job's own process (spawned by the scheduler, pid ``scheduler``): run it, write
+    ``ROOT/state/NAME.last.json`` (exit code, seconds, updates trained), exit with its code.
+    An error is printed, not raised."""
+    if sys.platform.startswith("linux"):
+        # The job dies with the scheduler (PR_SET_PDEATHSIG = 1): a killed study leaves no
+        # orphan still training; the job resumes from its checkpoint on the next run. A
+        # scheduler killed before this line is seen by the parent check.
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+        if os.getppid() != scheduler:
+            os._exit(1)
     import traceback
 
-    start = time.time()
-    try:
-        return run_job(root, job)
-    except (Exception, SystemExit, KeyboardInterrupt):  # reported; the other jobs go on
-        traceback.print_exc()
-        return job.name, 1, time.time() - start, 0
-
-
-def _init_worker() -> None:
     import torch
 
     torch.set_num_threads(1)
+    start, code, updates = time.time(), 1, 0
+    try:
+        _, code, _, updates = run_job(root, job)
+    except (Exception, KeyboardInterrupt):  # reported; the scheduler logs the failure
+        traceback.print_exc()
+    result = {"code": code, "seconds": round(time.time() - start, 1), "updates": updates}
+    _atomic_text(state_path(root, job).with_suffix(".last.json"), json.dumps(result) + "\n")
+    sys.exit(code)
 
 
 def _record_time(root: Path, job: Job, seconds: float, updates: int) -> None:
@@ -908,6 +937,13 @@ def _record_time(root: Path, job: Job, seconds: float, updates: int) -> None:
     entry["updates"] = entry.get("updates", 0) + updates
     entry["kind"] = job_kind(job)
     _atomic_text(path, json.dumps(times, indent=1) + "\n")
+
+
+def startable(pending: list[Job], made: dict[Path, Job], done: set[str], free: int) -> list[Job]:
+    """The first ``free`` jobs of ``pending`` (in its order) whose inputs are all
+    :func:`available`."""
+    ready = [j for j in pending if all(available(p, made.get(p), done) for p in j.inputs)]
+    return ready[: max(free, 0)]
 
 
 def run(root: Path, s: Settings, jobs_at_once: int, only: str | None = None) -> int:
@@ -926,36 +962,45 @@ def run(root: Path, s: Settings, jobs_at_once: int, only: str | None = None) -> 
     pending = [j for j in jobs if j.name not in done]
     _log(root, f"{len(pending)} of {len(jobs)} jobs to run, {jobs_at_once} at a time")
     failed: list[str] = []
-    running: dict[str, tuple[Job, object]] = {}
+    # One spawned process per job (a fresh interpreter: no state carried from job to job).
+    running: dict[str, tuple[Job, multiprocessing.process.BaseProcess, float]] = {}
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(jobs_at_once, initializer=_init_worker, maxtasksperchild=1) as pool:
+    try:
         while pending or running:
-            for name, (job, result) in list(running.items()):
-                if not result.ready():
+            for name, (job, proc, started) in list(running.items()):
+                if proc.exitcode is None:
                     continue
                 del running[name]
-                _, code, seconds, updates = result.get()
-                _record_time(root, job, seconds, updates)
-                if code == 0 and is_done(root, job):
+                last = state_path(root, job).with_suffix(".last.json")
+                result = json.loads(last.read_text(encoding="utf-8")) if last.is_file() else {}
+                last.unlink(missing_ok=True)
+                seconds = time.time() - started
+                _record_time(root, job, seconds, result.get("updates", 0))
+                if proc.exitcode == 0 and is_done(root, job):
                     done.add(name)
                     _log(root, f"done {name} ({seconds:.0f} s)")
                 else:
                     failed.append(name)
-                    _log(root, f"FAILED {name} (exit {code})")
+                    _log(root, f"FAILED {name} (exit {proc.exitcode})")
             if failed:
                 pending = []  # after a failure: let the running jobs finish
-            for job in list(pending):
-                if len(running) >= jobs_at_once:
-                    break
-                if all(available(p, made.get(p), done) for p in job.inputs):
-                    pending.remove(job)
-                    _log(root, f"start {job.name}")
-                    running[job.name] = (job, pool.apply_async(_run_job_safely, (root, job)))
+            for job in startable(pending, made, done, jobs_at_once - len(running)):
+                pending.remove(job)
+                _log(root, f"start {job.name}")
+                proc = ctx.Process(target=_job_process, args=(root, job, os.getpid()))
+                proc.start()
+                running[job.name] = (job, proc, time.time())
             if pending and not running:
                 _log(root, "no job can start: " + ", ".join(j.name for j in pending[:5]))
                 failed.append("(blocked)")
                 break
             time.sleep(1.0)
+    except KeyboardInterrupt:
+        # Ctrl-C reached the jobs too: fadat train writes its checkpoint and exits; wait.
+        for _, proc, _ in running.values():
+            proc.join()
+        _log(root, "interrupted; `run` again resumes")
+        return 130
     _log(root, "finished" if not failed else f"stopped: {len(failed)} failed ({', '.join(failed)})")
     return 1 if failed else 0
 

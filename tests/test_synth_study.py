@@ -247,6 +247,50 @@ def test_plan_estimates_use_measurements_when_there_are_some(study, tmp_path):
     assert text.index("## main") < text.index("## at")
 
 
+def test_scheduler_starts_a_curve_arm_while_its_pretraining_runs(study, tmp_path):
+    every = study.plan(tmp_path, study.Settings())
+    made = study.producers(every)
+    done = set()
+    for level in study.LEVELS:
+        (tmp_path / "data" / level).mkdir(parents=True)
+        (tmp_path / "data" / level / "meta.json").write_text("{}")
+        done.add(f"data-{level}")
+    pending = [j for j in study.select(every, study.PHASES) if j.name not in done]
+    first = study.startable(pending, made, done, 2)
+    assert [j.name for j in first] == ["pre-det-l4-s1", "pre-med-l4-s1"]
+    pending = [j for j in pending if j not in first]
+    # While pre-med-l4-s1 runs, its update-1200 snapshot appears: the curve's arms there can
+    # start (after the main phase's startable jobs), its `min` arms and evaluations cannot.
+    snap = tmp_path / "models" / "pre-med-l4-s1-u1200"
+    snap.mkdir(parents=True)
+    (snap / "snapshot.json").write_text('{"update": 1200}')
+    assert study.startable(pending, made, done, 1)[0].name == "pre-high-l4-s1"
+    names = [j.name for j in study.startable(pending, made, done, 10_000)]
+    assert {"nll-med-l4-s1-u1200", "fuzzy-n2-med-l4-s1-u1200"} <= set(names)
+    assert names.index("pre-med10x-l4-s1") > names.index("fuzzy-n2-med-l4-s1-u1200")
+    assert not {"nll-med-l4-s1-min", "eval-med-l4-s1-u1200", "nll-det-l4-s1-u1200"} & set(names)
+    assert study.startable(pending, made, done, 0) == []
+
+
+def test_a_job_waits_for_another_process_running_it(study, tmp_path):
+    import fcntl
+    import threading
+
+    s = study.Settings(**TINY)
+    job = {j.name: j for j in study.plan(tmp_path, s)}["data-det"]
+    lock = study.state_path(tmp_path, job).with_suffix(".lock")
+    lock.parent.mkdir(parents=True)
+    result = []
+    with open(lock, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # another session runs the job
+        thread = threading.Thread(target=lambda: result.append(study.run_job(tmp_path, job)))
+        thread.start()
+        thread.join(2.0)
+        assert thread.is_alive() and not result and not study.is_done(tmp_path, job)
+    thread.join(120)
+    assert result[0][1] == 0 and study.is_done(tmp_path, job)
+
+
 # ----------------------------------------------------------------------------- a real tiny run
 
 TINY = dict(
