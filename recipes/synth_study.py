@@ -1526,7 +1526,13 @@ def settings_for(root: Path, args: argparse.Namespace) -> Settings:
     )
     changes: dict = {}
     if getattr(args, "branches", None):
-        changes["branches"] = tuple(b.strip() for b in args.branches.split(","))
+        # In the order of time as far as it is known: updates, then min, then stop (the last
+        # one gets the long NLL arm).
+        given = {b.strip() for b in args.branches.split(",")}
+        rank = {"min": 1, "stop": 2}
+        changes["branches"] = tuple(
+            sorted(given, key=lambda b: (0, int(b)) if b.isdigit() else (rank.get(b, 3), 0))
+        )
     if getattr(args, "phases", None):
         changes["phases"] = tuple(p.strip() for p in args.phases.split(","))
     if getattr(args, "caps", None):

@@ -469,3 +469,19 @@ def test_tables_and_plot_from_fake_results(study, tmp_path):
     from PIL import Image
 
     assert Image.open(png).size == (1920, 432)
+    # The command line: `table` writes ROOT/tables.md and the plot where it is told.
+    assert study.main(["table", "--root", str(tmp_path), "--plot", str(tmp_path / "c2.png")]) == 0
+    assert "**The curve" in (tmp_path / "tables.md").read_text()
+    assert (tmp_path / "c2.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_command_line_plan_orders_branch_points_and_rejects_bad_ones(study, tmp_path, capsys):
+    assert study.main(["plan", "--root", str(tmp_path), "--branches", "stop,min,3000,600"]) == 0
+    out = capsys.readouterr().out
+    assert "branch points 600, 3000, min, stop" in out
+    assert "  nll-long-det-l4-s1-stop  [" in out and "nll-long-det-l4-s1-min" not in out
+    assert not (tmp_path / "settings.json").exists()  # only `run` stores its settings
+    for argv in (["--branches", "600x,min"], ["--phases", "main,figure9"], ["--caps", "med=10"]):
+        with pytest.raises(SystemExit) as err:
+            study.main(["plan", "--root", str(tmp_path), *argv])
+        assert err.value.code == 2
