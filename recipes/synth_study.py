@@ -30,6 +30,11 @@ the last fixed branch point, where
   valid NLL any model can reach, :func:`entropy_per_token`): nothing left to learn (det); or
 - **cap**: the run reached its level's update cap (``caps``): not converged, stated as such.
 
+Defaults (:class:`Settings`): a validation every 200 updates, patience 5 validations (1,000
+updates), a rise of at least max(2 % of the minimum, 0.002 nats), the earliest stop at update
+3,000 (the last fixed branch point), caps det 4,000, med and high 16,000, med10x 40,000, AT
+12,000 (its earliest stop 1,000). ``table`` prints every run's minimum, rise and verdict.
+
 **Branch points** (``branches``, default 1200, 3000, min, stop): the pre-trained model at fixed
 updates, at the valid-NLL minimum (``min``: the converged point) and where the criterion
 stopped the run (``stop``: past the minimum). From each, ``finetune_updates`` updates of
@@ -52,6 +57,13 @@ branch point a ``long_updates`` NLL-continued arm (the strongest control).
 **Evaluation** (``fadat evaluate`` on the test split, greedy and lookahead): exact-valid rate,
 BLEU against the valid set and the single reference, mixtures, repeated tokens, length error
 (:mod:`fadat.validset_metrics`), and every model's test NLL per token (:func:`nll_report`).
+
+**Scheduling**: a job starts when its inputs exist (a fine-tune at a fixed branch point while
+its pre-training goes on; one at ``min`` or ``stop`` when the pre-training is done); each job
+runs in its own process, which dies with the scheduler, under a lock file, so that a killed or
+doubly started study never has two processes in one run directory. ``plan`` prints the jobs in
+start order and core-hours per phase (:data:`SECONDS_PER_UPDATE`, or the rates measured in
+``ROOT/times.json`` once jobs have run).
 
 ``table`` gives mean ± sd over seeds and, per seed, paired tests of FA-DAT against NLL continued:
 paired bootstrap of BLEU against the valid set (1,000 resamples) and an exact McNemar test of the
@@ -423,7 +435,7 @@ def plan(root: Path, s: Settings) -> list[Job]:
             root, "finetune-nll-long", "synth-dat-nll-finetune.yaml", max_updates=s.long_updates
         ),
     }
-    for n in s.ngrams:
+    for n in sorted({2, *s.ngrams}):  # n = 2 is the main arm's
         finetune[f"fuzzy-n{n}"] = write_config(
             root,
             f"finetune-fuzzy-n{n}",
