@@ -1375,7 +1375,11 @@ def tables(root: Path, s: Settings) -> str:
     ]
     out += convergence_table(root, s) + [""]
 
-    out += ["**At convergence: branch point `min`** (λ = 4; DAT lookahead and greedy)", ""]
+    out += [
+        "**At convergence: branch point `min`** (λ = 4; DAT lookahead and greedy; test NLL per "
+        "token in nats, over <s> y </s> for the DAT as its valid NLL, over y </s> for the AT)",
+        "",
+    ]
     for level in MAIN_LEVELS:
         p, q, _ = LEVELS[level]
         out += [f"{level}: P = {p}, Q = {q}", ""] + _header("system")
