@@ -610,7 +610,11 @@ def run(args: argparse.Namespace) -> int:
     if not strategies:
         raise InputError("--strategies is empty")
     out = Path(args.output_dir)
-    outputs.check_output_dir(out, "analysis", "--output-dir")  # before any work
+    # Before any work (fadat.outputs).
+    outputs.check_not_input(
+        out, [("--data", args.data), *(("--model", m) for m in args.model)], "--output-dir"
+    )
+    outputs.check_output_dir(out, "analysis", "--output-dir")
     names = args.names or model_labels(args.model)
     if len(set(names)) != len(names):
         raise InputError(f"model labels must differ, got {names}")

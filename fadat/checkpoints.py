@@ -103,13 +103,26 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise InputError(f"checkpoint {path} does not exist")
     try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as err:
+        raise InputError(f"{path}: cannot read checkpoint ({err.strerror or err})") from None
+    # torch.save writes a zip archive (PK..) or, in the legacy format, a pickle (0x80 ...);
+    # anything else (a text file, a safetensors file) is named as such, not as torch's error.
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+        what = "an empty file" if not head else "not a file written by torch.save"
+        raise InputError(f"{path}: cannot read checkpoint ({what}; expected a fadat .pt file)")
+    try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for torn or foreign files
-        # torch's messages run over many lines; the first says what went wrong.
-        first = next((line for line in str(err).splitlines() if line.strip()), "")
-        raise InputError(
-            f"{path}: cannot read checkpoint ({type(err).__name__}: {first[:200]})"
-        ) from None
+        if "Weights only load failed" in str(err):
+            # torch's advice (weights_only=False) would run arbitrary code from the file.
+            problem = "it holds Python objects other than tensors; not a fadat checkpoint"
+        else:
+            # torch's messages run over many lines; the first says what went wrong.
+            first = next((line for line in str(err).splitlines() if line.strip()), "")
+            problem = f"{type(err).__name__}: {first[:200]}"
+        raise InputError(f"{path}: cannot read checkpoint ({problem})") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
         raise InputError(f"{path}: not a fadat training checkpoint")
     return state
@@ -296,7 +309,8 @@ def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor
         ``(state_dict, first checkpoint's metadata without weights)``.
 
     Raises:
-        InputError: no paths, unreadable files, or checkpoints of different models.
+        InputError: no paths, unreadable files, checkpoints of different models, or a weight
+            with NaN or infinite values.
     """
     if not paths:
         raise InputError("no checkpoints to average")
@@ -309,6 +323,12 @@ def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor
         if not isinstance(weights, dict):
             raise InputError(f"{path}: holds no model weights")
         meta = {k: v for k, v in state.items() if k not in ("model", "optimizer", "rng")}
+        for k, v in weights.items():
+            if not isinstance(v, torch.Tensor):
+                raise InputError(f"{path}: model weight {k} is not a tensor")
+            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                # A diverged run's checkpoint: one NaN would make every averaged weight NaN.
+                raise InputError(f"{path}: weight {k} holds NaN or infinite values")
         if i == 0:
             first_meta = meta
             dtypes = {k: v.dtype for k, v in weights.items()}

@@ -40,7 +40,7 @@ from fadat.data.binarized import BinarizedDataset, read_meta, write_split
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError
 from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
-from fadat.outputs import check_output_dir, mark_dir
+from fadat.outputs import check_not_input, check_output_dir, mark_dir
 
 PARTIAL = "distill.partial.jsonl"
 ENGINES = ("auto", "fadat", "ctranslate2")
@@ -193,8 +193,7 @@ def distill(
     model_dir, data_dir, output = Path(model_dir), Path(data_dir), Path(output)
     if beam < 1 or batch_size < 1 or threads < 1:
         raise InputError("--beam, --batch-size and --threads must be >= 1")
-    if output.resolve() == data_dir.resolve():
-        raise InputError(f"{output}: is the input dataset; give a new directory")
+    check_not_input(output, [("--model", model_dir), ("--data", data_dir)])
     engine = resolve_engine(engine)
     meta = read_meta(data_dir)
     teacher = _check_teacher(model_dir, data_dir, meta)

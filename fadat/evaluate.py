@@ -738,8 +738,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """``fadat evaluate``: evaluate, write report.json, print the table."""
     # Before any work: the outputs can be written (fadat.outputs).
-    path = outputs.check_output_file(args.report, "--report")
+    inputs = [("--data", args.data), *(("--model", m) for m in args.model)]
+    path = outputs.check_output_file(args.report, "--report", inputs)
     if args.save_hypotheses:
+        outputs.check_not_input(args.save_hypotheses, inputs, "--save-hypotheses")
         outputs.check_output_dir(args.save_hypotheses, "hypotheses", "--save-hypotheses")
     report = evaluate(args)
     outputs.atomic_write(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")

@@ -44,7 +44,13 @@ from torch import Tensor
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
 from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
-from fadat.outputs import check_output_dir, check_replaceable, replace_dir, staging_dir
+from fadat.outputs import (
+    check_not_input,
+    check_output_dir,
+    check_replaceable,
+    replace_dir,
+    staging_dir,
+)
 
 FORMATS = ("ctranslate2",)
 KIND = "ctranslate2-model"  # the output directory's kind (fadat.outputs)
@@ -203,6 +209,7 @@ def export_ctranslate2(
     spm_path = spm_model_path(model_dir)
     if spm_path is None:
         raise InputError(f"{model_dir}: has no sentencepiece model (needed for the vocabulary)")
+    check_not_input(output, [("--model", model_dir)])
     if check_output_dir(output, KIND) and not force:
         raise InputError(f"--output {output}: an existing CTranslate2 export (pass --force)")
     check_replaceable(output, KIND)

@@ -116,7 +116,14 @@ def save_model_directory(
     for name, value in model.state_dict().items():
         value = value.detach()
         if value.is_floating_point():
-            value = value.to(dtypes[weights_dtype])
+            cast = value.to(dtypes[weights_dtype])
+            if not bool(torch.isfinite(cast).all()) and bool(torch.isfinite(value).all()):
+                # float16 ends at 65504: a larger weight would be stored as infinity.
+                raise InputError(
+                    f"weight {name}: values up to {value.abs().max().item():.4g} do not fit in "
+                    f"{weights_dtype}; store the weights as float32"
+                )
+            value = cast
         state[name] = value.contiguous().cpu()
     tmp = directory / (WEIGHTS_NAME + ".tmp")
     save_file(state, str(tmp), metadata={"format": "pt", "model_type": model.config.model_type})

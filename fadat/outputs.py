@@ -28,7 +28,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -279,13 +279,85 @@ def replace_dir(staged: str | Path, path: str | Path, kind: str, option: str = "
         os.replace(staged, path)
 
 
-def check_output_file(path: str | Path, option: str = "--output") -> Path:
-    """Check, before any work, that ``path`` can be written as a file; returns it.
+#: Files of a training run directory (``fadat train``), which has no list in its marker.
+_RUN_FILES = re.compile(r"config\.yaml|train\.log|best\.json|checkpoint[^/]*\.pt")
 
-    An existing regular file is overwritten at the end, as by shell redirection.
+
+def _owner(path: Path) -> tuple[Path, str] | None:
+    """The fadat dataset, model or run directory whose own file ``path`` is (the marker, a file
+    of the marker's list, or a file name the kind writes), as ``(directory, kind)``; or
+    ``None``."""
+    resolved = Path(os.path.realpath(path))
+    for directory in resolved.parents:
+        kind = output_kind(directory)
+        if kind in ("dataset", "model", "run"):
+            name = resolved.relative_to(directory).as_posix()
+            marker = _read_json(directory / MARKER)
+            recorded = marker.get("files") if isinstance(marker, dict) else None
+            pattern = _RUN_FILES if kind == "run" else _LEGACY[kind][2]
+            if (
+                name == MARKER
+                or (isinstance(recorded, list) and name in recorded)
+                or pattern.fullmatch(name)
+            ):
+                return directory, kind
+        if directory.parent == directory:
+            break
+    return None
+
+
+def check_not_input(
+    output: str | Path,
+    inputs: Iterable[tuple[str, str | Path | None]],
+    option: str = "--output",
+) -> None:
+    """Before any work: ``output`` is not one of the verb's ``inputs``, does not lie inside one
+    (a model directory, a dataset, a run), and does not hold one. Paths are compared after
+    resolving symbolic links, and existing files by identity (hard links).
+
+    Args:
+        output: the output file or directory.
+        inputs: ``(what, path)`` for every file or directory the verb reads, e.g.
+            ``("--input", "in.txt")``, ``("--model", "models/fadat")``; ``None`` and ``"-"``
+            (stdin) are skipped.
+        option: the flag that named ``output``, for messages.
 
     Raises:
-        InputError: ``path`` is a directory, or its location cannot be written.
+        InputError: naming the output, the input and how they overlap. Nothing is created.
+    """
+    out = Path(os.path.realpath(output))
+    for what, given in inputs:
+        if given is None or str(given) == "-":
+            continue
+        inp = Path(os.path.realpath(given))
+        if out == inp or (out.exists() and inp.exists() and os.path.samefile(out, inp)):
+            how = f"is the {what} {given}"
+        elif inp in out.parents:
+            how = f"lies inside the {what} {given}"
+        elif out in inp.parents:
+            how = f"holds the {what} {given}"
+        else:
+            continue
+        raise InputError(
+            f"{option} {output}: {how}, which this command reads; fadat never writes over "
+            f"its input (give another {option})"
+        )
+
+
+def check_output_file(
+    path: str | Path,
+    option: str = "--output",
+    inputs: Iterable[tuple[str, str | Path | None]] = (),
+) -> Path:
+    """Check, before any work, that ``path`` can be written as a file; returns it.
+
+    An existing regular file is overwritten at the end, as by shell redirection, unless it is
+    one of the verb's ``inputs`` (:func:`check_not_input`) or a file of a fadat dataset, model
+    or run directory (its ``meta.json``, ``config.json``, weights, marker, ...).
+
+    Raises:
+        InputError: ``path`` is a directory, an input, a file of a fadat dataset, model or run,
+            or its location cannot be written.
     """
     path = Path(path)
     what = f"{option} {path}"
@@ -293,6 +365,13 @@ def check_output_file(path: str | Path, option: str = "--output") -> Path:
         raise InputError(f"{what}: is a directory, expected a file name")
     if os.path.lexists(path) and not path.is_file():
         raise InputError(f"{what}: exists and is not a regular file")
+    check_not_input(path, inputs, option)
+    owner = _owner(path)
+    if owner is not None:
+        raise InputError(
+            f"{what}: is a file of the fadat {owner[1]} directory {owner[0]}; fadat does not "
+            f"write over it (give another {option})"
+        )
     _check_location(path, what)
     return path
 

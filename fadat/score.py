@@ -80,7 +80,15 @@ def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
 def run(args: argparse.Namespace) -> int:
     """``fadat score``: returns the exit code."""
     apply_threads(args.threads)
-    check_output(args.output)
+    check_output(
+        args.output,
+        [
+            ("--input", args.input),
+            ("--source", args.source),
+            ("--target", args.target),
+            ("--model", args.model),
+        ],
+    )
     model, sp = load_model(args.model, args.device, args.upsample_ratio)
     sources, targets, name = read_pairs(args)
     scores = score_pairs(

@@ -307,7 +307,7 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.sentence.strip():
         raise InputError("the source sentence is empty")
-    outputs.check_output_file(args.output, "--output")  # before any work
+    outputs.check_output_file(args.output, "--output", [("--model", args.model)])  # before work
     if Path(args.output).suffix.lower() not in SUFFIXES:
         raise InputError(f"{args.output}: output must end in .png or .svg")
     if args.top_k < 1:

@@ -609,6 +609,16 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     run_dir = Path(cfg.run_dir)
     # Before any work: a new, empty or fadat run directory in a writable place (fadat.outputs).
     option = "--resume" if resume else "--run-dir"
+    if not resume:
+        outputs.check_not_input(
+            run_dir,
+            [
+                ("--data", cfg.data),
+                ("--init-from", cfg.init_from or None),
+                ("--init-encoder-from", cfg.init_encoder_from or None),
+            ],
+            option,
+        )
     if not outputs.check_output_dir(run_dir, "run", option) and resume:
         raise InputError(f"--resume {run_dir}: not a run directory of fadat train")
     if not resume and (run_dir / LAST_NAME).exists():

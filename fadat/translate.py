@@ -723,7 +723,7 @@ def run(args: argparse.Namespace) -> int:
     done (Ctrl-C keeps the finished chunks there), to an ``--output`` file all-or-nothing.
     """
     apply_threads(args.threads)
-    check_output(args.output)
+    check_output(args.output, [("--input", args.input), ("--model", args.model)])
     model, sp = load_model(args.model, args.device, args.upsample_ratio)
     model = apply_precision(model, args.precision)
     model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -75,15 +75,18 @@ def read_lines(path: str | None) -> list[str]:
     return lines
 
 
-def check_output(path: str | None) -> None:
-    """Before any work: ``--output`` names a file that can be written (stdout: nothing to check).
+def check_output(path: str | None, inputs: Iterable[tuple[str, str | None]] = ()) -> None:
+    """Before any work: ``--output`` names a file that can be written (stdout: nothing to check)
+    and that is none of ``inputs`` (``(flag, path)`` of what the verb reads) and lies inside
+    none of them.
 
     Raises:
-        InputError: a directory, or a location that cannot be written
+        InputError: a directory, an input or a file inside one, a file of a fadat dataset,
+            model or run, or a location that cannot be written
             (:func:`fadat.outputs.check_output_file`).
     """
     if path not in (None, "-"):
-        outputs.check_output_file(path, "--output")
+        outputs.check_output_file(path, "--output", inputs)
 
 
 @contextmanager

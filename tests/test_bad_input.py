@@ -6,7 +6,10 @@ exit 2 and one line on stderr that names the file/line/option and the problem (n
 
 from __future__ import annotations
 
+import argparse
+import hashlib
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -18,6 +21,7 @@ from test_translate import random_models, random_sentences
 import fadat
 from fadat import cli
 from fadat.errors import InputError
+from fadat.outputs import MARKER
 
 
 @pytest.fixture(scope="module")
@@ -56,10 +60,16 @@ def paths(tmp_path_factory) -> dict[str, str]:
         p[name].write_text(content)
     p["bin"] = root / "binary.dat"
     p["bin"].write_bytes(bytes(range(256)) * 4)
+    p["pickle"] = root / "object.pt"  # loads only with weights_only=False: never suggested
+    torch.save({"format": "x", "obj": argparse.Namespace(a=1)}, p["pickle"])
     p["latin1"] = root / "latin1.txt"
     p["latin1"].write_bytes("ab cd\nca\xf1on\n".encode("latin-1"))
     p["dir"] = root / "a-directory"
     p["dir"].mkdir()
+    p["inlink"] = root / "in-link.txt"  # the same file under other names
+    p["inlink"].symlink_to(p["in"])
+    p["inhard"] = root / "in-hard.txt"
+    os.link(p["in"], p["inhard"])
     p["missing"] = root / "missing"
     # Damaged model directories.
     for name, damage in _DAMAGE.items():
@@ -344,7 +354,9 @@ AVERAGE_CASES = [
     (["--checkpoints", "{missing}"], ("{missing}", "does not exist")),
     (["--checkpoints", "{dir}"], ("{dir}", "directory")),
     (["--checkpoints", "{bin}"], ("{bin}", "cannot read checkpoint")),
-    (["--checkpoints", "{in}"], ("{in}", "cannot read checkpoint")),
+    (["--checkpoints", "{in}"], ("{in}", "cannot read checkpoint", "not a file written by torch")),
+    (["--checkpoints", "{pickle}"], ("{pickle}", "Python objects other than tensors")),
+    (["--checkpoints", "{dat}/model.safetensors"], ("model.safetensors", "not a file written")),
     (["--checkpoints", "{empty}"], ("{empty}", "cannot read checkpoint")),
     (["--run", "{dir}", "--checkpoints", "{in}"], ("exactly one",)),
     ([], ("exactly one",)),
@@ -355,6 +367,53 @@ AVERAGE_CASES = [
 def test_average(argv, needles, paths, capsys, tmp_path):
     check([*argv, "--output", str(tmp_path / "model")], needles, paths, capsys)
     assert not (tmp_path / "model").exists()
+
+
+def _checkpoint(paths, path: Path, scale: float = 1.0) -> Path:
+    """A training checkpoint holding the tiny DAT's weights times ``scale``."""
+    from fadat.checkpoints import CHECKPOINT_FORMAT
+    from fadat.model_dir import load_pretrained
+
+    model = load_pretrained(paths["dat"])
+    state = {k: v * scale if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    torch.save(
+        {"format": CHECKPOINT_FORMAT, "model": state, "model_config": model.config.to_dict()},
+        path,
+    )
+    return path
+
+
+def test_average_replaces_a_model_only_with_force(paths, capsys, tmp_path):
+    ckpt = str(_checkpoint(paths, tmp_path / "a.pt"))
+    argv = ["average", "--checkpoints", ckpt, "--data", "{data}", "--output"]
+    target = tmp_path / "model"
+    shutil.copytree(paths["at"], target)
+    (target / MARKER).unlink()  # a model written before the marker existed (the released one)
+    before = (target / "model.safetensors").read_bytes()
+    check([*argv, str(target)], ("--force",), paths, capsys)
+    assert (target / "model.safetensors").read_bytes() == before
+    (target / "README.md").write_text("model card of the old model\n")
+    check([*argv, str(target), "--force"], ("README.md", "did not write"), paths, capsys)
+    assert (target / "model.safetensors").read_bytes() == before
+    (target / "README.md").unlink()
+    assert cli.main(_fill([*argv, str(target), "--force"], paths)) == 0
+    meta = json.loads((target / "config.json").read_text())
+    assert meta["model_type"] == "dat" and meta["training"]["averaged"] == ["a.pt"]
+    assert sorted(p.name for p in target.iterdir()) == sorted(
+        [MARKER, "config.json", "model.safetensors", "spm.model"]
+    )
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_average_refuses_non_finite_and_unstorable_weights(paths, capsys, tmp_path):
+    good = str(_checkpoint(paths, tmp_path / "good.pt"))
+    bad = str(_checkpoint(paths, tmp_path / "nan.pt", float("nan")))
+    argv = ["average", "--data", "{data}", "--output", str(tmp_path / "m"), "--checkpoints"]
+    check([*argv, good, bad], ("nan.pt", "NaN or infinite"), paths, capsys)
+    huge = str(_checkpoint(paths, tmp_path / "huge.pt", 1e6))
+    check([*argv, huge, "--dtype", "float16"], ("do not fit in float16",), paths, capsys)
+    assert not (tmp_path / "m").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 EVAL_BASE = ["--bootstrap", "0", "--no-latency", "--report"]
@@ -412,6 +471,163 @@ SHOW_GRAPH_CASES = [
 def test_show_graph(argv, needles, paths, capsys, tmp_path):
     check([*argv, "-o", str(tmp_path / "g.png")], needles, paths, capsys)
     assert not (tmp_path / "g.png").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# Outputs that would destroy inputs: refused before any work, whatever the verb, and every input
+# byte-identical afterwards.
+
+OVERLAP_CASES = [
+    (
+        ["translate", "--model", "{dat}", "--input", "{in}", "--output", "{in}"],
+        ("--output {in}", "is the --input"),
+    ),
+    (
+        ["translate", "--model", "{dat}", "--input", "{in}", "--output", "{inlink}"],
+        ("--output {inlink}", "is the --input"),
+    ),
+    (
+        ["translate", "--model", "{dat}", "--input", "{in}", "--output", "{inhard}"],
+        ("--output {inhard}", "is the --input"),
+    ),
+    (
+        ["translate", "--model", "{dat}", "--input", "{in}", "--output", "{dat}/model.safetensors"],
+        ("lies inside the --model {dat}",),
+    ),
+    (
+        ["translate", "--model", "{dat}", "--input", "{in}", "--output", "{dat}/out.txt"],
+        ("lies inside the --model {dat}",),
+    ),
+    (
+        ["translate", "--model", "{dat}", "--input", "{in}", "--output", "{data}/meta.json"],
+        ("{data}/meta.json", "a file of the fadat dataset directory"),
+    ),
+    (
+        ["translate", "--model", "{dat}", "--input", "{in}", "--output", "{at}/config.json"],
+        ("{at}/config.json", "a file of the fadat model directory"),
+    ),
+    (
+        ["score", "--model", "{dat}", "--input", "{pairs}", "--output", "{pairs}"],
+        ("is the --input",),
+    ),
+    (
+        [
+            "score",
+            "--model",
+            "{dat}",
+            "--source",
+            "{one}",
+            "--target",
+            "{two}",
+            "--output",
+            "{two}",
+        ],
+        ("is the --target {two}",),
+    ),
+    (
+        ["score", "--model", "{dat}", "--input", "{pairs}", "--output", "{dat}/spm.model"],
+        ("lies inside the --model",),
+    ),
+    (
+        ["evaluate", "--model", "{dat}", "--data", "{data}", "--report", "{data}/meta.json"],
+        ("--report {data}/meta.json", "lies inside the --data"),
+    ),
+    (
+        ["evaluate", "--model", "{dat}", "--data", "{data}", "--report", "{dat}/config.json"],
+        ("--report {dat}/config.json", "lies inside the --model"),
+    ),
+    (
+        ["evaluate", "--model", "{dat}", "--data", "{data}", "--save-hypotheses", "{data}/hyp"],
+        ("--save-hypotheses", "lies inside the --data"),
+    ),
+    (
+        ["analyze", "--model", "{dat}", "--data", "{data}", "-o", "{dat}/analysis"],
+        ("--output-dir", "lies inside the --model"),
+    ),
+    (
+        ["show-graph", "ab", "--model", "{dat}", "-o", "{dat}/graph.png"],
+        ("lies inside the --model",),
+    ),
+    (["average", "--checkpoints", "{in}", "--output", "{dat}"], ("{dat}", "--force")),
+    (
+        ["average", "--checkpoints", "{in}", "--data", "{data}", "--output", "{data}/model"],
+        ("lies inside the --data {data}",),
+    ),
+    (
+        ["average", "--checkpoints", "{dir}/x.pt", "--output", "{dir}"],
+        ("holds the --checkpoints",),
+    ),
+    (
+        [
+            "prepare",
+            *PREPARE_BASE,
+            "--source-file",
+            "{text}",
+            "--target-file",
+            "{text}",
+            "-o",
+            "{text}",
+        ],
+        ("is the --source-file {text}",),
+    ),
+    (
+        [
+            "prepare",
+            *PREPARE_BASE,
+            "--tsv",
+            "{pairs}",
+            "--spm-model",
+            "{dat}/spm.model",
+            "-o",
+            "{dat}",
+        ],
+        ("holds the --spm-model",),
+    ),
+    (
+        [
+            "prepare",
+            *PREPARE_BASE,
+            "--tsv",
+            "{pairs}",
+            "--valid-tsv",
+            "{pairs}",
+            "-o",
+            "{data}/raw",
+        ],
+        ("{data}/raw", "did not create"),
+    ),
+    (["train", *TRAIN_BASE, "--run-dir", "{data}/run"], ("--run-dir", "inside the --data")),
+    (
+        ["train", *TRAIN_BASE, "--init-from", "{dat}", "--run-dir", "{dat}/run"],
+        ("--run-dir", "inside the --init-from {dat}"),
+    ),
+    (["distill", "--model", "{at}", "--data", "{data}", "--output", "{data}"], ("is the --data",)),
+    (
+        ["distill", "--model", "{at}", "--data", "{data}", "--output", "{at}/kd"],
+        ("lies inside the --model",),
+    ),
+]
+
+
+def _snapshot(paths: dict[str, str]) -> dict[str, str]:
+    """sha256 of every file below the fixture's inputs (and the listing of their folders)."""
+    found = {}
+    for top in (paths["root"], paths["dat"], paths["at"]):
+        for root, dirs, files in os.walk(top):
+            for name in files + dirs:
+                p = Path(root) / name
+                found[str(p)] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "/"
+    return found
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [pytest.param(a, n, id=" ".join(a)[:70]) for a, n in OVERLAP_CASES],
+)
+def test_output_never_overwrites_an_input(argv, needles, paths, capsys):
+    before = _snapshot(paths)
+    check(argv, needles, paths, capsys)
+    assert _snapshot(paths) == before
 
 
 def test_show_graph_output_suffix(paths, capsys, tmp_path):

@@ -273,7 +273,9 @@ def test_train_run_dir_must_be_new_or_a_run(tmp_path, capsys, monkeypatch):
     fails_with_one_line([*base, "--run-dir", str(f)], capsys, "not a directory")
     fails_with_one_line([*base, "--run-dir", str(f / "run")], capsys, "is a file")
     data = outputs.mark_dir(tmp_path / "data", "dataset")
-    fails_with_one_line([*base, "--run-dir", str(data)], capsys, "a fadat dataset directory")
+    fails_with_one_line([*base, "--run-dir", str(data)], capsys, "is the --data")
+    other = outputs.mark_dir(tmp_path / "other", "dataset")
+    fails_with_one_line([*base, "--run-dir", str(other)], capsys, "a fadat dataset directory")
     assert sorted(p.name for p in folder.iterdir()) == ["thesis.txt"]
     assert f.read_text() == "a user's file\n"
 
@@ -287,9 +289,10 @@ def test_average_output_checked_before_averaging(tmp_path, capsys, monkeypatch, 
     fails_with_one_line([*argv, str(folder)], capsys, "did not create")
     f = user_file(tmp_path / "file")
     fails_with_one_line([*argv, str(f)], capsys, "not a directory")
-    # An existing model directory may be replaced: the check lets the work start.
+    # An existing model directory is replaced only with --force: the check lets the work start.
+    fails_with_one_line([*argv, str(models["dat"])], capsys, "--force")
     with pytest.raises(AssertionError, match="write_averaged_model ran"):
-        cli.main([*argv, str(models["dat"])])
+        cli.main([*argv, str(models["dat"]), "--force"])
 
 
 def test_save_pretrained_keeps_other_files_of_a_model_directory(tmp_path, models):

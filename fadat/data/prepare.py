@@ -234,6 +234,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _input_flags(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """``(flag, path)`` of every input file given on the command line (for
+    :func:`fadat.outputs.check_not_input`)."""
+    found: list[tuple[str, str | None]] = [("--spm-model", args.spm_model)]
+    for split in SPLITS:
+        prefix = "" if split == "train" else f"{split}-"
+        for name in ("source-file", "target-file", "tsv"):
+            flag = f"--{prefix}{name}"
+            found.append((flag, getattr(args, flag[2:].replace("-", "_"), None)))
+        if split != "train":
+            found += [(f"--{split}-extra-ref", p) for p in getattr(args, f"{split}_extra_ref", [])]
+    return found
+
+
 def log(message: str) -> None:
     print(f"fadat prepare: {message}", file=sys.stderr, flush=True)
 
@@ -963,6 +977,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("--direction is for built-in corpora; use --source-lang/--target-lang")
     # Before any work: the output must be new, empty or a fadat dataset whose files are all
     # fadat's own (fadat.outputs), and its location writable.
+    outputs.check_not_input(out, _input_flags(args), "--output")
     existing = outputs.check_output_dir(out, "dataset", "--output")
     # Built-in corpora: fingerprint their input files first, so an up-to-date output is
     # recognised without rebuilding the corpus.
