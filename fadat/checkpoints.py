@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fadat import outputs
 from fadat.architectures import model_class
 from fadat.errors import InputError
 
@@ -81,14 +82,32 @@ def restore_rng_state(state: dict[str, torch.Tensor]) -> None:
 
 
 def atomic_save(obj: dict[str, Any], path: str | Path) -> None:
-    """``torch.save`` to ``path.tmp``, fsync, then rename over ``path`` (never a torn file)."""
+    """``torch.save`` to a temporary file, fsync, then rename over ``path`` (never a torn file;
+    :func:`fadat.outputs.atomic_path`).
+
+    Raises:
+        InputError: the file cannot be written (disk full, directory removed), naming ``path``
+            and the OS error; the old ``path`` stays whole and no temporary is left.
+    """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        torch.save(obj, fh)
+    with outputs.atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        try:
+            torch.save(obj, fh)
+        except RuntimeError as err:
+            # torch's zip writer reports a failed write of the file object as RuntimeError.
+            cause = err.__cause__ or err.__context__
+            if isinstance(cause, OSError):
+                raise cause from None
+            if "write" not in str(err).lower():
+                raise
+            raise InputError(f"{path}: cannot write ({_first_line(err)})") from None
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
+
+
+def _first_line(err: BaseException) -> str:
+    """The first non-blank line of an error message (libraries' messages run over lines)."""
+    return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
@@ -129,10 +148,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path.tmp`` and rename it over ``path``."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write ``text`` to ``path`` all-or-nothing (:func:`fadat.outputs.atomic_write`)."""
+    outputs.atomic_write(path, text)
 
 
 def truncate_log(path: Path, update: int) -> None:

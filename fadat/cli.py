@@ -1,15 +1,22 @@
 """``fadat <verb>``: a thin argparse layer. Each verb lives in its own module, which provides
 ``add_arguments(parser)`` and ``run(args) -> int``; this file holds no logic.
 
-Exit codes for every verb: 0 success, 2 bad input (one line on stderr, no traceback),
-1 internal error, 130 interrupted (Ctrl-C).
+Exit codes for every verb: 0 success, 2 bad input or an I/O failure (one line on stderr, no
+traceback), 1 internal error, 130 interrupted (Ctrl-C, SIGTERM), 141 stdout closed by the
+reading end of a pipe (quietly, as ``yes | head`` does).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import NoReturn
 
 from fadat.errors import InputError
@@ -64,6 +71,74 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: OS errors that are bad luck (the disk, the file system), not bugs: one line and exit 2.
+IO_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        "ENOSPC",
+        "EDQUOT",
+        "EFBIG",
+        "EIO",
+        "EROFS",
+        "ENOENT",
+        "ENOTDIR",
+        "ESTALE",
+        "EACCES",
+        "EPERM",
+        "ENXIO",
+        "ENODEV",
+    )
+    if hasattr(errno, name)
+)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt (as Ctrl-C does) while a verb runs, so that its
+    ``finally`` blocks remove temporaries (fadat.outputs) and it exits 130."""
+
+    def handle(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that the interpreter's last flush of a closed or
+    full stdout does not print a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test's capture)
+        pass
+
+
+def flush_stdout() -> None:
+    """Flush stdout: what a verb printed must have arrived before it reports success.
+
+    Raises:
+        BrokenPipeError: the reading end of a pipe is closed.
+        InputError: any other write error (a full device), naming stdout.
+    """
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as err:
+        silence_stdout()
+        raise InputError(f"<stdout>: cannot write ({err.strerror or err})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fadat`` console script; returns the process exit code.
 
@@ -72,10 +147,13 @@ def main(argv: list[str] | None = None) -> int:
     """
     tune_memory()
     try:
-        argv = sys.argv[1:] if argv is None else list(argv)
-        verb = next((a for a in argv if not a.startswith("-")), None)
-        args = build_parser(verb).parse_args(argv)
-        return int(importlib.import_module(args._module).run(args) or 0)
+        with _terminate_as_interrupt():
+            argv = sys.argv[1:] if argv is None else list(argv)
+            verb = next((a for a in argv if not a.startswith("-")), None)
+            args = build_parser(verb).parse_args(argv)
+            code = int(importlib.import_module(args._module).run(args) or 0)
+            flush_stdout()
+            return code
     except InputError as err:
         print(f"fadat: error: {one_line(str(err))}", file=sys.stderr)
         return 2
@@ -83,7 +161,14 @@ def main(argv: list[str] | None = None) -> int:
         print("fadat: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
-        return 0
+        silence_stdout()
+        return 141
+    except OSError as err:
+        if err.errno not in IO_ERRNOS:
+            raise
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"fadat: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -19,10 +19,20 @@ Usage, in every verb that writes:
 2. at the end: :func:`mark_dir` (a directory filled in place: run, model, analysis),
    :func:`replace_dir` (a directory built in a staging directory: dataset), or
    :func:`atomic_path` / :func:`atomic_write` (a file, all-or-nothing).
+
+Temporaries (``.NAME.tmp-PID-*`` staging directories and files, ``.NAME.old-PID-*`` directories
+being replaced) carry the id of the process that made them: they are removed when their block
+ends, on an error or on SIGTERM (``fadat.cli`` turns it into ``KeyboardInterrupt``), and those of
+a process that no longer runs (SIGKILL, power loss) are removed by the next check of the same
+output (:func:`remove_stale`). A write that fails (disk full, a directory that vanished) is an
+:class:`~fadat.errors.InputError` naming the output and the OS error. :func:`output_lock` keeps
+two processes from building one output at the same time.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
@@ -54,6 +64,108 @@ _LEGACY: dict[str, tuple[str, tuple[str, ...], re.Pattern[str]]] = {
         re.compile(r"config\.json|model\.safetensors|spm\.model"),
     ),
 }
+
+
+def _temp_prefix(path: Path, what: str = "tmp") -> str:
+    """Name prefix of a temporary next to ``path``: ``.NAME.tmp-PID-`` (:func:`remove_stale`)."""
+    return f".{path.name}.{what}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+_TEMP = re.compile(r"\.(?P<name>.+)\.(tmp|old)-(?P<pid>\d+)-[^/]*")
+
+
+def remove_stale(path: str | Path) -> list[Path]:
+    """Remove the temporaries of ``path`` (``.NAME.tmp-PID-*``, ``.NAME.old-PID-*`` next to it)
+    left by processes that no longer run; returns what was removed. Temporaries of a running
+    process, and anything else, stay."""
+    path = Path(path)
+    parent = path.absolute().parent
+    removed = []
+    try:
+        candidates = list(parent.glob(f".{glob_escape(path.name)}.*-*-*"))
+    except OSError:
+        return removed
+    for temp in candidates:
+        match = _TEMP.fullmatch(temp.name)
+        if not match or match["name"] != path.name or _alive(int(match["pid"])):
+            continue
+        if temp.is_dir() and not temp.is_symlink():
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
+        removed.append(temp)
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob's special characters escaped."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def write_error(path: str | Path, err: OSError, option: str | None = None) -> InputError:
+    """The :class:`InputError` for an ``OSError`` while writing ``path``: names the output (and
+    the flag) and the OS error, e.g. ``--output out.txt: cannot write (No space left on
+    device)``."""
+    what = f"{option} {path}" if option else str(path)
+    reason = err.strerror or str(err)
+    if err.errno == errno.ENOENT:
+        reason += "; was its directory removed?"
+    return InputError(f"{what}: cannot write ({reason})")
+
+
+@contextmanager
+def output_lock(path: str | Path, option: str = "--output") -> Iterator[None]:
+    """Hold an exclusive lock on the output ``path`` for the block: a second fadat process that
+    wants to write the same output is refused at once instead of racing the first.
+
+    The lock is ``fcntl.flock`` on ``.NAME.lock`` next to ``path``, removed when the block
+    ends; the operating system releases it if the process dies.
+
+    Raises:
+        InputError: another process holds the lock, or the lock file cannot be created.
+    """
+    path = Path(path)
+    parent = path.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise write_error(parent, err, option) from None
+    lock = parent / f".{path.name}.lock"
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, _umask_mode(0o666))
+        except OSError as err:
+            raise write_error(lock, err, option) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise InputError(
+                f"{option} {path}: another fadat process is writing it (lock {lock}); wait for "
+                f"it to finish or give another {option}"
+            ) from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock))
+        except FileNotFoundError:
+            same = False
+        if same:  # not a lock file that its holder removed just before we locked it
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        os.close(fd)
 
 
 def _umask_mode(mode: int) -> int:
@@ -164,6 +276,7 @@ def check_output_dir(path: str | Path, kind: str, option: str = "--output") -> b
     """
     path = Path(path)
     what = f"{option} {path}"
+    remove_stale(path)
     if os.path.lexists(path) and not path.is_dir():
         raise InputError(
             f"{what}: exists and is not a directory; fadat does not replace it "
@@ -247,7 +360,7 @@ def staging_dir(path: str | Path) -> Path:
     the caller removes it on failure)."""
     path = Path(path)
     path.absolute().parent.mkdir(parents=True, exist_ok=True)
-    staged = Path(tempfile.mkdtemp(dir=path.absolute().parent, prefix=f".{path.name}.tmp-"))
+    staged = Path(tempfile.mkdtemp(dir=path.absolute().parent, prefix=_temp_prefix(path)))
     staged.chmod(_umask_mode(0o777))  # mkdtemp's 0700 would make the output private
     return staged
 
@@ -269,7 +382,7 @@ def replace_dir(staged: str | Path, path: str | Path, kind: str, option: str = "
     _write_marker(staged, kind, files)
     if check_output_dir(path, kind, option):
         _refuse_foreign(path, kind, option, set(files))
-        old = Path(tempfile.mkdtemp(dir=path.absolute().parent, prefix=f".{path.name}.old-"))
+        old = Path(tempfile.mkdtemp(dir=path.absolute().parent, prefix=_temp_prefix(path, "old")))
         os.replace(path, old / "d")
         os.replace(staged, path)
         shutil.rmtree(old, ignore_errors=True)
@@ -366,6 +479,7 @@ def check_output_file(
     if os.path.lexists(path) and not path.is_file():
         raise InputError(f"{what}: exists and is not a regular file")
     check_not_input(path, inputs, option)
+    remove_stale(path)
     owner = _owner(path)
     if owner is not None:
         raise InputError(
@@ -377,9 +491,13 @@ def check_output_file(
 
 
 @contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, option: str | None = None) -> Iterator[Path]:
     """A temporary path next to ``path`` (same suffix) that is renamed onto ``path`` when the
     block ends without an error, and removed otherwise: ``path`` is never half-written.
+
+    Raises:
+        InputError: an ``OSError`` while writing (disk full, directory removed), naming
+            ``path`` (and ``option``, the flag that named it).
 
     Example::
 
@@ -387,24 +505,33 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             fig.savefig(tmp)
     """
     path = Path(path)
-    path.absolute().parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(
-        dir=path.absolute().parent, prefix=f".{path.name}.tmp-", suffix=path.suffix
-    )
-    os.close(fd)
-    tmp = Path(name)
-    tmp.chmod(_umask_mode(0o666))  # mkstemp's 0600 would make the output private
     try:
-        yield tmp
-        os.replace(tmp, path)
+        path.absolute().parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(
+            dir=path.absolute().parent, prefix=_temp_prefix(path), suffix=path.suffix
+        )
+        os.close(fd)
+    except OSError as err:
+        raise write_error(path, err, option) from None
+    tmp = Path(name)
+    try:
+        tmp.chmod(_umask_mode(0o666))  # mkstemp's 0600 would make the output private
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except OSError as err:
+            # Disk full, a directory that vanished, ...: the output's name, not the
+            # temporary's; and a read error of something else still names its own file.
+            if err.filename not in (None, str(tmp), str(path), name):
+                raise
+            raise write_error(path, err, option) from None
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
 
 
-def atomic_write(path: str | Path, data: str | bytes) -> None:
+def atomic_write(path: str | Path, data: str | bytes, option: str | None = None) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` all-or-nothing (see :func:`atomic_path`)."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, option) as tmp:
         if isinstance(data, str):
             tmp.write_text(data, encoding="utf-8", newline="\n")
         else:

@@ -336,7 +336,7 @@ def run(args: argparse.Namespace) -> int:
         f"{args.sentence}\n→ {translation}   ({args.strategy}; {size} vertices, "
         f"{len(view.vertices)} drawn)"
     )
-    with outputs.atomic_path(args.output) as tmp:
+    with outputs.atomic_path(args.output, "--output") as tmp:
         draw_graph(view, sp.id_to_piece, tmp, title=title)
     print(translation)
     print(f"graph: {args.output}")

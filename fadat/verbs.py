@@ -95,20 +95,32 @@ def open_output(path: str | None) -> Iterator[TextIO]:
     temporary file next to ``path``, renamed onto it when the block ends without an error.
 
     Raises:
-        InputError: the file cannot be created.
+        InputError: stdout is closed; the file cannot be created or written (disk full, its
+            directory removed: :func:`fadat.outputs.atomic_path`), or stdout cannot be written
+            (a full device), naming the output and the OS error.
+        BrokenPipeError: stdout is a pipe whose reading end was closed (``fadat.cli`` exits
+            quietly).
     """
     if path in (None, "-"):
+        if sys.stdout is None:
+            raise InputError("stdout is closed; give --output FILE")
         if hasattr(sys.stdout, "reconfigure"):
             sys.stdout.reconfigure(encoding="utf-8")
-        yield sys.stdout
-        sys.stdout.flush()
-        return
-    with outputs.atomic_path(path) as tmp:
         try:
-            out = open(tmp, "w", encoding="utf-8", newline="\n")
+            yield sys.stdout
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
         except OSError as err:
-            raise InputError(f"{path}: cannot write ({err.strerror or err})") from err
-        with out:
+            if err.filename is not None:  # not stdout's own error
+                raise
+            from fadat.cli import silence_stdout
+
+            silence_stdout()  # or the interpreter's last flush fails again
+            raise InputError(f"<stdout>: cannot write ({err.strerror or err})") from None
+        return
+    with outputs.atomic_path(path, "--output") as tmp:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as out:
             yield out
 
 

@@ -7,11 +7,15 @@ exit 2 and one line on stderr that names the file/line/option and the problem (n
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
 import shutil
+import signal
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,9 +23,11 @@ import torch
 from test_translate import random_models, random_sentences
 
 import fadat
-from fadat import cli
+from fadat import cli, outputs
 from fadat.errors import InputError
 from fadat.outputs import MARKER
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -628,6 +634,211 @@ def test_output_never_overwrites_an_input(argv, needles, paths, capsys):
     before = _snapshot(paths)
     check(argv, needles, paths, capsys)
     assert _snapshot(paths) == before
+
+
+# ----------------------------------------------------------------------------------------------
+# I/O failures: disk full, a full or closed stdout, a directory that vanished, SIGTERM, two
+# processes writing one output. One line naming the output and the OS error, exit 2, and nothing
+# half-written or temporary left behind.
+
+ENOSPC = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("."))
+
+
+class _FullFile:
+    """A text file on a device that fills up after ``room`` characters."""
+
+    def __init__(self, real, room: int) -> None:
+        self.real, self.room = real, room
+
+    def write(self, text: str) -> int:
+        if len(text) > self.room:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        self.room -= len(text)
+        return self.real.write(text)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.real.close()
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+@pytest.mark.parametrize("verb", ["translate", "score"])
+def test_disk_full_while_writing_output(verb, paths, capsys, tmp_path, monkeypatch):
+    import fadat.verbs
+
+    def full_open(*args, **kwargs):
+        return _FullFile(open(*args, **kwargs), room=8)
+
+    monkeypatch.setattr(fadat.verbs, "open", full_open, raising=False)
+    out = tmp_path / "out.txt"
+    out.write_text("yesterday's output\n")
+    source = "{in}" if verb == "translate" else "{pairs}"
+    argv = [verb, "--model", "{dat}", "--input", source, "--output", str(out)]
+    check(argv, (f"--output {out}", "No space left on device"), paths, capsys)
+    assert out.read_text() == "yesterday's output\n"  # the old file stays whole
+    assert _leftovers(tmp_path) == []
+
+
+def test_disk_full_while_saving_a_checkpoint(tmp_path, monkeypatch):
+    import fadat.checkpoints as checkpoints
+
+    path = tmp_path / "checkpoint_last.pt"
+    checkpoints.atomic_save({"update": 1}, path)
+    monkeypatch.setattr(
+        checkpoints, "open", lambda *a, **k: _FullFile(open(*a, **k), room=100), raising=False
+    )
+    with pytest.raises(InputError, match=f"{path}: cannot write .No space left on device"):
+        checkpoints.atomic_save({"update": 2, "weights": torch.zeros(1000)}, path)
+    monkeypatch.undo()
+    assert torch.load(path, weights_only=True) == {"update": 1}  # the last good one stays
+    assert _leftovers(tmp_path) == []
+
+
+def test_disk_full_while_preparing(paths, capsys, tmp_path, monkeypatch):
+    import fadat.data.prepare as prepare
+
+    real_build = prepare.build
+
+    def build_then_full(args, corpus, out):
+        real_build(args, corpus, out)
+        (out / "half-written.npy").write_bytes(b"\x93NUMPY")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "half-written.npy"))
+
+    monkeypatch.setattr(prepare, "build", build_then_full)
+    out = tmp_path / "data"
+    argv = ["prepare", *PREPARE_BASE, "--model-type", "word", "--source-file", "{text}"]
+    argv += ["--target-file", "{text}"]
+    check([*argv, "-o", str(out)], (f"--output {out}", "No space left on device"), paths, capsys)
+    assert list(tmp_path.iterdir()) == []  # no dataset, staging directory or lock
+
+
+@pytest.mark.parametrize("verb", ["evaluate", "show-graph"])
+def test_disk_full_while_writing_a_report(verb, paths, capsys, tmp_path, monkeypatch):
+    real_replace = os.replace
+
+    def full(src, dst, *args, **kwargs):
+        if ".tmp-" in str(src):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(src), str(dst))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(outputs.os, "replace", full)
+    if verb == "evaluate":
+        out = tmp_path / "r.json"
+        argv = ["evaluate", "--model", "{dat}", "--data", "{data}", "--subset", "2"]
+        argv += ["--strategies", "greedy", "--bootstrap", "0", "--no-latency", "--report"]
+    else:
+        out = tmp_path / "g.svg"
+        argv = ["show-graph", "ab cd", "--model", "{dat}", "-o"]
+    flag = "--report" if verb == "evaluate" else "--output"
+    assert cli.main(_fill([*argv, str(out)], paths)) == 2
+    last = capsys.readouterr().err.splitlines()[-1]  # after evaluate's progress lines
+    assert last == f"fadat: error: {flag} {out}: cannot write (No space left on device)"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_directory_removed_during_translation(paths, capsys, tmp_path, monkeypatch):
+    import fadat.translate
+
+    real = fadat.translate.format_translations
+    folder = tmp_path / "results"
+    folder.mkdir()
+
+    def remove_folder(*args, **kwargs):
+        shutil.rmtree(folder, ignore_errors=True)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fadat.translate, "format_translations", remove_folder)
+    out = folder / "out.txt"
+    argv = ["translate", "--model", "{dat}", "--input", "{in}", "--output", str(out)]
+    check(argv, (f"--output {out}", "No such file or directory", "removed"), paths, capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_removes_the_temporary_and_the_next_run_removes_stale_ones(
+    paths, capsys, tmp_path, monkeypatch
+):
+    import fadat.translate
+
+    real = fadat.translate.format_translations
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fadat.translate, "format_translations", terminated)
+    out = tmp_path / "out.txt"
+    argv = ["translate", "--model", paths["dat"], "--input", paths["in"], "--output", str(out)]
+    assert cli.main(argv) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after the verb
+    monkeypatch.undo()
+    # A temporary of a killed process (SIGKILL: no cleanup) goes; a running process's stays.
+    dead = tmp_path / f".out.txt.tmp-{2**22 + 7}-abc.txt"
+    dead.write_text("half")
+    running = tmp_path / f".out.txt.tmp-{os.getpid()}-def.txt"
+    running.write_text("in progress")
+    other = tmp_path / ".notes.tmp-1-x"
+    other.write_text("not ours")
+    assert cli.main(argv) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [running.name, other.name, "out.txt"]
+    )
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_two_prepares_into_one_output(paths, capsys, tmp_path):
+    out = tmp_path / "data"
+    argv = ["prepare", *PREPARE_BASE, "--model-type", "word", "--source-file", "{text}"]
+    argv += ["--target-file", "{text}"]
+    with outputs.output_lock(out):  # another process building the same dataset
+        check([*argv, "-o", str(out)], (f"--output {out}", "another fadat process"), paths, capsys)
+        assert not out.exists()
+    assert cli.main(_fill([*argv, "-o", str(out)], paths)) == 0
+    assert outputs.output_kind(out) == "dataset"
+    assert _leftovers(tmp_path) == []  # the lock file is gone too
+
+
+def _cli(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "fadat.cli", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        timeout=300,
+        **kwargs,
+    )
+
+
+def test_stdout_full_closed_or_a_closed_pipe(paths, tmp_path):
+    argv = ["translate", "--model", paths["dat"], "--input", paths["text"]]
+    with open("/dev/full", "w") as full:
+        done = _cli(argv, stdout=full)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "fadat: error: <stdout>: cannot write (No space left on device)\n"
+    # `fadat translate ... >&-`
+    done = _cli(argv, stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    assert (done.returncode, done.stderr) == (
+        2,
+        "fadat: error: stdout is closed; give --output FILE\n",
+    )
+    # `fadat translate ... | head -0`: the reading end is closed before the first line.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = _cli(argv, stdout=write)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")  # quiet, as for `yes | head`
 
 
 def test_show_graph_output_suffix(paths, capsys, tmp_path):

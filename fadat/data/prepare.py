@@ -952,7 +952,16 @@ def _read_meta(path: Path) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``fadat prepare``; returns the exit code (0)."""
+    """Run ``fadat prepare``; returns the exit code (0).
+
+    A second ``fadat prepare`` into the same ``--output`` while this one runs is refused
+    (:func:`fadat.outputs.output_lock`).
+    """
+    with contextlib.ExitStack() as stack:
+        return _run(args, stack)
+
+
+def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     start = time.time()
     out = Path(args.output)
     if args.vocab_size < 5 and not args.spm_model:
@@ -978,7 +987,9 @@ def run(args: argparse.Namespace) -> int:
     # Before any work: the output must be new, empty or a fadat dataset whose files are all
     # fadat's own (fadat.outputs), and its location writable.
     outputs.check_not_input(out, _input_flags(args), "--output")
-    existing = outputs.check_output_dir(out, "dataset", "--output")
+    outputs.check_output_dir(out, "dataset", "--output")
+    stack.enter_context(outputs.output_lock(out, "--output"))
+    existing = outputs.check_output_dir(out, "dataset", "--output")  # as it is under the lock
     # Built-in corpora: fingerprint their input files first, so an up-to-date output is
     # recognised without rebuilding the corpus.
     corpus = None
@@ -1055,6 +1066,11 @@ def run(args: argparse.Namespace) -> int:
             )
         owner.unlink()
         outputs.replace_dir(tmp, out, "dataset", "--output")
+    except OSError as err:
+        # Disk full, the output's directory removed, ...; an input's read error names its own.
+        if err.filename is not None and not str(err.filename).startswith(str(tmp)):
+            raise
+        raise outputs.write_error(out, err, "--output") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
