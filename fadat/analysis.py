@@ -388,7 +388,7 @@ def analyze_model(
     if not callable(getattr(model, "graph_outputs", None)):
         raise InputError(f"{name}: only DAT models have a graph to analyse")
     for strategy in strategies:
-        check_strategy(model, strategy, options.get(strategy, {}))
+        check_strategy(model, strategy, options.get(strategy, {}), cli=True)
     stats: dict[str, list[PathStatistics]] = {s: [] for s in strategies}
     texts: dict[str, list[str]] = {s: [""] * len(sources) for s in strategies}
     passing, max_token = [], []

@@ -303,7 +303,7 @@ def build_systems(
                 name = f"{label}:{strategy}"
                 if "beam_size" in options:
                     name += str(at_beam_size)
-                check_strategy(model, strategy, options)
+                check_strategy(model, strategy, options, cli=True)
                 systems.append(System(name, label, model, sp, strategy, options))
             continue
         chosen = [s for s in strategies if s in accepted]
@@ -316,7 +316,7 @@ def build_systems(
             options = {
                 k: v for k, v in options_for(model, strategy).items() if k in accepted[strategy]
             }
-            check_strategy(model, strategy, options)
+            check_strategy(model, strategy, options, cli=True)
             systems.append(System(f"{label}:{strategy}", label, model, sp, strategy, options))
     run = {s.strategy for s in systems if not s.model.autoregressive}
     missing = [s for s in strategies if s not in run]

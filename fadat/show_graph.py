@@ -317,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"--{name.replace('_', '-')} must be in [0, 1]")
     model, sp = load_dat_model(args.model, args.device, args.upsample_ratio)
     options = decoding_options(args, model, args.strategy)
-    check_strategy(model, args.strategy, options)
+    check_strategy(model, args.strategy, options, cli=True)
     ((_, token_logprobs, links, graph_lengths),) = model_outputs(
         model, sp, [args.sentence], warn=stderr_warner("sentence")
     )

@@ -202,11 +202,36 @@ def _finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping: PyYAML keeps the last
+    one silently, so ``arch: dat`` followed by ``arch: at`` would train an AT."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # "<<": overriding merged keys is fine
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                line = first.setdefault(key, key_node.start_mark.line)
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                continue
+            if line != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"duplicate key {key!r} (first on line {line + 1})",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml_config(path: str | Path) -> dict[str, Any]:
     """Read a training YAML file (keys of :class:`TrainConfig`, dashes or underscores).
 
     Raises:
-        InputError: missing file, invalid YAML, not a mapping, unknown key or wrongly typed value.
+        InputError: missing file, invalid YAML, a key given twice, not a mapping, unknown key or
+            wrongly typed value (the message names the file, and the line or the key).
     """
     from fadat.data.prepare import read_lines  # the checked reader of text files
 
@@ -217,7 +242,7 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
         raise InputError(f"config file {path} does not exist")
     text = "\n".join(read_lines(path))  # InputError: unreadable, NUL byte, invalid UTF-8
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -232,6 +257,8 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
         name = str(key).replace("-", "_")
         if name not in CONFIG_FIELDS:
             raise InputError(f"{path}: unknown config key {key!r}")
+        if name in out:  # "lr" and "lr-" spellings of one key
+            raise InputError(f"{path}: config key {name} is given twice ({key!r})")
         try:
             out[name] = _coerce(name, value)
         except InputError as err:
@@ -239,51 +266,114 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
     return out
 
 
-def validate_config(cfg: TrainConfig) -> None:
-    """Reject impossible combinations early with one clear message.
+def flag_of(key: str) -> str:
+    """The ``fadat train`` flag of config key ``key`` (``--no-force-emit`` for a boolean objective
+    option that defaults to true)."""
+    option = _OPTIONS.get(key)
+    return option.flag if option is not None else "--" + key.replace("_", "-")
+
+
+def validate_config(cfg: TrainConfig, sources: dict[str, str] | None = None) -> None:
+    """Reject impossible values and combinations early with one clear message.
+
+    Args:
+        cfg: the resolved configuration.
+        sources: where each key was given, for messages: ``{"lr": "run.yaml: config key lr"}``
+            for a YAML file, ``{"lr": "--lr"}`` for a flag. A key given in neither (a default)
+            is named by its flag. Options given in ``sources`` that do not apply to the chosen
+            architecture or objective are errors.
 
     Raises:
-        InputError: the problem.
+        InputError: the problem, naming the file and key or the flag that set the value.
     """
+    sources = sources or {}
+
+    def name(key: str) -> str:
+        return sources.get(key) or flag_of(key)
+
     if cfg.arch not in ARCHITECTURES:
-        raise InputError(f"--arch must be one of {', '.join(ARCHITECTURES)}, got {cfg.arch!r}")
+        raise InputError(
+            f"{name('arch')} must be one of {', '.join(ARCHITECTURES)}, got {cfg.arch!r}"
+        )
     objective = cfg.resolved_objective()
     if objective not in OBJECTIVES:
-        raise InputError(f"unknown objective {objective!r}; choose from {sorted(OBJECTIVES)}")
+        raise InputError(
+            f"{name('objective')}: unknown objective {objective!r}; choose from "
+            f"{sorted(OBJECTIVES)}"
+        )
     if OBJECTIVES[objective].architecture != cfg.arch:
-        raise InputError(f"objective {objective!r} does not train --arch {cfg.arch}")
+        raise InputError(f"objective {objective!r} does not train {name('arch')} {cfg.arch}")
     if cfg.bf16 and cfg.fp16:
-        raise InputError("--bf16 and --fp16 exclude each other")
+        raise InputError(f"{name('bf16')} and {name('fp16')} exclude each other")
     if cfg.init_from and cfg.init_encoder_from:
-        raise InputError("--init-from and --init-encoder-from exclude each other")
+        raise InputError(f"{name('init_from')} and {name('init_encoder_from')} exclude each other")
     if cfg.init_decoder_layers and not cfg.init_encoder_from:
-        raise InputError("--init-decoder-layers needs --init-encoder-from")
+        raise InputError(f"{name('init_decoder_layers')} needs --init-encoder-from")
     checks = [
-        (cfg.lr > 0, "--lr must be > 0"),
-        (cfg.warmup >= 0, "--warmup must be >= 0"),
-        (cfg.max_tokens > 0, "--max-tokens must be > 0"),
-        (cfg.update_freq >= 1, "--update-freq must be >= 1"),
-        (cfg.clip_norm >= 0, "--clip-norm must be >= 0 (0 = off)"),
-        (0 <= cfg.dropout < 1, "--dropout must be in [0, 1)"),
-        (cfg.upsample_ratio >= 0, "--upsample-ratio must be >= 0 (0 = the preset's)"),
-        (min(cfg.max_updates, cfg.max_epochs, cfg.patience) >= 0, "stop criteria must be >= 0"),
-        (cfg.validate_every >= 0 and cfg.save_every >= 0, "intervals must be >= 0"),
-        (cfg.keep_best >= 1, "--keep-best must be >= 1"),
-        (cfg.valid_subset >= 0, "--valid-subset must be >= 0"),
-        (cfg.weight_decay >= 0, "weight_decay must be >= 0"),
-        (cfg.warmup_init_lr >= 0, "warmup_init_lr must be >= 0"),
-        (cfg.adam_eps > 0, "adam_eps must be > 0"),
-        (cfg.max_tokens_valid >= 0, "--max-tokens-valid must be >= 0 (0 = --max-tokens)"),
-        (cfg.seed >= 0, f"--seed must be >= 0, got {cfg.seed}"),
-        (cfg.threads >= 0, f"--threads must be >= 0 (0 = torch's default), got {cfg.threads}"),
-        (cfg.log_every >= 1, f"--log-every must be >= 1, got {cfg.log_every}"),
+        ("lr", cfg.lr > 0, "must be > 0"),
+        ("warmup", cfg.warmup >= 0, "must be >= 0"),
+        ("max_tokens", cfg.max_tokens > 0, "must be > 0"),
+        ("update_freq", cfg.update_freq >= 1, "must be >= 1"),
+        ("clip_norm", cfg.clip_norm >= 0, "must be >= 0 (0 = off)"),
+        ("dropout", 0 <= cfg.dropout < 1, "must be in [0, 1)"),
+        ("upsample_ratio", cfg.upsample_ratio >= 0, "must be >= 0 (0 = the preset's)"),
+        *((k, getattr(cfg, k) >= 0, "must be >= 0") for k in ("max_updates", "max_epochs")),
+        ("patience", cfg.patience >= 0, "must be >= 0"),
+        ("validate_every", cfg.validate_every >= 0, "must be >= 0"),
+        ("save_every", cfg.save_every >= 0, "must be >= 0"),
+        ("keep_best", cfg.keep_best >= 1, "must be >= 1"),
+        ("valid_subset", cfg.valid_subset >= 0, "must be >= 0"),
+        ("weight_decay", cfg.weight_decay >= 0, "must be >= 0"),
+        ("warmup_init_lr", cfg.warmup_init_lr >= 0, "must be >= 0"),
+        ("adam_eps", cfg.adam_eps > 0, "must be > 0"),
+        ("max_tokens_valid", cfg.max_tokens_valid >= 0, "must be >= 0 (0 = --max-tokens)"),
+        ("seed", cfg.seed >= 0, "must be >= 0"),
+        ("threads", cfg.threads >= 0, "must be >= 0 (0 = torch's default)"),
+        ("log_every", cfg.log_every >= 1, "must be >= 1"),
     ]
-    checks += [(o.check is None or o.check(getattr(cfg, o.name)), o.problem) for o in all_options()]
-    for ok, message in checks:
+    checks += [
+        (o.name, o.check is None or o.check(getattr(cfg, o.name)), o.problem) for o in all_options()
+    ]
+    for key, ok, requirement in checks:
         if not ok:
-            raise InputError(message)
+            requirement = requirement.removeprefix(key).strip()
+            raise InputError(f"{name(key)} {requirement}, got {getattr(cfg, key)!r}")
+    _refuse_inapplicable(cfg, sources)
     if not (cfg.max_updates or cfg.max_epochs or cfg.max_time):
         raise InputError("give a stop criterion: --max-updates, --max-epochs or --max-time")
+
+
+#: Core keys that only some architectures read.
+_ARCH_KEYS = {
+    "upsample_ratio": ("dat", "ctc"),  # λ: the graph (DAT) or the CTC output length
+    "decode_beta": ("dat",),  # β of lookahead in validation
+}
+
+
+def _refuse_inapplicable(cfg: TrainConfig, sources: dict[str, str]) -> None:
+    """Options given (in ``sources``) that the chosen architecture or objective does not read:
+    an error, not silently ignored.
+
+    Raises:
+        InputError: naming the option, where it was given, and what it applies to.
+    """
+    objective = OBJECTIVES[cfg.resolved_objective()]
+    for key, where in sources.items():
+        if key in _OPTIONS and _OPTIONS[key] not in objective.options:
+            owners = [o.name for o in OBJECTIVES.values() if _OPTIONS[key] in o.options]
+            raise InputError(
+                f"{where} applies to the objective {' or '.join(owners)}, not to "
+                f"{objective.name!r} (--arch {cfg.arch}); remove it"
+            )
+        if key in _ARCH_KEYS and cfg.arch not in _ARCH_KEYS[key]:
+            raise InputError(
+                f"{where} applies to --arch {' or '.join(_ARCH_KEYS[key])}, not to "
+                f"--arch {cfg.arch}; remove it"
+            )
+        if key == "glat_p" and cfg.glat_p.strip() not in ("", "0") and objective.glancing == "0":
+            raise InputError(
+                f"{where}: the objective {objective.name!r} does not glance; remove it"
+            )
 
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
@@ -421,7 +511,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     for key in CONFIG_FIELDS:
         value = getattr(args, key, None)
         if value is not None:
-            explicit[key] = _coerce(key, value, "--" + key.replace("_", "-"))
+            explicit[key] = _coerce(key, value, flag_of(key))
     if args.resume:
         run_dir = Path(args.resume)
         saved_path = run_dir / CONFIG_FILE
@@ -437,12 +527,15 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
         values = {**saved, **explicit, "run_dir": str(run_dir)}
         return config_from_dict(values, str(saved_path)), True
     values = load_yaml_config(args.config) if args.config else {}
+    # Where each value came from, so that a message names the file and key or the flag.
+    sources = {key: f"{args.config}: config key {key}" for key in values}
     values.update(explicit)
+    sources.update({key: flag_of(key) for key in explicit})
     for key in ("data", "run_dir"):
         if not values.get(key):
             raise InputError(f"--{key.replace('_', '-')} is required")
     cfg = config_from_dict(values, args.config or "flags")
-    validate_config(cfg)
+    validate_config(cfg, sources)
     if not cfg.init_from:
         # The preset and the YAML's model section, checked before any data is read (the
         # vocabulary size is a placeholder: the data's is used later).

@@ -211,6 +211,9 @@ def _check_field_types(config: ModelConfig) -> None:
                 ok = ok or isinstance(value, t)
         if not ok:
             raise InputError(f"model config key {f.name!r} has the wrong type: {value!r}")
+        if float in allowed and isinstance(value, float) and not math.isfinite(value):
+            # NaN passes every range check below (NaN <= 0 is False) and empties every output.
+            raise InputError(f"model config key {f.name!r} must be a finite number, got {value}")
 
 
 # Presets (kwargs without vocab_size). "cpu-small" (8.4M parameters at V = 8000): d = 256 with 3+3

@@ -23,7 +23,7 @@ import argparse
 import math
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,8 +103,17 @@ def strategy_options(model: nn.Module) -> dict[str, tuple[str, ...]]:
     return model.strategies()
 
 
+#: The largest ``--nbest``: each candidate is one more decode of the graph, and a user who
+#: asks for a million would wait for hours without a word.
+MAX_NBEST = 1000
+
+
 def check_strategy(
-    model: nn.Module, strategy: str, options: dict[str, Any], nbest: int = 1
+    model: nn.Module,
+    strategy: str,
+    options: dict[str, Any],
+    nbest: int = 1,
+    cli: bool = False,
 ) -> None:
     """Validate a strategy, its options and ``nbest`` before any input is read.
 
@@ -112,9 +121,14 @@ def check_strategy(
     a DAT tries them once on a small synthetic graph, so ``top_p = 2`` fails here with the
     decoder's own message).
 
+    Args:
+        cli: name options as command-line flags (``--beam-size``) rather than as the Python
+            keyword arguments a library caller passed (``beam_size``).
+
     Raises:
         InputError: unknown strategy for this model, an option the strategy does not take,
-            an invalid value, or an ``nbest`` the strategy cannot give.
+            an invalid value, or an ``nbest`` the strategy cannot give (or above
+            :data:`MAX_NBEST`).
     """
     if not isinstance(strategy, str):
         raise InputError(f"strategy must be a string, got {type(strategy).__name__}")
@@ -126,15 +140,22 @@ def check_strategy(
         )
     unknown = sorted(set(options) - set(known[strategy]))
     if unknown:
-        flags = ", ".join("--" + name.replace("_", "-") for name in unknown)
-        raise InputError(f"strategy {strategy!r} does not take {flags}")
+        if cli:
+            names = ", ".join("--" + name.replace("_", "-") for name in unknown)
+        else:
+            names = "the keyword argument " + ", ".join(unknown)
+        raise InputError(f"strategy {strategy!r} does not take {names}")
     check_option_values(options)
+    what = "--nbest" if cli else "nbest"
     if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
-        raise InputError(f"--nbest must be an integer >= 1, got {nbest!r}")
+        raise InputError(f"{what} must be an integer >= 1, got {nbest!r}")
+    if nbest > MAX_NBEST:
+        raise InputError(f"{what} must be at most {MAX_NBEST}, got {nbest}")
     try:
         model.check_options(strategy, options, nbest)
     except ValueError as err:
-        raise InputError(f"strategy {strategy!r}: {err}") from err
+        message = str(err) if cli else str(err).replace("--nbest", "nbest")
+        raise InputError(f"strategy {strategy!r}: {message}") from err
 
 
 def check_option_values(options: dict[str, Any]) -> None:
@@ -467,6 +488,20 @@ class Translator:
             raise InputError(
                 f"directory must be a path (str or pathlib.Path), got {type(directory).__name__}"
             )
+        for name, value in (("device", device), ("precision", precision)):
+            if not isinstance(value, str | torch.device) or (
+                name == "precision" and not isinstance(value, str)
+            ):
+                raise InputError(f"{name} must be a string, got {type(value).__name__}")
+        if upsample_ratio is not None and (
+            isinstance(upsample_ratio, bool)
+            or not isinstance(upsample_ratio, int | float)
+            or not math.isfinite(upsample_ratio)
+            or upsample_ratio <= 0
+        ):
+            raise InputError(
+                f"upsample_ratio must be None or a finite number > 0, got {upsample_ratio!r}"
+            )
         model, sp = load_model(directory, device, upsample_ratio)
         model = apply_precision(model, precision)
         return cls(apply_reduced_head(model, directory, shortlist, prune_threshold), sp)
@@ -566,6 +601,10 @@ def _sentences(value: Any, name: str) -> tuple[list[str], bool]:
     """
     if isinstance(value, str):
         return [value], True
+    if isinstance(value, Mapping | Set):  # its keys, in no meaningful order: not sentences
+        raise InputError(
+            f"{name} must be a string or a sequence of strings, got {type(value).__name__}"
+        )
     if isinstance(value, bytes | bytearray) or not isinstance(value, Iterable):
         raise InputError(
             f"{name} must be a string or a sequence of strings, got {type(value).__name__}"
@@ -729,7 +768,7 @@ def run(args: argparse.Namespace) -> int:
     model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
-    check_strategy(model, strategy, options, args.nbest)
+    check_strategy(model, strategy, options, args.nbest, cli=True)
     lines = read_lines(args.input)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     from tqdm import tqdm

@@ -7,6 +7,7 @@ exit 2 and one line on stderr that names the file/line/option and the problem (n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import hashlib
 import json
@@ -60,6 +61,14 @@ def paths(tmp_path_factory) -> dict[str, str]:
         "negmodel": "model:\n  d_model: -8\n",
         "unkmodel": "model:\n  colour: blue\n",
         "betas": "adam_betas: [0.9, 2]\n",
+        "dupkey": "arch: dat\nlr: 0.001\narch: at\n",
+        "dupnested": "model:\n  d_model: 16\n  d_model: 32\n",
+        "dupspelling": "max_updates: 1\nmax-updates: 2\n",
+        "neglr": "lr: -1\n",
+        "nanlambda": "upsample_ratio: .nan\n",
+        "modelnan": "model:\n  upsample_ratio: .nan\n",
+        "ngram": "ngram_order: 3\n",
+        "atglat": "arch: at\nglat_p: '0.3'\n",
     }
     for name, content in files.items():
         p[name] = root / f"{name}.txt"
@@ -135,6 +144,8 @@ _DAMAGE = {
     "vocab": _config(vocab_size=-5),
     "vocabtype": _config(vocab_size="many"),
     "dropout": _config(dropout=float("nan")),
+    "nanlambda": _config(upsample_ratio=float("nan")),
+    "strlambda": _config(upsample_ratio="4"),
     "cfgkey": _config(colour="blue"),
 }
 
@@ -183,6 +194,8 @@ MODEL_CASES = [
     (["{m-vocab}"], ("config.json", "vocab_size")),
     (["{m-vocabtype}"], ("config.json", "vocab_size")),
     (["{m-dropout}"], ("config.json", "dropout")),
+    (["{m-nanlambda}"], ("config.json", "upsample_ratio", "finite")),
+    (["{m-strlambda}"], ("config.json", "upsample_ratio", "'4'")),
     (["{m-cfgkey}"], ("config.json", "colour")),
 ]
 
@@ -286,7 +299,45 @@ PREPARE_CASES = [
         ("--direction",),
     ),
     ([], ("no input",)),
+    (
+        ["--source-file", "{text}", "--target-file", "{text}", "--swap-prob", "0.5"],
+        ("--swap-prob applies to synth-multimodal", "not to parallel text"),
+    ),
+    (
+        ["--source-file", "{text}", "--target-file", "{text}", "--seed", "3"],
+        ("--seed applies to synth-multimodal",),
+    ),
+    (
+        ["--source-file", "{text}", "--target-file", "{text}", "--sword-dir", "{dir}"],
+        ("--sword-dir applies to bible-en-es",),
+    ),
+    (["synth-multimodal", "--source-lang", "de"], ("--source-lang applies to parallel text",)),
+    (["synth-multimodal", "--cache-dir", "{dir}"], ("--cache-dir applies to lohelp-en-de",)),
 ]
+
+
+PARALLEL = ["--source-file", "{text}", "--target-file", "{text}", "--source-lang", "en"]
+PARALLEL += ["--target-lang", "en", "--model-type", "word"]
+#: Complete command lines (no PREPARE_BASE).
+PREPARE_OWN_CASES = [
+    (
+        [*PARALLEL, "--model-type", "bpe", "--vocab-size", "6"],
+        ("--vocab-size 6 is too small", "or more"),
+    ),
+    (
+        [*PARALLEL, "--model-type", "bpe", "--vocab-size", "5000"],
+        ("--vocab-size 5000 is too large", "or less"),
+    ),
+    (["synth-multimodal", "--seed", "-1"], ("--seed must be >= 0",)),
+    (["synth-multimodal", "--swap-prob", "nan"], ("--swap-prob must be in [0, 1]",)),
+    (["synth-multimodal", "--vocab-size", "100"], ("--vocab-size", "do not apply")),
+]
+
+
+@pytest.mark.parametrize(("argv", "needles"), cases(["prepare"], PREPARE_OWN_CASES))
+def test_prepare_own(argv, needles, paths, capsys, tmp_path):
+    check([*argv, "--output", str(tmp_path / "out")], needles, paths, capsys)
+    assert [p.name for p in tmp_path.iterdir()] == []
 
 
 @pytest.mark.parametrize(("argv", "needles"), cases(["prepare"], PREPARE_CASES))
@@ -311,6 +362,21 @@ TRAIN_CASES = [
     (["--config", "{betas}"], ("{betas}", "adam_betas")),
     (["--config", "{negmodel}"], ("{negmodel}", "d_model")),
     (["--config", "{unkmodel}"], ("{unkmodel}", "colour")),
+    (["--config", "{dupkey}"], ("{dupkey}:3", "duplicate key 'arch'", "first on line 1")),
+    (["--config", "{dupnested}"], ("{dupnested}:3", "duplicate key 'd_model'")),
+    (["--config", "{dupspelling}"], ("{dupspelling}", "max_updates", "twice")),
+    (["--config", "{neglr}"], ("{neglr}: config key lr must be > 0", "got -1")),
+    (["--config", "{nanlambda}"], ("{nanlambda}", "upsample_ratio", "finite")),
+    (["--config", "{modelnan}"], ("{modelnan}", "upsample_ratio", "finite")),
+    (["--config", "{ngram}"], ("{ngram}: config key ngram_order", "fuzzy", "not to 'nll'")),
+    (["--config", "{atglat}"], ("{atglat}: config key glat_p", "does not glance")),
+    (["--ngram-order", "3"], ("--ngram-order applies to the objective fuzzy", "'nll'")),
+    (["--label-smoothing", "0.2"], ("--label-smoothing", "label_smoothed_ce", "'nll'")),
+    (["--no-force-emit", "--arch", "at"], ("--no-force-emit applies", "--arch at")),
+    (["--upsample-ratio", "2", "--arch", "at"], ("--upsample-ratio applies to --arch dat",)),
+    (["--decode-beta", "2", "--arch", "at"], ("--decode-beta applies to --arch dat",)),
+    (["--glat-p", "0.3", "--arch", "at"], ("--glat-p", "does not glance")),
+    (["--upsample-ratio", "nan"], ("--upsample-ratio", "finite")),
     (["--lr", "nan"], ("lr", "finite")),
     (["--lr", "-1"], ("--lr", "> 0")),
     (["--lr", "fast"], ("--lr", "'fast'")),
@@ -323,7 +389,7 @@ TRAIN_CASES = [
     (["--update-freq", "0"], ("--update-freq",)),
     (["--clip-norm", "-1"], ("--clip-norm",)),
     (["--keep-best", "0"], ("--keep-best",)),
-    (["--seed", "-1"], ("--seed", ">= 0")),
+    (["--seed", "-1"], ("--seed must be >= 0", "got -1")),
     (["--threads", "-2"], ("--threads", ">= 0")),
     (["--preset", "huge"], ("'huge'", "preset")),
     (["--arch", "rnn"], ("--arch",)),
@@ -887,7 +953,11 @@ API_CASES = [
     ("translate", (["ab"],), {"beta": "high"}, "option beta: expected a number"),
     ("translate", (["ab"],), {"beta": float("nan")}, "option beta"),
     ("translate", (["ab"],), {"beta": True}, "option beta"),
-    ("translate", (["ab"],), {"colour": 1}, "does not take --colour"),
+    ("translate", (["ab"],), {"colour": 1}, "does not take the keyword argument colour$"),
+    ("translate", ({"text": "ab"},), {}, "got dict"),
+    ("translate", ({"ab", "cd"},), {}, "got set"),
+    ("translate_nbest", (["ab"], 2), {"strategy": "lookahead"}, "^strategy 'lookahead': nbest 2"),
+    ("translate_nbest", (["ab"], 10**6), {"strategy": "sample"}, "nbest must be at most 1000"),
     ("translate", (["ab"],), {"max_tokens": -1}, "max_tokens"),
     ("translate", (["ab"],), {"max_tokens": "4096"}, "max_tokens"),
     ("translate", (["ab"], "sample"), {"top_p": 1.5}, "top_p"),
@@ -915,6 +985,11 @@ def test_api_wrong_types_and_values(translator, method, args, kwargs, match):
     ("directory", "match"),
     [
         (None, "directory must be a path"),
+        ("{dat}|upsample_ratio=2", "upsample_ratio must be None or a finite number"),
+        ("{dat}|upsample_ratio=nan", "upsample_ratio must be None or a finite number"),
+        ("{dat}|device=0", "device must be a string"),
+        ("{dat}|precision=None", "precision must be a string"),
+        ("{m-nanlambda}", "config.json.*upsample_ratio.*finite"),
         (42, "directory must be a path"),
         ("{missing}", "does not exist"),
         ("{in}", "a file, not a model directory"),
@@ -923,10 +998,14 @@ def test_api_wrong_types_and_values(translator, method, args, kwargs, match):
     ],
 )
 def test_api_from_pretrained(paths, directory, match):
+    kwargs = {}
     if isinstance(directory, str):
-        directory = directory.format(**paths)
+        directory, _, keyword = directory.format(**paths).partition("|")
+        if keyword:  # one keyword argument of the wrong type or value
+            name, value = keyword.split("=")
+            kwargs[name] = {"2": "2", "nan": float("nan"), "0": 0, "None": None}[value]
     with pytest.raises(InputError, match=match):
-        fadat.Translator.from_pretrained(directory)
+        fadat.Translator.from_pretrained(directory, **kwargs)
     with pytest.raises(InputError, match="device"):
         fadat.Translator.from_pretrained(paths["dat"], device="toaster")
 

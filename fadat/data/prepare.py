@@ -194,39 +194,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     from fadat.data.synth import SynthConfig
 
+    # Defaults are None so that a flag given with another corpus is an error, not ignored
+    # (_refuse_inapplicable); synth_config fills in SynthConfig's defaults.
     d = SynthConfig()
     y = parser.add_argument_group("synth-multimodal (fadat.data.synth)")
-    y.add_argument("--seed", type=int, default=d.seed, help=f"random seed ({d.seed})")
+    y.add_argument("--seed", type=int, default=None, help=f"random seed ({d.seed})")
     y.add_argument(
         "--swap-prob",
         type=float,
-        default=d.swap_prob,
+        default=None,
         help=f"P: adjacent phrase pairs swapped with this probability ({d.swap_prob})",
     )
     y.add_argument(
         "--synonym-prob",
         type=float,
-        default=d.synonym_prob,
+        default=None,
         help=f"Q: fraction of source word types with two synonyms ({d.synonym_prob})",
     )
     y.add_argument(
         "--source-types",
         type=int,
-        default=d.source_types,
+        default=None,
         help=f"source vocabulary in words ({d.source_types})",
     )
-    y.add_argument(
-        "--min-words", type=int, default=d.min_words, help=f"shortest source ({d.min_words})"
-    )
-    y.add_argument(
-        "--max-words", type=int, default=d.max_words, help=f"longest source ({d.max_words})"
-    )
+    y.add_argument("--min-words", type=int, default=None, help=f"shortest source ({d.min_words})")
+    y.add_argument("--max-words", type=int, default=None, help=f"longest source ({d.max_words})")
     for split in SPLITS:
         default = getattr(d, f"{split}_size")
-        y.add_argument(
-            f"--{split}-size", type=int, default=default, help=f"{split} pairs ({default})"
-        )
-    s.add_argument("--sword-dir", default="/usr/share/sword", help="bible-en-es: SWORD modules")
+        y.add_argument(f"--{split}-size", type=int, default=None, help=f"{split} pairs ({default})")
+    s.add_argument("--sword-dir", default=None, help=f"bible-en-es: SWORD modules ({SWORD_DIR})")
     s.add_argument(
         "--cache-dir",
         default=None,
@@ -446,7 +442,7 @@ def bible_corpus(args: argparse.Namespace) -> Corpus:
     from fadat.data import bible
 
     src_lang, tgt_lang = _direction(args, "en", "es")
-    sword = Path(args.sword_dir)
+    sword = Path(args.sword_dir or SWORD_DIR)
     corpus = bible.build_bible(sword)
     files = bible_files(sword)
     text = {"en": corpus.english, "es": corpus.spanish}
@@ -498,7 +494,7 @@ def bible_files(sword: Path) -> list[Path]:
 def source_files(args: argparse.Namespace) -> list[Path] | None:
     """Input files of a built-in corpus, known before it is built (None for parallel text)."""
     if args.corpus == "bible-en-es":
-        return bible_files(Path(args.sword_dir))
+        return bible_files(Path(args.sword_dir or SWORD_DIR))
     if args.corpus in ("lohelp-en-de", "lohelp-en-es"):
         from fadat.data import lohelp
 
@@ -538,21 +534,53 @@ def lohelp_corpus(args: argparse.Namespace, other: str) -> Corpus:
     )
 
 
+#: Options of only some corpora: flag → the corpora that read it (None: parallel text).
+CORPUS_OPTIONS: dict[str, tuple[str | None, ...]] = {
+    **{
+        f"--{name}": ("synth-multimodal",)
+        for name in (
+            "seed",
+            "swap-prob",
+            "synonym-prob",
+            "source-types",
+            "min-words",
+            "max-words",
+            *(f"{split}-size" for split in SPLITS),
+        )
+    },
+    "--sword-dir": ("bible-en-es",),
+    "--cache-dir": ("lohelp-en-de", "lohelp-en-es"),
+    "--direction": ("bible-en-es", "lohelp-en-de", "lohelp-en-es"),
+    "--source-lang": (None,),
+    "--target-lang": (None,),
+}
+
+SWORD_DIR = "/usr/share/sword"
+
+
+def _refuse_inapplicable(args: argparse.Namespace) -> None:
+    """An option of another corpus is an error, not silently ignored.
+
+    Raises:
+        InputError: naming the flag and the corpora it applies to.
+    """
+    for flag, corpora in CORPUS_OPTIONS.items():
+        value = getattr(args, flag[2:].replace("-", "_"), None)
+        if value is not None and args.corpus not in corpora:
+            names = ["parallel text" if c is None else c for c in corpora]
+            chosen = args.corpus or "parallel text (--source-file/--target-file, --tsv)"
+            raise InputError(f"{flag} applies to {' and '.join(names)}, not to {chosen}")
+
+
 def synth_config(args: argparse.Namespace):
-    """The :class:`~fadat.data.synth.SynthConfig` of the command line (checked)."""
+    """The :class:`~fadat.data.synth.SynthConfig` of the command line (checked); options not
+    given keep SynthConfig's defaults."""
     from fadat.data.synth import SynthConfig
 
-    cfg = SynthConfig(
-        seed=args.seed,
-        swap_prob=args.swap_prob,
-        synonym_prob=args.synonym_prob,
-        train_size=args.train_size,
-        valid_size=args.valid_size,
-        test_size=args.test_size,
-        source_types=args.source_types,
-        min_words=args.min_words,
-        max_words=args.max_words,
-    )
+    names = ("seed", "swap_prob", "synonym_prob", "source_types", "min_words", "max_words")
+    names += tuple(f"{split}_size" for split in SPLITS)
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    cfg = SynthConfig(**given)
     cfg.check()
     return cfg
 
@@ -984,6 +1012,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         raise InputError(f"give either the built-in corpus {args.corpus} or input files, not both")
     if args.corpus is None and args.direction:
         raise InputError("--direction is for built-in corpora; use --source-lang/--target-lang")
+    _refuse_inapplicable(args)
     # Before any work: the output must be new, empty or a fadat dataset whose files are all
     # fadat's own (fadat.outputs), and its location writable.
     outputs.check_not_input(out, _input_flags(args), "--output")
@@ -1028,7 +1057,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         with _terminate_as_interrupt():
             built = build(args, corpus, tmp)
             if valid_sets is not None:
-                _write_valid_sets(tmp, built, valid_sets, args.seed)
+                _write_valid_sets(tmp, built, valid_sets, synth_config(args).seed)
             meta = {
                 "format": FORMAT_VERSION,
                 "fingerprint": fp,

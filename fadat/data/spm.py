@@ -7,6 +7,7 @@ trained or loaded, so a model trained elsewhere with other ids is refused with a
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -96,10 +97,7 @@ def train_sentencepiece(
             raise fed["error"] from None
         if not fed["lines"]:
             raise InputError("cannot train sentencepiece: no training text") from None
-        raise InputError(
-            f"sentencepiece training failed ({str(err).strip().splitlines()[-1]}); "
-            "a smaller --vocab-size may help"
-        ) from err
+        raise InputError(_training_failure(str(err), vocab_size)) from err
     if fed["error"] is not None:
         raise fed["error"]
     prefix = Path(model_prefix)
@@ -110,6 +108,26 @@ def train_sentencepiece(
         for i in range(sp.get_piece_size()):
             f.write(f"{sp.id_to_piece(i)}\t{sp.get_score(i)}\n")
     return sp
+
+
+def _training_failure(message: str, vocab_size: int) -> str:
+    """Our message for sentencepiece's training error ``message``: which way ``--vocab-size``
+    must move, with the bound sentencepiece computed."""
+    last = message.strip().splitlines()[-1] if message.strip() else message
+    small = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", last)
+    if small:
+        return (
+            f"--vocab-size {vocab_size} is too small: the text has more distinct characters "
+            f"than that (with the special pieces, {small.group(2)} pieces are needed); give "
+            f"--vocab-size {small.group(2)} or more"
+        )
+    high = re.search(r"[Vv]ocabulary size too high.*?<=\s*(\d+)", last)
+    if high:
+        return (
+            f"--vocab-size {vocab_size} is too large for this text (sentencepiece finds at most "
+            f"{high.group(1)} pieces); give --vocab-size {high.group(1)} or less"
+        )
+    return f"sentencepiece training failed ({last}); check --vocab-size and --model-type"
 
 
 def check_special_ids(sp: spm.SentencePieceProcessor, name: str) -> None:

@@ -102,6 +102,8 @@ class SynthConfig:
 
     def check(self) -> None:
         """Raises InputError naming the option for out-of-range values."""
+        if self.seed < 0:  # numpy's generators take no negative seed
+            raise InputError(f"--seed must be >= 0, got {self.seed}")
         for name in ("swap_prob", "synonym_prob", "phrase_final_fraction", "fertility2_fraction"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
