@@ -81,6 +81,30 @@ from fadat.validation import usable_indices, validate
 
 logger = logging.getLogger("fadat.train")
 
+#: Consecutive diverged updates (:func:`diverged_update`) after which training stops with
+#: :class:`TrainingDiverged`. Large enough for fp16's loss scaler, which skips a run of
+#: overflowing updates while it halves its scale, and small against any real training budget.
+DIVERGED_UPDATES = 50
+
+
+class TrainingDiverged(InputError):
+    """Training stopped because its losses or gradients stayed non-finite (a learning rate too
+    high, fp16 overflow that does not recover, weights that became NaN); the run directory keeps
+    the last checkpoint written before the divergence."""
+
+
+def diverged_update(stats: dict[str, float]) -> bool:
+    """Whether an update's summed statistics show divergence: a non-finite loss or gradient
+    norm, or most of its sentences with a non-finite loss (the objectives count those as 0, so
+    the logged loss alone looks fine, even 0.0)."""
+    nonfinite = stats.get("invalid_nonfinite", 0.0)
+    return (
+        not math.isfinite(stats["loss_sum"])
+        or not math.isfinite(stats["grad_norm"])
+        or (nonfinite > 0 and 2 * nonfinite >= max(stats.get("sentences", 0.0), 1.0))
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Learning rate
 # --------------------------------------------------------------------------------------------
@@ -452,6 +476,8 @@ class Trainer:
         start_elapsed = p.elapsed
         last_bleu = float("nan")
         save_every = cfg.save_every or cfg.validate_every
+        bad = 0  # consecutive diverged updates
+        warned_nonfinite = False
         with _Interrupt() as interrupt:
             stop_reason = self._stop_reason()
             groups = iter(()) if stop_reason else self._epoch_groups()
@@ -470,9 +496,30 @@ class Trainer:
                         bleu="-" if math.isnan(last_bleu) else f"{last_bleu:.2f}",
                         tok_s=f"{record['tokens_per_s']:.0f}",
                     )
-                if cfg.validate_every and p.update % cfg.validate_every == 0:
+                if stats.get("invalid_nonfinite", 0) > 0 and not warned_nonfinite:
+                    warned_nonfinite = True
+                    logger.warning(
+                        "update %d: %d sentence(s) with a non-finite loss (counted as 0); "
+                        "if this goes on, lower --lr",
+                        p.update,
+                        int(stats["invalid_nonfinite"]),
+                    )
+                bad = bad + 1 if diverged_update(stats) else 0
+                if bad == 1:
+                    logger.warning(
+                        "update %d: non-finite loss or gradient; training stops after %d such "
+                        "updates in a row (no checkpoint or validation until it recovers)",
+                        p.update,
+                        DIVERGED_UPDATES,
+                    )
+                if bad >= DIVERGED_UPDATES:
+                    stop_reason = "diverged"
+                    break
+                # The weights may be damaged while updates diverge: neither validate them
+                # nor let them replace the last good checkpoint.
+                if not bad and cfg.validate_every and p.update % cfg.validate_every == 0:
                     last_bleu = self._validate_and_track()
-                if save_every and p.update % save_every == 0:
+                if not bad and save_every and p.update % save_every == 0:
                     self.save_last()
                 if stats["stop"] > 0:
                     # Any rank's Ctrl-C or clock stops every rank after the same update.
@@ -482,6 +529,10 @@ class Trainer:
                 if stop_reason:
                     break
             stop_reason = stop_reason or "max_epochs"
+            if bad:
+                if bar is not None:
+                    bar.close()
+                self._stop_diverged(bad)
             if p.last_validated != p.update and stop_reason != "interrupted":
                 last_bleu = self._validate_and_track()
             self.save_last()
@@ -504,6 +555,30 @@ class Trainer:
         if stop_reason == "interrupted":
             raise KeyboardInterrupt
         return summary
+
+    def _stop_diverged(self, bad: int) -> None:
+        """End a run whose last ``bad`` updates diverged (or that stopped during such a run of
+        updates), keeping the last checkpoint written before.
+
+        Raises:
+            TrainingDiverged: always; the message names the updates, the checkpoint kept and
+                what to change.
+        """
+        p = self.progress
+        last = self.run_dir / LAST_NAME
+        kept = (
+            f"{last} (the last checkpoint before it) is kept"
+            if last.is_file()
+            else "no checkpoint was written before it"
+        )
+        message = (
+            f"training diverged: non-finite loss or gradient in the last {bad} updates "
+            f"(updates {p.update - bad + 1} to {p.update}); {kept}; lower --lr (now "
+            f"{self.cfg.lr:g}) or raise --warmup, and start a new run"
+        )
+        if self.info.is_main:
+            logger.error("%s", message)
+        raise TrainingDiverged(message)
 
     def _stop_reason(self) -> str:
         cfg, p = self.cfg, self.progress

@@ -411,6 +411,51 @@ def test_train(argv, needles, paths, capsys, tmp_path):
     check(["train", *TRAIN_BASE, "--run-dir", str(run_dir), *argv[1:]], needles, paths, capsys)
 
 
+@pytest.mark.parametrize("how", ["nan-loss", "nan-sentences"])
+def test_training_that_diverges_stops_and_keeps_the_last_good_checkpoint(
+    how, paths, capsys, tmp_path, monkeypatch, caplog
+):
+    import fadat.train as train
+
+    monkeypatch.setattr(train, "DIVERGED_UPDATES", 4)
+    real = train.compute_loss
+    calls = []
+
+    def diverging(model, batch, cfg):
+        out = real(model, batch, cfg)
+        calls.append(1)
+        if len(calls) <= 3:  # three good updates (update_freq 1: one call per update)
+            return out
+        if how == "nan-loss":
+            return dataclasses.replace(out, loss_sum=out.loss_sum * float("nan"))
+        # Every sentence non-finite: the objective counts them as 0, the logged loss is 0.0.
+        n = float(out.stats["sentences"])
+        stats = {**out.stats, "invalid_nonfinite": n}
+        return dataclasses.replace(out, loss_sum=out.loss_sum * 0.0, stats=stats)
+
+    monkeypatch.setattr(train, "compute_loss", diverging)
+    run = tmp_path / "run"
+    argv = ["train", "--data", "{data}", "--run-dir", str(run), "--preset", "tiny"]
+    argv += ["--max-updates", "50", "--save-every", "1", "--validate-every", "0"]
+    argv += ["--no-progress-bar", "--threads", "1"]
+    with caplog.at_level("WARNING", logger="fadat.train"):
+        check(
+            argv,
+            ("training diverged", "updates 4 to 7", "checkpoint_last.pt", "--lr"),
+            paths,
+            capsys,
+        )
+    assert "non-finite loss or gradient" in caplog.text  # warned at the first bad update
+    from fadat.checkpoints import load_checkpoint
+
+    state = load_checkpoint(run / "checkpoint_last.pt")
+    assert state["progress"]["update"] == 3  # the last good one, not a diverged state
+    assert all(
+        bool(torch.isfinite(v).all()) for v in state["model"].values() if v.is_floating_point()
+    )
+    assert len(calls) == 7
+
+
 def test_train_resume_cases(paths, capsys, tmp_path):
     check(["train", "--resume", "{missing}"], ("cannot resume",), paths, capsys)
     check(["train", "--resume", "{data}"], ("{data}", "cannot resume"), paths, capsys)
