@@ -269,6 +269,23 @@ BAD_TRANSLATE = [
     (json.dumps({"text": ["ab"] * 9}).encode(), 413, ["9 sentences", "limit is 8"]),
     (json.dumps({"text": ["ab", "cd " * 21]}).encode(), 413, ["text[1]", "63 characters"]),
     (json.dumps({"text": ["ab"], "pad": "x" * 5000}).encode(), 413, ["4000"]),
+    # Content a client can send that once got a 500.
+    (b'{"text": ' + b"[" * 1500 + b"]" * 1500 + b"}", 400, ["1501 levels", "limit is 32"]),
+    (b"[" * 200_000, 413, ["limit"]),
+    (b'{"text": ["\\ud800"]}', 400, ["text[0]", "\\ud800", "lone surrogate"]),
+    (b'{"text": ["ab\\udc80cd", "ef"]}', 400, ["text[0]", "lone surrogate"]),
+    (b'{"text": ["ab"], "strategy": "\\udfff"}', 400, ["strategy", "lone surrogate"]),
+    (b'{"\\ud800": 1, "text": ["ab"]}', 400, ["body key", "lone surrogate"]),
+    (b'{"text": ["ab"], "x": {"y": ["\\ud800"]}}', 400, ["x.y[0]", "lone surrogate"]),
+    (b'{"text": ["ab"], "beta": 1e999}', 400, ["1e999", "out of range"]),
+    (b'{"text": ["ab"], "beam_size": ' + b"9" * 3000 + b"}", 400, ["3000 digits"]),
+    (b'{"text": ["ab"], "text": ["cd"]}', 400, ['"text" appears twice']),
+    (b'\xef\xbb\xbf{"text": ["ab"]}', 400, ["invalid JSON"]),
+    (b'{"text": ["ab"]} {"text": ["cd"]}', 400, ["Extra data"]),
+    (b"null", 422, ["JSON object", "NoneType"]),
+    (b'{"text": [["ab"]]}', 422, ["text[0]", "string"]),
+    (b'{"text": ["ab"], "strategy": "sample", "seed": 18446744073709551616}', 422, ["seed"]),
+    (b'{"text": ["ab"], "strategy": "sample", "temperature": 1e-300}', 422, ["temperature"]),
 ]
 
 
@@ -295,6 +312,10 @@ BAD_GRAPH = [
     (b'{"text": "ab", "strategies": ["magic"]}', 422, ["unknown strategy"]),
     (json.dumps({"text": "ab " * 30}).encode(), 413, ["90 characters"]),
     (b"{", 400, ["invalid JSON"]),
+    (b'{"text": "\\ud800"}', 400, ["text", "lone surrogate"]),
+    (b'{"text": "ab", "strategies": ["\\ud800"]}', 400, ["strategies[0]", "lone surrogate"]),
+    (b'{"text": "ab", "top_k": ' + b"[" * 1000 + b"]" * 1000 + b"}", 400, ["levels deep"]),
+    (b'{"text": "ab", "top_k": 1, "top_k": 2}', 400, ["appears twice"]),
 ]
 
 
@@ -506,6 +527,21 @@ def test_cli_bad_input(models: dict[str, Path], tmp_path: Path, capsys: pytest.C
     assert code == 2 and err.startswith("fadat: error:") and "Traceback" not in err
     code, err = serve("--model", str(models["dat"]), "--max-batch-tokens", "-1")
     assert code == 2 and "--max-batch-tokens" in err
+    for flag, value, words in [
+        ("--max-wait-ms", "nan", ["--max-wait-ms must be in [0, 10000]", "nan"]),
+        ("--max-wait-ms", "1e9", ["--max-wait-ms", "1000000000"]),
+        ("--max-wait-ms", "-1", ["--max-wait-ms"]),
+        ("--graceful-timeout", "-5", ["--graceful-timeout", ">= 0", "-5"]),
+        ("--graceful-timeout", "inf", ["--graceful-timeout", "finite"]),
+        ("--graceful-timeout", "nan", ["--graceful-timeout", "nan"]),
+        ("--threads", "-2", ["--threads must be >= 0"]),
+        ("--max-chars", "0", ["--max-chars must be >= 1"]),
+        ("--port", "70000", ["--port must be in [0, 65535]"]),
+        ("--port", "http", ["--port", "'http'"]),
+    ]:
+        code, err = serve("--model", str(models["dat"]), flag, value)
+        assert code == 2 and len(err.splitlines()) == 1, err
+        assert err.startswith("fadat: error:") and all(w in err for w in words), err
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
         code, err = serve("--model", str(models["dat"]), "--port", str(port))

@@ -8,6 +8,7 @@ connections, finish the requests in flight (at most ``--graceful-timeout`` secon
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import socket
 import sys
@@ -89,14 +90,38 @@ def bind(host: str, port: int) -> socket.socket:
         raise InputError(f"cannot listen on {host}:{port}: {err.strerror or err}") from err
 
 
-def run(args: argparse.Namespace) -> int:
-    """``fadat serve``: load the model, bind, serve until SIGTERM/Ctrl-C; returns 0."""
-    for name in ("threads", "max_batch_tokens", "max_wait_ms"):
+#: The longest ``--max-wait-ms``: every request waits up to this long for company, so a larger
+#: value (1e9 ms) would make the server look hung.
+MAX_WAIT_MS = 10_000.0
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Every option of ``fadat serve`` in range, before the model is loaded.
+
+    Raises:
+        InputError: naming the flag, its value and the allowed range.
+    """
+    for name in ("threads", "max_batch_tokens"):
         if getattr(args, name) < 0:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 0")
+            raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
     for name in ("max_sentences", "max_chars", "max_tokens"):
         if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1")
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    # NaN passes every comparison, so a range test must be written as "inside", not "outside".
+    if not 0.0 <= args.max_wait_ms <= MAX_WAIT_MS:
+        raise InputError(f"--max-wait-ms must be in [0, {MAX_WAIT_MS:g}], got {args.max_wait_ms}")
+    if not (0.0 <= args.graceful_timeout and math.isfinite(args.graceful_timeout)):
+        raise InputError(
+            f"--graceful-timeout must be a finite number of seconds >= 0, "
+            f"got {args.graceful_timeout}"
+        )
+    if not 0 <= args.port <= 65535:
+        raise InputError(f"--port must be in [0, 65535], got {args.port}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``fadat serve``: load the model, bind, serve until SIGTERM/Ctrl-C; returns 0."""
+    check_arguments(args)
     try:
         import uvicorn
 
