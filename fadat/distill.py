@@ -36,13 +36,13 @@ from typing import Any
 
 import torch
 
-from fadat.data.binarized import BinarizedDataset, read_meta, write_split
+from fadat.data.binarized import DISTILL_PARTIAL, BinarizedDataset, read_meta, write_split
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError
 from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
 from fadat.outputs import check_not_input, check_output_dir, mark_dir
 
-PARTIAL = "distill.partial.jsonl"
+PARTIAL = DISTILL_PARTIAL
 ENGINES = ("auto", "fadat", "ctranslate2")
 
 

@@ -23,6 +23,7 @@ from fadat.baseline import ATModel
 from fadat.data.binarized import BinarizedDataset, read_meta
 from fadat.data.contract import BOS_ID, EOS_ID
 from fadat.distill import PARTIAL, distill
+from fadat.errors import InputError
 from fadat.transformer import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,12 +109,18 @@ def test_targets_are_the_teachers_beam_outputs(gen, reference):
     BinarizedDataset(reference, "valid")  # the copied splits still load
 
 
-def test_resume_after_stop_and_torn_line_gives_the_same_files(gen, reference, tmp_path):
+def test_resume_after_stop_and_torn_line_gives_the_same_files(gen, reference, tmp_path, capsys):
     out = tmp_path / "kd"
     kwargs = dict(beam=3, batch_size=16, engine="fadat", progress=False)
     distill(gen["at"], gen["data"], out, stop_after=5, **kwargs)
     lines = (out / PARTIAL).read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 + 5 and not (out / "meta.json").exists()
+    # The unfinished dataset is named as such where it is read (fadat train, evaluate, ...).
+    with pytest.raises(InputError, match=f"{out}: distillation unfinished.*--output {out}"):
+        read_meta(out)
+    argv = ["train", "--data", str(out), "--run-dir", str(tmp_path / "run"), "--max-updates", "1"]
+    assert cli.main(argv) == 2
+    assert "distillation unfinished" in capsys.readouterr().err
     # A kill in the middle of a write leaves half a record after the last newline.
     with open(out / PARTIAL, "a", encoding="utf-8") as fh:
         fh.write('{"batch": 7, "targets": [[0, 5, 6')

@@ -152,16 +152,28 @@ def write_split(
     writer.close()
 
 
+#: The progress file of ``fadat distill`` in its output dataset until the dataset is complete
+#: (meta.json is written last).
+DISTILL_PARTIAL = "distill.partial.jsonl"
+
+
 def read_meta(data_dir: str | Path) -> dict:
     """``meta.json`` of a prepared directory.
 
     Raises:
-        InputError: missing or unreadable meta.json.
+        InputError: missing or unreadable meta.json; a dataset that ``fadat distill`` has not
+            finished is named as such.
     """
     path = Path(data_dir) / "meta.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as err:
+        if (Path(data_dir) / DISTILL_PARTIAL).is_file():
+            raise InputError(
+                f"{data_dir}: distillation unfinished (it holds {DISTILL_PARTIAL} but no "
+                f"meta.json yet); run the same `fadat distill ... --output {data_dir}` again to "
+                "finish it"
+            ) from err
         raise InputError(f"{path}: not found (is {data_dir} a `fadat prepare` output?)") from err
     except (OSError, ValueError) as err:
         raise InputError(f"{path}: unreadable ({err})") from err
