@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import errno
 import importlib
-import os
 import signal
 import sys
 import threading
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 from typing import NoReturn
 
 from fadat.errors import InputError
+from fadat.outputs import silence_stdout
 from fadat.process import tune_memory
 
 # verb -> (module, one-line help). Only the module of the verb that runs is imported.
@@ -108,17 +108,6 @@ def _terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def silence_stdout() -> None:
-    """Point file descriptor 1 at /dev/null, so that the interpreter's last flush of a closed or
-    full stdout does not print a second error."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # no real stdout (a test's capture)
-        pass
 
 
 def flush_stdout() -> None:

@@ -744,9 +744,7 @@ def run(args: argparse.Namespace) -> int:
         outputs.check_not_input(args.save_hypotheses, inputs, "--save-hypotheses")
         outputs.check_output_dir(args.save_hypotheses, "hypotheses", "--save-hypotheses")
     report = evaluate(args)
-    outputs.atomic_write(
-        path, json.dumps(report, indent=2, ensure_ascii=False) + "\n", "--report"
-    )
+    outputs.atomic_write(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n", "--report")
     print(format_report(report))
     _log(f"report written to {path}")
     return 0

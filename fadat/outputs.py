@@ -37,6 +37,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -166,6 +167,17 @@ def output_lock(path: str | Path, option: str = "--output") -> Iterator[None]:
     finally:
         lock.unlink(missing_ok=True)
         os.close(fd)
+
+
+def silence_stdout() -> None:
+    """Point file descriptor 1 at /dev/null, so that the interpreter's last flush of a closed or
+    full stdout does not print a second error (after fadat reported the first)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no real stdout (a test's capture)
+        pass
 
 
 def _umask_mode(mode: int) -> int:

@@ -114,9 +114,7 @@ def open_output(path: str | None) -> Iterator[TextIO]:
         except OSError as err:
             if err.filename is not None:  # not stdout's own error
                 raise
-            from fadat.cli import silence_stdout
-
-            silence_stdout()  # or the interpreter's last flush fails again
+            outputs.silence_stdout()  # or the interpreter's last flush fails again
             raise InputError(f"<stdout>: cannot write ({err.strerror or err})") from None
         return
     with outputs.atomic_path(path, "--output") as tmp:
