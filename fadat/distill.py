@@ -40,7 +40,7 @@ from fadat.data.binarized import DISTILL_PARTIAL, BinarizedDataset, read_meta, w
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError
 from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
-from fadat.outputs import check_not_input, check_output_dir, mark_dir
+from fadat.outputs import check_not_input, check_output_dir, mark_dir, output_lock
 
 PARTIAL = DISTILL_PARTIAL
 ENGINES = ("auto", "fadat", "ctranslate2")
@@ -351,18 +351,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Distill; returns 0. Raises InputError for bad input (see :func:`distill`)."""
-    out = distill(
-        args.model,
-        args.data,
-        args.output,
-        beam=args.beam,
-        length_penalty=args.length_penalty,
-        batch_size=args.batch_size,
-        threads=args.threads,
-        engine=args.engine,
-        progress=not args.no_progress_bar,
-    )
+    """Distill; returns 0. Raises InputError for bad input (see :func:`distill`), or while
+    another process distills into the same ``--output`` (:func:`fadat.outputs.output_lock`)."""
+    with output_lock(args.output, "--output"):
+        out = distill(
+            args.model,
+            args.data,
+            args.output,
+            beam=args.beam,
+            length_penalty=args.length_penalty,
+            batch_size=args.batch_size,
+            threads=args.threads,
+            engine=args.engine,
+            progress=not args.no_progress_bar,
+        )
     info = read_meta(out).get("distilled", {})
     rate = info.get("sentences_per_second_this_run")
     print(f"wrote {out} ({info.get('sentences')} sentences, {rate} sentences/s this run)")

@@ -1019,6 +1019,14 @@ def test_two_prepares_into_one_output(paths, capsys, tmp_path):
     assert _leftovers(tmp_path) == []  # the lock file is gone too
 
 
+def test_two_distills_into_one_output(paths, capsys, tmp_path):
+    out = tmp_path / "kd"
+    argv = ["distill", "--model", "{at}", "--data", "{data}", "--output", str(out)]
+    with outputs.output_lock(out):
+        check(argv, (f"--output {out}", "another fadat process"), paths, capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
 def _cli(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
