@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import itertools
 import json
 import logging
@@ -179,7 +180,14 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, resume: bool) -> None:
         started = time.perf_counter()
-        validate_config(cfg)
+        # A Python caller built the TrainConfig: name its fields, not flags. The fields it set
+        # (those off their defaults) must apply; a resumed run keeps what it was started with.
+        changed = {
+            f.name: f"TrainConfig.{f.name}"
+            for f in dataclasses.fields(cfg)
+            if f.default is not dataclasses.MISSING and getattr(cfg, f.name) != f.default
+        }
+        validate_config(cfg, changed, applicable=not resume)
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
         self.info = setup_distributed(cfg.device)

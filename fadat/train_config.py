@@ -273,15 +273,19 @@ def flag_of(key: str) -> str:
     return option.flag if option is not None else "--" + key.replace("_", "-")
 
 
-def validate_config(cfg: TrainConfig, sources: dict[str, str] | None = None) -> None:
+def validate_config(
+    cfg: TrainConfig, sources: dict[str, str] | None = None, applicable: bool = True
+) -> None:
     """Reject impossible values and combinations early with one clear message.
 
     Args:
         cfg: the resolved configuration.
         sources: where each key was given, for messages: ``{"lr": "run.yaml: config key lr"}``
             for a YAML file, ``{"lr": "--lr"}`` for a flag. A key given in neither (a default)
-            is named by its flag. Options given in ``sources`` that do not apply to the chosen
-            architecture or objective are errors.
+            is named by its flag.
+        applicable: options given in ``sources`` that do not apply to the chosen architecture
+            or objective are errors (off for a resumed run, which keeps the options it was
+            started with).
 
     Raises:
         InputError: the problem, naming the file and key or the flag that set the value.
@@ -338,7 +342,8 @@ def validate_config(cfg: TrainConfig, sources: dict[str, str] | None = None) -> 
         if not ok:
             requirement = requirement.removeprefix(key).strip()
             raise InputError(f"{name(key)} {requirement}, got {getattr(cfg, key)!r}")
-    _refuse_inapplicable(cfg, sources)
+    if applicable:
+        _refuse_inapplicable(cfg, sources)
     if not (cfg.max_updates or cfg.max_epochs or cfg.max_time):
         raise InputError("give a stop criterion: --max-updates, --max-epochs or --max-time")
 

@@ -463,6 +463,25 @@ def test_training_that_diverges_stops_and_keeps_the_last_good_checkpoint(
     assert len(calls) == 7
 
 
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"lr": -1.0}, r"^TrainConfig\.lr must be > 0, got -1\.0$"),
+        ({"ngram_order": 3}, r"^TrainConfig\.ngram_order applies to the objective fuzzy"),
+        ({"arch": "at", "upsample_ratio": 2.0}, r"^TrainConfig\.upsample_ratio applies to"),
+        ({"seed": -4}, r"^TrainConfig\.seed must be >= 0"),
+    ],
+)
+def test_train_python_api_names_fields(fields, match, paths, tmp_path):
+    """train(TrainConfig(...)) from Python: messages name the dataclass fields, not flags."""
+    from fadat.train import TrainConfig, train
+
+    cfg = TrainConfig(data=paths["data"], run_dir=str(tmp_path / "run"), max_updates=1, **fields)
+    with pytest.raises(InputError, match=match):
+        train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
 def test_train_resume_cases(paths, capsys, tmp_path):
     check(["train", "--resume", "{missing}"], ("cannot resume",), paths, capsys)
     check(["train", "--resume", "{data}"], ("{data}", "cannot resume"), paths, capsys)
@@ -1180,7 +1199,7 @@ def test_case_counts():
         "evaluate": len(EVALUATE_CASES) + overlap["evaluate"] + 1,
         "analyze": len(ANALYZE_CASES) + overlap["analyze"],
         "show-graph": len(SHOW_GRAPH_CASES) + 1 + overlap["show-graph"] + 1,
-        "python API": len(API_CASES) + 2 * len(FROM_PRETRAINED_CASES) + 1,
+        "python API": len(API_CASES) + 2 * len(FROM_PRETRAINED_CASES) + 1 + 4,
     }
     assert min(counts.values()) >= 10, counts
     assert overlap["distill"] >= 2 and overlap["export"] >= 1
