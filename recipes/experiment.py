@@ -7,9 +7,10 @@ seed, and what ``evaluate`` compares. ``run`` trains the pending stages in order
 (``fadat train --resume RUN --max-time ...``), also after a kill (the runs save
 ``checkpoint_last.pt`` every ``save_every`` updates; a run whose train log changed in the last
 5 minutes is taken to be training elsewhere and left alone). A finished stage is averaged into
-``RUN/model``. ``evaluate`` runs ``fadat evaluate`` per seed on the whole test split (the seed's
-models plus the ``shared`` stages), with sacreBLEU's paired bootstrap against the first listed
-model and the short-word drift statistics of every system's hypotheses; ``table`` prints the
+``RUNS/models/STAGE-sSEED``, beside its run. ``evaluate`` runs ``fadat evaluate`` per seed on the
+whole test split (the seed's models plus the ``shared`` stages), with sacreBLEU's paired
+bootstrap against the first listed model and the short-word drift statistics of every system's
+hypotheses; ``table`` prints the
 reports, the time per arm and the plateau curves as Markdown for RESULTS.md (``--plot PNG``).
 
 Usage (``--root`` and ``--data-root`` are accepted by every command)::
@@ -150,6 +151,11 @@ class Paths:
 
     def dataset(self, name: str) -> Path:
         return self.data / name
+
+    def model(self, key: str) -> Path:
+        """The averaged model of stage ``key`` (``STAGE-sSEED``): ``runs / models / key``, beside
+        the run rather than inside it (fadat never writes an output inside a run it reads)."""
+        return self.runs / "models" / key
 
 
 def evaluate_int(expr: Any, variables: dict[str, int]) -> int:
@@ -464,7 +470,7 @@ def make_dataset(name: str, spec: dict[str, Any], paths: Paths, threads: int) ->
         if wait:
             return wait
     if kind == "distill":
-        teacher = paths.runs / f"{settings['teacher']}-s{settings.get('seed', 1)}" / "model"
+        teacher = paths.model(f"{settings['teacher']}-s{settings.get('seed', 1)}")
         if not (teacher / "config.json").exists():
             return f"waits for the teacher {teacher}"
         rc = fadat(
@@ -501,10 +507,10 @@ def run(args: argparse.Namespace) -> None:
         if (only is not None and stage.key not in only) or (stage.optional and only is None):
             continue
         run_dir = paths.runs / stage.key
-        model_dir = run_dir / "model"
+        model_dir = paths.model(stage.key)
         if (model_dir / "config.json").exists():
             continue
-        init = paths.runs / stage.init_key / "model"
+        init = paths.model(stage.init_key)
         if stage.init_from and not (init / "config.json").exists():
             print(f"{stage.key}: waits for {init}")
             waiting.append(stage.key)
@@ -570,6 +576,7 @@ def run(args: argparse.Namespace) -> None:
             source = ["--checkpoints", *map(str, files)]
         else:
             source = ["--run", str(run_dir), "--best", str(stage.average)]
+        model_dir.parent.mkdir(parents=True, exist_ok=True)
         if fadat("average", *source, "--output", str(model_dir)) != 0:
             raise SystemExit(f"{stage.key}: fadat average failed")
     print(f"waiting: {', '.join(waiting)}" if waiting else "all stages finished")
@@ -628,7 +635,7 @@ def adopt(args: argparse.Namespace) -> None:
     if not (source / "config.json").exists():
         raise SystemExit(f"{source}: not a model directory (no config.json)")
     check_run_config(run_dir, stage, stages, paths)
-    target = paths.runs / stage.key / "model"
+    target = paths.model(stage.key)
     if target.exists() or target.is_symlink():
         raise SystemExit(f"{target} exists; remove it first")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -667,7 +674,7 @@ def status(args: argparse.Namespace) -> None:
         best = max((r["bleu"] for r in curve), default=float("nan"))
         max_updates, _, text = resolve(stage, stages, paths)
         cap = "?" if max_updates is None else str(max_updates)
-        done = "averaged" if (run_dir / "model" / "config.json").exists() else ""
+        done = "averaged" if (paths.model(stage.key) / "config.json").exists() else ""
         line = (
             f"{stage.key:24} {updates:7d}/{cap:<7} updates {elapsed / 3600:6.2f} h  "
             f"best valid BLEU {best:6.2f}  {done}"
@@ -768,7 +775,7 @@ def evaluate(args: argparse.Namespace) -> None:
     for prefix, ev in comparisons(spec):
         data = paths.dataset(ev.get("data", spec.get("data", "")))
         for seed, chosen in eval_models(ev, stages).items():
-            models = [paths.runs / s.key / "model" for s in chosen]
+            models = [paths.model(s.key) for s in chosen]
             missing = [str(m) for m in models if not (m / "config.json").exists()]
             if missing:
                 print(f"{prefix}seed {seed}: missing {', '.join(missing)}")

@@ -23,6 +23,11 @@ def load_recipe(name: str):
     return module
 
 
+def model_of(run_dir):
+    """Where the harness averages the run ``RUNS/STAGE-sSEED``: ``RUNS/models/STAGE-sSEED``."""
+    return run_dir.parent / "models" / run_dir.name
+
+
 def test_learning_speed_variants_compose_in_order():
     ls = load_recipe("learning_speed")
     base, variants = ls.load_variants()
@@ -77,7 +82,7 @@ def test_experiment_adopt_checks_the_training_config(tmp_path, monkeypatch):
         adopt()
     run_config.write_text(yaml.safe_dump(trained))
     adopt()
-    link = tmp_path / "runs" / "experiments" / "t" / "pretrain-s1" / "model"
+    link = model_of(tmp_path / "runs" / "experiments" / "t" / "pretrain-s1")
     assert link.is_symlink() and (link / "config.json").exists()
     with pytest.raises(SystemExit, match="exists"):
         adopt()
@@ -296,7 +301,7 @@ def test_run_resumes_a_plateau_stage_then_averages_up_to_n(tmp_path, monkeypatch
     assert fake.calls[0][-1] == str(1200 + 150 * 60)
     # the 5 best validated at <= N = 30,000 that exist, by BLEU (earlier first on ties)
     files = [str(run_dir / f"checkpoint_best_u{u:08d}.pt") for u in (21000, 30000, 20500, 19500)]
-    assert fake.calls[1] == ["average", "--checkpoints", *files, "--output", str(run_dir / "model")]
+    assert fake.calls[1] == ["average", "--checkpoints", *files, "--output", str(model_of(run_dir))]
     # a finished stage is not trained again
     fake.calls = []
     ex.main(["run", *where, "--slice", "150m", "--only", "pretrain-s1"])
@@ -311,13 +316,13 @@ def test_run_starts_fine_tunes_from_another_seed_with_the_derived_budget(
     monkeypatch.setattr(ex, "fadat", None)  # nothing may run while pretrain-s1 has no model
     ex.main(["run", *where, "--only", "ft-nll-s1,ft-fadat-s2"])
     out = capsys.readouterr().out
-    assert f"ft-nll-s1: waits for {pre / 'model'}" in out
+    assert f"ft-nll-s1: waits for {model_of(pre)}" in out
     assert out.endswith("waiting: ft-nll-s1, ft-fadat-s2\n")
     write_jsonl(
         pre / "valid_log.jsonl", curve([(u, min(u, 21000) / 1000) for u in range(500, 30001, 500)])
     )
-    (pre / "model").mkdir()
-    (pre / "model" / "config.json").write_text("{}")
+    model_of(pre).mkdir(parents=True)
+    (model_of(pre) / "config.json").write_text("{}")
 
     def finish(run, args):
         n = int(args[args.index("--max-updates") + 1])
@@ -331,14 +336,14 @@ def test_run_starts_fine_tunes_from_another_seed_with_the_derived_budget(
     assert fake.calls[0] == [
         "train", "--config", str(tmp_path / "configs" / "dat-cpu-small-fuzzy-plateau.yaml"),
         "--data", str(data), "--run-dir", str(runs / "ft-fadat-s2"), "--seed", "2",
-        "--init-from", str(pre / "model"),
+        "--init-from", str(model_of(pre)),
         "--bf16", "--valid-subset", "0", "--save-every", "10",
         "--warmup", "50", "--validate-every", "50",
         "--threads", "1", "--no-progress-bar", "--max-updates", "500", "--max-time", "3600",
     ]  # fmt: skip
     assert fake.calls[1] == [
         "average", "--run", str(runs / "ft-fadat-s2"), "--best", "5",
-        "--output", str(runs / "ft-fadat-s2" / "model"),
+        "--output", str(model_of(runs / "ft-fadat-s2")),
     ]  # fmt: skip
     # a stage whose init model is missing waits; the at stage trains on its own 8k data
     fake.calls = []
@@ -432,8 +437,8 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
                                   ("at-s1", 20000, 30000.0)):  # fmt: skip
         write_jsonl(runs / key / "train_log.jsonl", [{"update": updates, "elapsed": seconds}])
     for key in ("pretrain-s1", "at-s1", "ft-nll-s1", "ft-fadat-s1"):
-        (runs / key / "model").mkdir(parents=True)
-        (runs / key / "model" / "config.json").write_text("{}")
+        model_of(runs / key).mkdir(parents=True)
+        (model_of(runs / key) / "config.json").write_text("{}")
     capsys.readouterr()
     ex.main(["status", *where])
     out = capsys.readouterr().out
@@ -464,7 +469,7 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
         labels = model_labels(models)
         systems = []
         for label, model in zip(labels, models, strict=True):
-            stage = Path(model).parent.name.rsplit("-s", 1)[0]
+            stage = Path(model).name.rsplit("-s", 1)[0]
             strategies = ("greedy", "beam5") if stage == "at" else ("greedy", "lookahead")
             for k, strategy in enumerate(strategies):
                 p = {f"{labels[-1]}:beam5": 0.001}
@@ -492,7 +497,7 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
     out = capsys.readouterr().out
     assert "seed 2: missing" in out and (runs / "report-s1.json").exists()
     drift = json.loads((runs / "drift-s1.json").read_text())
-    fadat_label = model_labels([str(runs / "ft-fadat-s1" / "model")])[0]
+    fadat_label = model_labels([str(model_of(runs / "ft-fadat-s1"))])[0]
     assert drift["systems"][f"{fadat_label}:lookahead"]["short_share"] == 6 / 8
     monkeypatch.setattr(ex, "fadat", None)  # a second evaluate reuses the report
     ex.main(["evaluate", *where])
@@ -567,14 +572,14 @@ def test_plateau_experiment_end_to_end_with_real_fadat(tmp_path, monkeypatch):
     pre = runs / "pre-s1"
     assert ex.plateau_update(ex.valid_curve(pre), ex.load(str(experiment))[1][0].plateau) == 4
     assert ex.progress(pre)[0] < 100000  # interrupted, not run to max_updates
-    averaged = json.loads((pre / "model" / "config.json").read_text())
+    averaged = json.loads((model_of(pre) / "config.json").read_text())
     assert averaged["model_type"] == "dat"
     ft = runs / "ft-s3"
     config = yaml.safe_load((ft / "config.yaml").read_text())
     # round(4 × 2.0 / 2) = 4 updates, warm-up 0.5 × 4 = 2, validate every 4 // 2 = 2
     assert (config["max_updates"], config["warmup"], config["validate_every"]) == (4, 2, 2)
-    assert (config["seed"], config["init_from"]) == (3, str(pre / "model"))
-    assert ex.progress(ft)[0] == 4 and (ft / "model" / "config.json").exists()
+    assert (config["seed"], config["init_from"]) == (3, str(model_of(pre)))
+    assert ex.progress(ft)[0] == 4 and (model_of(ft) / "config.json").exists()
 
 
 def test_distilled_dataset_is_built_when_a_stage_needs_it(tmp_path, monkeypatch, capsys):
@@ -599,9 +604,9 @@ def test_distilled_dataset_is_built_when_a_stage_needs_it(tmp_path, monkeypatch,
     monkeypatch.setattr(ex, "export_text", lambda source, out: ["--source-file", str(out)])
     # named, an optional stage waits for the AT teacher
     ex.main(["run", *where, "--only", "kd-pretrain-s1"])
-    teacher = runs / "at-s1" / "model"
+    teacher = model_of(runs / "at-s1")
     assert f"kd-pretrain-s1: waits for the teacher {teacher}" in capsys.readouterr().out
-    for model in (teacher, runs / "pretrain-s1" / "model"):
+    for model in (teacher, model_of(runs / "pretrain-s1")):
         model.mkdir(parents=True)
         (model / "config.json").write_text("{}")
     # not named, it does not run (the others wait for the pre-training's plateau)
