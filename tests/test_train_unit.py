@@ -179,7 +179,7 @@ def test_validate_config_rejects_bad_combinations():
         ({"bf16": True, "fp16": True}, "exclude"),
         ({"max_updates": 0}, "stop criterion"),
         ({"update_freq": 0}, "update-freq"),
-        ({"dag_backend": "cuda"}, "dag_backend must be one of auto, torch, triton"),
+        ({"dag_backend": "cuda"}, "dag.backend must be one of auto, torch, triton, got .cuda."),
     ]:
         with pytest.raises(InputError, match=message):
             validate_config(TrainConfig(**{**base, **extra}))
