@@ -16,9 +16,10 @@ function:
   ``1 ≤ T_b ≤ T``.
 
 Everything works in float32 (training) and float64 (tests) and is device-agnostic; it was run on
-CPU only (CUDA was not run here). On float32 CUDA tensors the likelihood (forward and backward)
-and the best alignment run in the Triton kernels of :mod:`fadat.kernels.triton_dag` when
-``triton`` is installed; their ``backend`` argument forces either implementation.
+CPU only (CUDA was not run here). The likelihood (forward and backward) and the best alignment
+also exist as Triton kernels (:mod:`fadat.kernels.triton_dag`), chosen with the ``backend``
+argument (``"auto"`` keeps this PyTorch path until the kernels have passed ``tests/test_cuda.py``
+on a GPU: ``AUTO_USES_TRITON``).
 """
 
 from __future__ import annotations
@@ -581,8 +582,9 @@ def dag_log_likelihood_from_match(
         target_lengths: ``(B,)`` int64 ``T_b`` in ``[1, T]`` (counts ``<s>`` and ``</s>``).
         return_stats: also return a :class:`LikelihoodStats`.
         backend: ``"auto"`` (the Triton kernels of :mod:`fadat.kernels.triton_dag` for float32
-            CUDA tensors when ``triton`` is importable, else this PyTorch path), ``"torch"`` or
-            ``"triton"`` (forced; on CPU tensors only under ``TRITON_INTERPRET=1``). The
+            CUDA tensors when ``triton`` is importable and ``AUTO_USES_TRITON`` is set, else this
+            PyTorch path), ``"torch"`` or ``"triton"`` (forced; on CPU tensors only under
+            ``TRITON_INTERPRET=1``). The
             kernels run the log-space DP in float32 (``underflow_recomputed`` is then 0).
 
     Returns:
@@ -672,7 +674,8 @@ def best_alignment_from_match(
         graph_lengths: ``(B,)`` int64 ``L_b``.
         target_lengths: ``(B,)`` int64 ``T_b``.
         backend: ``"auto"`` (the Triton Viterbi kernel of :mod:`fadat.kernels.triton_dag` for
-            float32 CUDA tensors when ``triton`` is importable, else this PyTorch path),
+            float32 CUDA tensors when ``triton`` is importable and ``AUTO_USES_TRITON`` is set,
+            else this PyTorch path),
             ``"torch"`` or ``"triton"`` (forced; on CPU tensors only under
             ``TRITON_INTERPRET=1``).
 

@@ -143,11 +143,14 @@ def test_log_likelihood_and_gradients_equal_cpu_float64(backend, dtype):
         close(g, w, **GRAD_TOL[dtype])
 
 
-def test_auto_backend_on_cuda_runs_the_triton_kernels(monkeypatch):
+@pytest.mark.parametrize("auto_uses_triton", [False, True])
+def test_auto_backend_on_cuda_runs_the_triton_kernels(monkeypatch, auto_uses_triton):
     """``backend="auto"`` sends float32 CUDA tensors to the Triton kernels when triton is
-    installed, float64 ones (and every CPU tensor) to the PyTorch path."""
+    installed and ``AUTO_USES_TRITON`` is set (False until this file has passed on a GPU),
+    float64 ones (and every CPU tensor) to the PyTorch path."""
     if not (ON_CUDA and triton_dag.triton_importable()):
         pytest.skip("needs CUDA and the triton package")
+    monkeypatch.setattr(triton_dag, "AUTO_USES_TRITON", auto_uses_triton)
     calls = []
     real = triton_dag.log_likelihood
     monkeypatch.setattr(
@@ -156,7 +159,7 @@ def test_auto_backend_on_cuda_runs_the_triton_kernels(monkeypatch):
     lp, links, targets, glen, tlen = dag_inputs(2)
     for dtype in (F32, F64):
         dag.dag_log_likelihood(*on_device(lp, links, targets, glen, tlen, dtype=dtype))
-    assert calls == [F32]
+    assert calls == ([F32] if auto_uses_triton else [])
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["f32", "f64"])
@@ -396,7 +399,7 @@ def test_fadat_train_on_device_matches_the_cpu_run_and_its_model_loads_on_the_cp
     tmp_path,
 ):
     """Three updates of ``fadat train`` with and without ``--device cuda`` (dropout and glancing
-    off, so both runs draw nothing random) and with ``--dag-backend torch`` on the device: the
+    off, so both runs draw nothing random) and with each ``--dag-backend`` on the device: the
     same losses (update 1 to 1e-5 relative, the next ones 1e-3 after two Adam steps with
     accumulated rounding); then the CUDA run's
     checkpoint becomes a model directory that loads on the CPU and on CUDA with the same
@@ -412,13 +415,15 @@ def test_fadat_train_on_device_matches_the_cpu_run_and_its_model_loads_on_the_cp
     assert len(dev) == 3
     assert dev[0] == pytest.approx(cpu[0], rel=1e-5)
     assert dev == pytest.approx(cpu, rel=1e-3)
-    # The PyTorch DAG programmes on the device (auto uses the Triton kernels there when triton
-    # is installed): the same losses to float32 rounding of the DP (1e-5), the same path after.
-    torch_run = tmp_path / "dev-torch"
-    argv = ["--run-dir", str(torch_run), "--device", str(DEVICE), "--dag-backend", "torch"]
-    assert main(["train", *argv, *common]) == 0
-    assert _losses(torch_run)[0] == pytest.approx(dev[0], rel=1e-5)
-    assert _losses(torch_run) == pytest.approx(dev, rel=1e-3)
+    # Each DAG backend forced on the device (the default run above used what "auto" picks):
+    # the same losses to float32 rounding of the DP (1e-5), the same path after.
+    on_gpu_with_triton = DEVICE.type == "cuda" and triton_dag.triton_importable()
+    for backend in ("torch", "triton") if on_gpu_with_triton else ("torch",):
+        forced = tmp_path / f"dev-{backend}"
+        argv = ["--run-dir", str(forced), "--device", str(DEVICE), "--dag-backend", backend]
+        assert main(["train", *argv, *common]) == 0
+        assert _losses(forced)[0] == pytest.approx(dev[0], rel=1e-5)
+        assert _losses(forced) == pytest.approx(dev, rel=1e-3)
     for flag in ("--bf16", "--fp16"):
         out = tmp_path / flag.strip("-")
         assert main(["train", "--run-dir", str(out), "--device", str(DEVICE), flag, *common]) == 0

@@ -20,9 +20,11 @@ space needs no rescaling and no float64 recomputation (:func:`fadat.dag.dag_log_
 exp-space path needs both on CPU, where matvecs are what is fast).
 
 Selection (:func:`use_triton`): ``backend="auto"`` picks these kernels for float32 CUDA tensors
-when ``triton`` is importable, else the PyTorch path; ``"triton"`` forces them (on CPU tensors
-only under Triton's interpreter, ``TRITON_INTERPRET=1``, which is how CI tests them); ``"torch"``
-forces the PyTorch path.
+when ``triton`` is importable and :data:`AUTO_USES_TRITON` is true, else the PyTorch path (it is
+false until ``tests/test_cuda.py`` has passed on a GPU: the kernels have been checked in Triton's
+interpreter and compiled for sm_80/sm_90, never run on one); ``"triton"`` forces them (on CPU
+tensors only under Triton's interpreter, ``TRITON_INTERPRET=1``, which is how CI tests them);
+``"torch"`` forces the PyTorch path.
 """
 
 from __future__ import annotations
@@ -34,7 +36,15 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["BACKENDS", "BLOCK", "NUM_WARPS", "best_alignment", "log_likelihood", "use_triton"]
+__all__ = [
+    "AUTO_USES_TRITON",
+    "BACKENDS",
+    "BLOCK",
+    "NUM_WARPS",
+    "best_alignment",
+    "log_likelihood",
+    "use_triton",
+]
 
 #: The values of the ``backend`` argument of :mod:`fadat.dag`'s likelihood and alignment.
 BACKENDS = ("auto", "torch", "triton")
@@ -43,6 +53,12 @@ BACKENDS = ("auto", "torch", "triton")
 #: autotuning), so that the interpreter tests run exactly what a GPU runs.
 BLOCK = 32
 NUM_WARPS = 4
+
+#: Whether ``backend="auto"`` selects these kernels on float32 CUDA tensors. False until the
+#: kernels have run on a GPU: ``tests/test_cuda.py`` forces ``backend="triton"`` there, and once it
+#: passes (RESULTS.md records the run) this becomes True. Until then ``"triton"`` opts in
+#: (``fadat train --dag-backend triton``).
+AUTO_USES_TRITON = False
 
 _NEG_INF = float("-inf")
 
@@ -66,8 +82,8 @@ def use_triton(tensor: torch.Tensor, backend: str) -> bool:
         backend: one of :data:`BACKENDS`.
 
     Returns:
-        ``"auto"``: True for float32 CUDA tensors when ``triton`` is importable; ``"torch"``:
-        False; ``"triton"``: True (or an error).
+        ``"auto"``: True for float32 CUDA tensors when ``triton`` is importable and
+        :data:`AUTO_USES_TRITON` is true; ``"torch"``: False; ``"triton"``: True (or an error).
 
     Raises:
         ValueError: an unknown backend; ``"triton"`` without the package, on a dtype other than
@@ -78,7 +94,12 @@ def use_triton(tensor: torch.Tensor, backend: str) -> bool:
     if backend == "torch":
         return False
     if backend == "auto":
-        return tensor.is_cuda and tensor.dtype == torch.float32 and triton_importable()
+        return (
+            AUTO_USES_TRITON
+            and tensor.is_cuda
+            and tensor.dtype == torch.float32
+            and triton_importable()
+        )
     if not triton_importable():
         raise ValueError("backend='triton' needs the triton package (pip install triton)")
     if tensor.dtype != torch.float32:

@@ -30,8 +30,8 @@ DAG_BACKEND = Option(
     "dag_backend",
     str,
     "auto",
-    "DAG likelihood and best alignment: auto (Triton kernels on CUDA when triton is installed), "
-    "torch or triton (fadat.kernels.triton_dag)",
+    "DAG likelihood and best alignment: auto (the PyTorch DPs until the Triton kernels have run "
+    "on a GPU), torch or triton (fadat.kernels.triton_dag)",
     check=lambda v: v in BACKENDS,
     problem=f"dag_backend must be one of {', '.join(BACKENDS)}",
 )
