@@ -9,18 +9,14 @@ reading end of a pipe (quietly, as ``yes | head`` does).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import importlib
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from typing import NoReturn
 
 from fadat.errors import InputError
 from fadat.outputs import silence_stdout
-from fadat.process import tune_memory
+from fadat.process import terminate_as_interrupt, tune_memory
 
 # verb -> (module, one-line help). Only the module of the verb that runs is imported.
 VERBS: dict[str, tuple[str, str]] = {
@@ -92,24 +88,6 @@ IO_ERRNOS = frozenset(
 )
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt (as Ctrl-C does) while a verb runs, so that its
-    ``finally`` blocks remove temporaries (fadat.outputs) and it exits 130."""
-
-    def handle(signum, frame):
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, handle)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def flush_stdout() -> None:
     """Flush stdout: what a verb printed must have arrived before it reports success.
 
@@ -136,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     tune_memory()
     try:
-        with _terminate_as_interrupt():
+        with terminate_as_interrupt():
             argv = sys.argv[1:] if argv is None else list(argv)
             verb = next((a for a in argv if not a.startswith("-")), None)
             args = build_parser(verb).parse_args(argv)

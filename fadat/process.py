@@ -1,12 +1,37 @@
-"""Process-wide memory settings for long CPU training and decoding runs, as an explicit opt-in:
-:func:`tune_memory`. ``fadat``'s command line calls it first thing (``fadat.cli.main``); a program
-that imports fadat as a library keeps its own settings unless it calls it.
+"""Process-wide settings, as explicit opt-ins: memory for long CPU training and decoding runs
+(:func:`tune_memory`), and SIGTERM handled like Ctrl-C while a verb runs
+(:func:`terminate_as_interrupt`). ``fadat``'s command line uses both (``fadat.cli.main``); a
+program that imports fadat as a library keeps its own settings unless it calls them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Inside the block, SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so that ``finally``
+    blocks remove temporaries (fadat.outputs) and the command line exits 130; the previous
+    handler is restored after it. Outside the main thread (where Python cannot set signal
+    handlers) it changes nothing."""
+
+    def handle(signum, frame):
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handle)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def tune_memory() -> dict[str, bool]:

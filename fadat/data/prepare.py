@@ -42,9 +42,7 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +56,7 @@ from fadat.data import binarized, spm
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
 from fadat.options import positive_int
+from fadat.process import terminate_as_interrupt
 
 FORMAT_VERSION = 1
 BUILTIN = ("bible-en-es", "lohelp-en-de", "lohelp-en-es", "synth-multimodal")
@@ -953,23 +952,6 @@ def remove_stale(out: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so the temporary directory is removed."""
-
-    def handle(signum, frame):
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, handle)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _read_meta(path: Path) -> dict:
     """``meta.json`` of an existing dataset, or ``{}`` when it cannot be read."""
     try:
@@ -1054,7 +1036,7 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     owner = tmp / OWNER_FILE  # tells a later run whether this build is still going
     owner.write_text(f"{os.getpid()}\n", encoding="utf-8")
     try:
-        with _terminate_as_interrupt():
+        with terminate_as_interrupt():
             built = build(args, corpus, tmp)
             if valid_sets is not None:
                 _write_valid_sets(tmp, built, valid_sets, synth_config(args).seed)
