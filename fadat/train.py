@@ -193,7 +193,9 @@ class Trainer:
         self.info = setup_distributed(cfg.device)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
+        # The objective and its options resolved once per run; an update only sets the ratio.
         self.objective = OBJECTIVES[cfg.resolved_objective()]
+        self.settings = objective_config(cfg, 0.0)
         self.stat_keys = (*CORE_STATS, *self.objective.statistics)
         self.schedule = parse_glancing_schedule(cfg.resolved_glat_p())
         self.train_data, self.valid_data = load_data(cfg)
@@ -367,7 +369,8 @@ class Trainer:
     # ---- one update
 
     def _objective(self) -> ObjectiveConfig:
-        return objective_config(self.cfg, self.schedule(self.progress.update))
+        ratio = self.schedule(self.progress.update)
+        return dataclasses.replace(self.settings, glancing_ratio=ratio)
 
     def _count(self, indices: list[int]) -> int:
         return self.objective.count([int(self.train_data.target_lengths[i]) for i in indices])
@@ -394,7 +397,7 @@ class Trainer:
                 continue  # an empty shard: zero gradient from this rank
             batch = self.train_data.collate(idx).to(device)
             with torch.autocast(**self.autocast):
-                out = compute_loss(self.model, batch, objective)
+                out = compute_loss(self.model, batch, objective, self.objective)
             self.scaler.scale(out.loss_sum / total).backward()
             stats["loss_sum"] += float(out.loss_sum.detach())
             stats["count"] += out.count

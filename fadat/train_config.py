@@ -363,9 +363,10 @@ def _refuse_inapplicable(cfg: TrainConfig, sources: dict[str, str]) -> None:
         InputError: naming the option, where it was given, and what it applies to.
     """
     objective = OBJECTIVES[cfg.resolved_objective()]
+    own = {o.name for o in objective.options}
     for key, where in sources.items():
-        if key in _OPTIONS and _OPTIONS[key] not in objective.options:
-            owners = [o.name for o in OBJECTIVES.values() if _OPTIONS[key] in o.options]
+        if key in _OPTIONS and key not in own:
+            owners = [o.name for o in OBJECTIVES.values() if key in {x.name for x in o.options}]
             raise InputError(
                 f"{where} applies to the objective {' or '.join(owners)}, not to "
                 f"{objective.name!r} (--arch {cfg.arch}); remove it"

@@ -428,8 +428,8 @@ def test_training_that_diverges_stops_and_keeps_the_last_good_checkpoint(
     real = train.compute_loss
     calls = []
 
-    def diverging(model, batch, cfg):
-        out = real(model, batch, cfg)
+    def diverging(model, batch, cfg, objective=None):
+        out = real(model, batch, cfg, objective)
         calls.append(1)
         if len(calls) <= 3:  # three good updates (update_freq 1: one call per update)
             return out

@@ -6,7 +6,8 @@ registered by name in :data:`OBJECTIVES`; the trainer names none of them.
 - ``label_smoothed_ce``: the autoregressive baseline's label-smoothed cross-entropy.
 
 To add an objective: one file under ``fadat/objectives/`` defining an ``Objective`` (its step,
-options, statistics and log fields) and one line in :data:`OBJECTIVES` (docs/extending.md).
+frozen options dataclass, statistics and log fields) and one line in :data:`OBJECTIVES`
+(docs/extending.md).
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ def all_options() -> tuple[Option, ...]:
     """The options of every registered objective, each once, in registry order.
 
     Raises:
-        ValueError: two different options share a name.
+        ValueError: two objectives declare one name with different types or defaults.
     """
     seen: dict[str, Option] = {}
     for objective in OBJECTIVES.values():
         for option in objective.options:
-            if seen.setdefault(option.name, option) is not option:
+            first = seen.setdefault(option.name, option)
+            if (first.type, first.default) != (option.type, option.default):
                 raise ValueError(f"two objectives declare different options {option.name!r}")
     return tuple(seen.values())
 
@@ -65,13 +67,17 @@ ObjectiveConfig = dataclasses.make_dataclass(
 )
 
 
-def compute_loss(model: nn.Module, batch: Batch, cfg: ObjectiveConfig) -> LossOutput:
+def compute_loss(
+    model: nn.Module, batch: Batch, cfg: ObjectiveConfig, objective: Objective | None = None
+) -> LossOutput:
     """Forward ``batch`` through ``model`` and apply the objective ``cfg.name``.
 
     Args:
         model: the unwrapped model, in train or eval mode.
         batch: a :class:`~fadat.data.contract.Batch` with targets, on the model's device.
         cfg: the update's :data:`ObjectiveConfig`.
+        objective: ``OBJECTIVES[cfg.name]`` when the caller resolved it once (the trainer: once
+            per run, not per micro-batch); looked up here when ``None``.
 
     Returns:
         :class:`~fadat.losses.LossOutput` (``loss_sum`` carries the gradient).
@@ -79,6 +85,8 @@ def compute_loss(model: nn.Module, batch: Batch, cfg: ObjectiveConfig) -> LossOu
     Raises:
         ValueError: unknown objective name.
     """
+    if objective is not None:
+        return objective.step(model, batch, cfg)
     if cfg.name not in OBJECTIVES:
         raise ValueError(f"unknown objective {cfg.name!r}; choose from {sorted(OBJECTIVES)}")
     return OBJECTIVES[cfg.name].step(model, batch, cfg)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
@@ -11,16 +12,19 @@ from torch import nn
 from fadat.data.contract import PAD_ID, Batch
 from fadat.glancing import no_autocast
 from fadat.losses import LossOutput, label_smoothed_nll, widen
-from fadat.objectives.base import Objective, Option, token_count
+from fadat.objectives.base import Objective, option, token_count
 
-LABEL_SMOOTHING = Option(
-    "label_smoothing",
-    float,
-    0.1,
-    "label smoothing of --arch at (0.1)",
-    check=lambda v: 0 <= v < 1,
-    problem="label_smoothing must be in [0, 1)",
-)
+
+@dataclass(frozen=True)
+class LabelSmoothedCEOptions:
+    """Options of ``label_smoothed_ce``."""
+
+    label_smoothing: float = option(
+        0.1,
+        "label smoothing of --arch at (0.1)",
+        lambda v: 0 <= v < 1,
+        "label_smoothing must be in [0, 1)",
+    )
 
 
 def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
@@ -44,7 +48,7 @@ LABEL_SMOOTHED_CE = Objective(
     architecture="at",
     step=step,
     count=token_count,
-    options=(LABEL_SMOOTHING,),
+    options_class=LabelSmoothedCEOptions,
     statistics=("nll_sum",),
     log=lambda stats: {"nll": stats["nll_sum"] / max(stats["count"], 1.0)},
     default_for=True,

@@ -6,6 +6,7 @@ seed (docs/reference-behaviour.md, "Glancing"); the loss is taken on pass 2.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -15,26 +16,41 @@ from fadat.data.contract import Batch
 from fadat.glancing import GlanceResult, decode_with_seed, glance, no_autocast
 from fadat.kernels.triton_dag import BACKENDS
 from fadat.losses import LossOutput, fuzzy_loss, nll_loss_from_logits, widen
-from fadat.objectives.base import Objective, Option
+from fadat.objectives.base import Objective, option
 
-FORCE_EMIT = Option("force_emit", bool, True, "do not pin glanced vertices to their oracle token")
-NGRAM_ORDER = Option(
-    "ngram_order",
-    int,
-    2,
-    "n of the fuzzy alignment loss (default 2)",
-    check=lambda v: v >= 1,
-    problem="ngram_order must be >= 1",
-)
-DAG_BACKEND = Option(
-    "dag_backend",
-    str,
-    "auto",
+_DAG_BACKEND_HELP = (
     "DAG likelihood and best alignment: auto (the PyTorch DPs until the Triton kernels have run "
-    "on a GPU), torch or triton (fadat.kernels.triton_dag)",
-    check=lambda v: v in BACKENDS,
-    problem=f"dag_backend must be one of {', '.join(BACKENDS)}",
+    "on a GPU), torch or triton (fadat.kernels.triton_dag)"
 )
+
+
+def _dag_backend() -> Any:
+    return option(
+        "auto",
+        _DAG_BACKEND_HELP,
+        lambda v: v in BACKENDS,
+        f"dag_backend must be one of {', '.join(BACKENDS)}",
+    )
+
+
+@dataclass(frozen=True)
+class NLLOptions:
+    """Options of ``nll``."""
+
+    force_emit: bool = option(True, "do not pin glanced vertices to their oracle token")
+    dag_backend: str = _dag_backend()
+
+
+@dataclass(frozen=True)
+class FuzzyOptions:
+    """Options of ``fuzzy``."""
+
+    ngram_order: int = option(
+        2, "n of the fuzzy alignment loss (default 2)", lambda v: v >= 1, "ngram_order must be >= 1"
+    )
+    dag_backend: str = _dag_backend()
+
+
 #: Statistics of both DAG objectives (sums over a micro-batch).
 STATISTICS = ("glanced", "invalid_too_long", "invalid_nonfinite", "underflow_recomputed")
 
@@ -145,7 +161,7 @@ NLL = Objective(
     name="nll",
     architecture="dat",
     step=nll_step,
-    options=(FORCE_EMIT, DAG_BACKEND),
+    options_class=NLLOptions,
     statistics=STATISTICS,
     log=log_dag,
     glancing="0.5:0.1@200k",  # the reference recipe's NLL stage: 0.5 → 0.1 over 200k updates
@@ -156,7 +172,7 @@ FUZZY = Objective(
     name="fuzzy",
     architecture="dat",
     step=fuzzy_step,
-    options=(NGRAM_ORDER, DAG_BACKEND),
+    options_class=FuzzyOptions,
     statistics=(*STATISTICS, "precision_sum", "bp_sum", "length_ratio_sum"),
     log=log_fuzzy,
     glancing="0.1",  # FA-DAT fine-tuning keeps 0.1
