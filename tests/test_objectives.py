@@ -446,3 +446,38 @@ def test_dag_backend_option_reaches_the_dag_calls(monkeypatch, name):
         want = [("alignment", backend)] + ([("likelihood", backend)] if name == "nll" else [])
         assert seen == want
     assert ObjectiveConfig(name=name).dag_backend == "auto"
+
+
+def test_registry_loads_each_objective_by_its_name_and_rejects_a_wrong_line():
+    import fadat.objectives as objectives
+
+    assert list(objectives.OBJECTIVES) == list(objectives.REGISTRY)
+    for name in objectives.REGISTRY:
+        assert objectives.OBJECTIVES[name].name == name
+    wrong = objectives._LazyObjectives({"nll": "fadat.objectives.dat:FUZZY"})
+    with pytest.raises(ValueError, match="REGISTRY\\['nll'\\] is the objective 'fuzzy'"):
+        wrong["nll"]
+    with pytest.raises(KeyError):
+        objectives.OBJECTIVES["no-such-objective"]
+
+
+def test_options_come_from_the_objectives_options_dataclasses():
+    import dataclasses
+
+    from fadat.objectives import OBJECTIVES, all_options
+    from fadat.objectives.dat import FuzzyOptions, NLLOptions
+
+    fuzzy = {o.name: o for o in OBJECTIVES["fuzzy"].options}
+    assert list(fuzzy) == ["ngram_order", "dag_backend"]
+    assert (fuzzy["ngram_order"].type, fuzzy["ngram_order"].default) == (int, 2)
+    assert not fuzzy["ngram_order"].check(0) and fuzzy["ngram_order"].check(1)
+    nll = {o.name: o for o in OBJECTIVES["nll"].options}
+    assert nll["force_emit"].flag == "--no-force-emit"
+    assert fuzzy["ngram_order"].flag == "--ngram-order"
+    assert [o.name for o in OBJECTIVES["nat"].options] == []
+    assert [o.name for o in all_options()] == [
+        "force_emit", "dag_backend", "ngram_order", "label_smoothing"
+    ]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        NLLOptions().force_emit = False
+    assert FuzzyOptions(ngram_order=3).ngram_order == 3

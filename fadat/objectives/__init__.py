@@ -6,30 +6,60 @@ registered by name in :data:`OBJECTIVES`; the trainer names none of them.
 - ``label_smoothed_ce``: the autoregressive baseline's label-smoothed cross-entropy.
 
 To add an objective: one file under ``fadat/objectives/`` defining an ``Objective`` (its step,
-frozen options dataclass, statistics and log fields) and one line in :data:`OBJECTIVES`
+frozen options dataclass, statistics and log fields) and one line in :data:`REGISTRY`
 (docs/extending.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+from collections.abc import Iterator, Mapping
 
 from torch import nn
 
 from fadat.data.contract import Batch
 from fadat.losses import LossOutput
-from fadat.objectives import at, ctc, dat, glat, nat
 from fadat.objectives.base import Objective, Option
 
-#: name → objective.
-OBJECTIVES: dict[str, Objective] = {
-    "nll": dat.NLL,
-    "fuzzy": dat.FUZZY,
-    "label_smoothed_ce": at.LABEL_SMOOTHED_CE,
-    "nat": nat.NAT,
-    "glat": glat.GLAT,
-    "ctc": ctc.CTC,
+#: name → ``"module:attribute"`` of its :class:`Objective`: one line per objective, imported
+#: only when :data:`OBJECTIVES` is asked for it.
+REGISTRY: dict[str, str] = {
+    "nll": "fadat.objectives.dat:NLL",
+    "fuzzy": "fadat.objectives.dat:FUZZY",
+    "label_smoothed_ce": "fadat.objectives.at:LABEL_SMOOTHED_CE",
+    "nat": "fadat.objectives.nat:NAT",
+    "glat": "fadat.objectives.glat:GLAT",
+    "ctc": "fadat.objectives.ctc:CTC",
 }
+
+
+class _LazyObjectives(Mapping[str, Objective]):
+    """:data:`REGISTRY` as ``name → Objective``, importing an objective's module on first use
+    (its names and their order need no import)."""
+
+    def __init__(self, registry: dict[str, str]) -> None:
+        self._registry = registry
+        self._loaded: dict[str, Objective] = {}
+
+    def __getitem__(self, name: str) -> Objective:
+        if name not in self._loaded:
+            module, attribute = self._registry[name].split(":")  # KeyError: unknown name
+            objective = getattr(importlib.import_module(module), attribute)
+            if objective.name != name:
+                raise ValueError(f"REGISTRY[{name!r}] is the objective {objective.name!r}")
+            self._loaded[name] = objective
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._registry)
+
+    def __len__(self) -> int:
+        return len(self._registry)
+
+
+#: name → objective (a read-only mapping over :data:`REGISTRY`, loaded lazily).
+OBJECTIVES: Mapping[str, Objective] = _LazyObjectives(REGISTRY)
 
 
 def all_options() -> tuple[Option, ...]:
@@ -94,6 +124,7 @@ def compute_loss(
 
 __all__ = [
     "OBJECTIVES",
+    "REGISTRY",
     "Objective",
     "ObjectiveConfig",
     "Option",
