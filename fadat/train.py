@@ -70,7 +70,6 @@ from fadat.glancing import parse_glancing_schedule
 from fadat.model_init import build_model, data_vocab_size, load_data
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.train_config import (
-    CONFIG_FIELDS,
     RESUMABLE_KEYS,
     TrainConfig,
     config_to_dict,
@@ -187,6 +186,13 @@ class Trainer:
             for f in dataclasses.fields(cfg)
             if f.default is not dataclasses.MISSING and getattr(cfg, f.name) != f.default
         }
+        changed["objective_options"] = "TrainConfig.objective_options"
+        if dataclasses.is_dataclass(cfg.objective_options):
+            changed.update(
+                (f.name, f"TrainConfig.objective_options.{f.name}")
+                for f in dataclasses.fields(cfg.objective_options)
+                if getattr(cfg.objective_options, f.name) != f.default
+            )
         validate_config(cfg, changed, applicable=not resume)
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)
@@ -316,7 +322,9 @@ class Trainer:
             state,
             self.run_dir / LAST_NAME,
             config_to_dict(self.cfg),
-            CONFIG_FIELDS - RESUMABLE_KEYS - {"run_dir"},
+            # The run's own keys: a config saved before objectives owned their options also
+            # holds other objectives' keys, which this run does not read.
+            set(config_to_dict(self.cfg)) - RESUMABLE_KEYS - {"run_dir"},
             self.info,
             self.model,
             self.optimizer,

@@ -1,6 +1,11 @@
 """The training configuration of ``fadat train``: :class:`TrainConfig` (its core fields plus the
-options every registered objective declares), reading it from YAML and flags, validating it, and
-the ``fadat train`` flags.
+chosen objective's options dataclass), reading it from YAML and flags, validating it, and the
+``fadat train`` flags.
+
+In YAML files, saved ``config.yaml`` files and flags the objective's options are flat keys
+(``ngram_order: 2``, ``--ngram-order 2``); they fill ``TrainConfig.objective_options``. A key of
+another objective is an error, except in a saved config (runs saved before objectives owned their
+options list every objective's keys; a resumed run ignores those of other objectives).
 
 Resolution order: defaults < ``--config`` YAML (or the saved config of ``--resume``) < explicit
 flags. Keys use underscores or dashes. A resumed run may change only :data:`RESUMABLE_KEYS`.
@@ -21,15 +26,26 @@ import yaml
 from fadat.architectures import ARCHITECTURES
 from fadat.errors import InputError
 from fadat.glancing import parse_glancing_schedule
-from fadat.objectives import OBJECTIVES, ObjectiveConfig, all_options, default_objective
+from fadat.objectives import OBJECTIVES, ObjectiveConfig, Option, all_options, default_objective
+from fadat.objectives.base import options_of
 
 CONFIG_FILE = "config.yaml"
 LAST_NAME = "checkpoint_last.pt"
 
 
 @dataclass(frozen=True)
-class _CoreConfig:
-    """The fields of :class:`TrainConfig` that are not objective options."""
+class TrainConfig:
+    """The resolved training configuration (saved as ``RUN_DIR/config.yaml``, flat: the core
+    fields and the fields of ``objective_options``).
+
+    ``objective_options`` is the chosen objective's frozen options dataclass (e.g.
+    :class:`fadat.objectives.dat.FuzzyOptions`); ``None`` is replaced by its defaults (and stays
+    ``None`` for an objective without options).
+
+    Units: learning rates per update, ``warmup``/``max_updates``/``validate_every`` in updates,
+    ``max_time`` in seconds (0 = no limit), ``max_tokens`` per rank and micro-batch (graph/target
+    tokens as counted by ``TokenBatchSampler``). Zero means "no limit" for the stop criteria.
+    """
 
     data: str
     run_dir: str
@@ -69,6 +85,13 @@ class _CoreConfig:
     threads: int = 0
     log_every: int = 10
     progress_bar: bool = True
+    objective_options: Any = None  # the chosen objective's options dataclass
+
+    def __post_init__(self) -> None:
+        if self.objective_options is None:
+            objective = OBJECTIVES.get(self.resolved_objective())
+            if objective is not None and objective.options_class is not None:
+                object.__setattr__(self, "objective_options", objective.options_class())
 
     def resolved_objective(self) -> str:
         """``objective``, else the one registered as the default of ``arch``."""
@@ -84,25 +107,19 @@ class _CoreConfig:
         return objective.glancing if objective is not None else "0"
 
 
-#: The resolved training configuration (saved as ``RUN_DIR/config.yaml``): the core fields
-#: above and one field per objective option (:func:`fadat.objectives.all_options`: e.g.
-#: ``force_emit``, ``ngram_order``, ``label_smoothing``), so that a new objective's options are
-#: config keys and flags without touching this file.
-#:
-#: Units: learning rates per update, ``warmup``/``max_updates``/``validate_every`` in updates,
-#: ``max_time`` in seconds (0 = no limit), ``max_tokens`` per rank and micro-batch (graph/target
-#: tokens as counted by ``TokenBatchSampler``). Zero means "no limit" for the stop criteria.
-TrainConfig = dataclasses.make_dataclass(
-    "TrainConfig",
-    [(o.name, o.type, field(default=o.default)) for o in all_options()],
-    bases=(_CoreConfig,),
-    frozen=True,
-    namespace={"__module__": __name__},
-)
-TrainConfig.__doc__ = "Resolved training configuration (core fields and objective options)."
+#: The core keys of :class:`TrainConfig` (every field but ``objective_options``).
+CORE_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)} - {"objective_options"}
 
-CONFIG_FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
-_OPTIONS = {o.name: o for o in all_options()}
+
+def _options() -> dict[str, Option]:
+    """Every registered objective's options by key (imports every objective)."""
+    return {o.name: o for o in all_options()}
+
+
+def config_keys() -> set[str]:
+    """The keys of a YAML config: the core fields and every objective's options."""
+    return CORE_FIELDS | set(_options())
+
 
 # Keys that may change when a run is resumed (stop criteria, logging, hardware, and the DAG
 # programmes' implementation, which computes the same values); every other key must match the
@@ -147,14 +164,19 @@ def _coerce(name: str, value: Any, label: str = "") -> Any:
     """Check/convert one YAML or flag value to the type of TrainConfig.<name>; messages name it
     as ``label`` (default ``config key <name>``)."""
     label = label or f"config key {name}"
-    default = {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
-    example = (
-        default.default
-        if default.default is not dataclasses.MISSING
-        else (
-            default.default_factory() if default.default_factory is not dataclasses.MISSING else ""
+    if name in CORE_FIELDS:
+        default = {f.name: f for f in dataclasses.fields(TrainConfig)}[name]
+        example = (
+            default.default
+            if default.default is not dataclasses.MISSING
+            else (
+                default.default_factory()
+                if default.default_factory is not dataclasses.MISSING
+                else ""
+            )
         )
-    )
+    else:
+        example = _options()[name].default
     if name == "max_time":
         return parse_duration(value)
     if name == "glat_p":
@@ -253,9 +275,10 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise InputError(f"{path}: expected a mapping of config keys")
     out = {}
+    keys = config_keys()
     for key, value in raw.items():
         name = str(key).replace("-", "_")
-        if name not in CONFIG_FIELDS:
+        if name not in keys:
             raise InputError(f"{path}: unknown config key {key!r}")
         if name in out:  # "lr" and "lr-" spellings of one key
             raise InputError(f"{path}: config key {name} is given twice ({key!r})")
@@ -269,7 +292,7 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
 def flag_of(key: str) -> str:
     """The ``fadat train`` flag of config key ``key`` (``--no-force-emit`` for a boolean objective
     option that defaults to true)."""
-    option = _OPTIONS.get(key)
+    option = _options().get(key)
     return option.flag if option is not None else "--" + key.replace("_", "-")
 
 
@@ -335,13 +358,23 @@ def validate_config(
         ("threads", cfg.threads >= 0, "must be >= 0 (0 = torch's default)"),
         ("log_every", cfg.log_every >= 1, "must be >= 1"),
     ]
-    checks += [
-        (o.name, o.check is None or o.check(getattr(cfg, o.name)), o.problem) for o in all_options()
-    ]
+    options_class = OBJECTIVES[objective].options_class
+    given = cfg.objective_options
+    if (options_class is None) != (given is None) or not (
+        given is None or isinstance(given, options_class)
+    ):
+        raise InputError(
+            f"{name('objective_options')} is {type(given).__name__}, not the options of the "
+            f"objective {objective!r} ({getattr(options_class, '__name__', 'none')})"
+        )
+    values = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    values.update(dataclasses.asdict(given) if given is not None else {})
+    checks += [(o.name, o.check is None or o.check(values[o.name]), o.problem)
+               for o in options_of(options_class)]  # fmt: skip
     for key, ok, requirement in checks:
         if not ok:
             requirement = requirement.removeprefix(key).strip()
-            raise InputError(f"{name(key)} {requirement}, got {getattr(cfg, key)!r}")
+            raise InputError(f"{name(key)} {requirement}, got {values[key]!r}")
     if applicable:
         _refuse_inapplicable(cfg, sources)
     if not (cfg.max_updates or cfg.max_epochs or cfg.max_time):
@@ -364,8 +397,9 @@ def _refuse_inapplicable(cfg: TrainConfig, sources: dict[str, str]) -> None:
     """
     objective = OBJECTIVES[cfg.resolved_objective()]
     own = {o.name for o in objective.options}
+    options = _options()
     for key, where in sources.items():
-        if key in _OPTIONS and key not in own:
+        if key in options and key not in own:
             owners = [o.name for o in OBJECTIVES.values() if key in {x.name for x in o.options}]
             raise InputError(
                 f"{where} applies to the objective {' or '.join(owners)}, not to "
@@ -383,29 +417,52 @@ def _refuse_inapplicable(cfg: TrainConfig, sources: dict[str, str]) -> None:
 
 
 def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
-    d = dataclasses.asdict(cfg)
+    """The flat form of ``cfg`` (``config.yaml``, checkpoints): the core fields, then the fields
+    of ``cfg.objective_options``."""
+    d = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    del d["objective_options"]
+    d["model"] = dict(cfg.model)
     d["adam_betas"] = list(cfg.adam_betas)
+    if cfg.objective_options is not None:
+        d.update(dataclasses.asdict(cfg.objective_options))
     return d
 
 
 def config_from_dict(d: dict[str, Any], where: str) -> TrainConfig:
-    unknown = sorted(set(d) - CONFIG_FIELDS)
+    """A :class:`TrainConfig` from flat keys (:func:`config_to_dict`, a YAML file, flags).
+
+    The keys of the chosen objective's options fill ``objective_options``; keys of other
+    objectives are dropped here (a config saved before objectives owned their options lists them
+    all); :func:`validate_config` rejects them where a user gave them.
+
+    Raises:
+        InputError: unknown key or wrongly typed value, naming ``where``.
+    """
+    unknown = sorted(set(d) - config_keys())
     if unknown:
         raise InputError(f"{where}: unknown config keys {unknown}")
     values = {k: _coerce(k, v) for k, v in d.items()}
     try:
-        return TrainConfig(**values)
+        cfg = TrainConfig(**{k: v for k, v in values.items() if k in CORE_FIELDS})
     except TypeError as err:
         raise InputError(f"{where}: {err}") from None
+    if cfg.objective_options is None:
+        return cfg
+    own = {f.name for f in dataclasses.fields(cfg.objective_options)}
+    options = dataclasses.replace(
+        cfg.objective_options, **{k: v for k, v in values.items() if k in own}
+    )
+    return dataclasses.replace(cfg, objective_options=options)
 
 
 def objective_config(cfg: TrainConfig, glancing_ratio: float) -> ObjectiveConfig:
     """The settings of one update's step: the objective, the scheduled glancing ratio and the
     objective options of ``cfg``."""
+    options = cfg.objective_options
     return ObjectiveConfig(
         name=cfg.resolved_objective(),
         glancing_ratio=glancing_ratio,
-        **{name: getattr(cfg, name) for name in _OPTIONS},
+        **(dataclasses.asdict(options) if options is not None else {}),
     )
 
 
@@ -514,7 +571,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
         InputError: unknown YAML keys, bad values, or flags that conflict with a resumed run.
     """
     explicit = {}
-    for key in CONFIG_FIELDS:
+    for key in config_keys():
         value = getattr(args, key, None)
         if value is not None:
             explicit[key] = _coerce(key, value, flag_of(key))

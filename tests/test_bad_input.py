@@ -467,15 +467,18 @@ def test_training_that_diverges_stops_and_keeps_the_last_good_checkpoint(
     ("fields", "match"),
     [
         ({"lr": -1.0}, r"^TrainConfig\.lr must be > 0, got -1\.0$"),
-        ({"ngram_order": 3}, r"^TrainConfig\.ngram_order applies to the objective fuzzy"),
+        ({"objective_options": "fuzzy"}, r"^TrainConfig\.objective_options is FuzzyOptions, not"),
         ({"arch": "at", "upsample_ratio": 2.0}, r"^TrainConfig\.upsample_ratio applies to"),
         ({"seed": -4}, r"^TrainConfig\.seed must be >= 0"),
     ],
 )
 def test_train_python_api_names_fields(fields, match, paths, tmp_path):
     """train(TrainConfig(...)) from Python: messages name the dataclass fields, not flags."""
+    from fadat.objectives.dat import FuzzyOptions
     from fadat.train import TrainConfig, train
 
+    if fields.get("objective_options") == "fuzzy":  # the options of another objective
+        fields = {"objective_options": FuzzyOptions(ngram_order=3)}
     cfg = TrainConfig(data=paths["data"], run_dir=str(tmp_path / "run"), max_updates=1, **fields)
     with pytest.raises(InputError, match=match):
         train(cfg)

@@ -14,6 +14,7 @@ import torch
 from fadat import cli
 from fadat.data.contract import EOS_ID
 from fadat.model_dir import load_pretrained
+from fadat.objectives.at import LabelSmoothedCEOptions
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -65,7 +66,7 @@ def briefly_trained_at(root: str) -> dict[str, Path]:
                 max_updates=350,
                 max_tokens=4096,
                 dropout=0.0,
-                label_smoothing=0.0,
+                objective_options=LabelSmoothedCEOptions(label_smoothing=0.0),
                 validate_every=0,
                 log_every=1000,
                 progress_bar=False,

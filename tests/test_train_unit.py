@@ -22,6 +22,7 @@ from fadat.checkpoints import (
 )
 from fadat.errors import InputError
 from fadat.model import DATModel
+from fadat.objectives.dat import FuzzyOptions
 from fadat.train import inverse_sqrt_lr
 from fadat.train_config import (
     TrainConfig,
@@ -182,7 +183,9 @@ def test_validate_config_rejects_bad_combinations():
         ({"dag_backend": "cuda"}, "dag.backend must be one of auto, torch, triton, got .cuda."),
     ]:
         with pytest.raises(InputError, match=message):
-            validate_config(TrainConfig(**{**base, **extra}))
+            validate_config(config_from_dict({**base, **extra}, "test"))
+    with pytest.raises(InputError, match="FuzzyOptions, not the options of the objective 'nll'"):
+        validate_config(TrainConfig(**base, objective_options=FuzzyOptions()))
 
 
 def test_resume_requires_checkpoint(tmp_path):
@@ -201,9 +204,9 @@ def test_resume_may_change_the_dag_backend_but_not_the_objective_options(tmp_pat
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # only its existence is checked here
     cfg, resumed = resolve_config(parse(["--resume", str(tmp_path)]))
-    assert resumed and cfg.dag_backend == "auto"
+    assert resumed and cfg.objective_options.dag_backend == "auto"
     cfg, _ = resolve_config(parse(["--resume", str(tmp_path), "--dag-backend", "torch"]))
-    assert cfg.dag_backend == "torch"
+    assert cfg.objective_options.dag_backend == "torch"
     with pytest.raises(InputError, match="only stop criteria"):
         resolve_config(parse(["--resume", str(tmp_path), "--ngram-order", "3"]))
 
@@ -218,7 +221,7 @@ def test_shipped_configs_load_and_validate():
     assert len(files) >= 6
     for path in files:
         values = load_yaml_config(path)
-        cfg = TrainConfig(**{"data": "d", "run_dir": "r", **values})
+        cfg = config_from_dict({"data": "d", "run_dir": "r", **values}, str(path))
         validate_config(cfg)
         make_config(cfg.preset, 100, model_type=cfg.arch, **cfg.model)
         if cfg.resolved_objective() == "fuzzy":
@@ -297,3 +300,20 @@ def test_upsample_ratio_flag_sets_lambda_of_a_fresh_and_a_fine_tuned_model(tmp_p
     assert all(torch.equal(a, b) for a, b in pairs)
     with pytest.raises(InputError, match="upsample-ratio"):
         validate_config(TrainConfig(data="d", run_dir="r", max_updates=1, upsample_ratio=-1.0))
+
+
+def test_a_config_saved_with_every_objectives_keys_resumes_with_its_own(tmp_path):
+    """config.yaml of runs started before objectives owned their options lists every objective's
+    keys, flat; the run resumes with its own objective's values and drops the others."""
+    import yaml
+
+    saved = {"data": "d", "run_dir": str(tmp_path), "max_updates": 5, "objective": "fuzzy"}
+    saved.update(force_emit=True, ngram_order=3, dag_backend="torch", label_smoothing=0.1)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # only its existence is checked here
+    cfg, resumed = resolve_config(parse(["--resume", str(tmp_path)]))
+    assert resumed and cfg.objective_options == FuzzyOptions(ngram_order=3, dag_backend="torch")
+    flat = config_to_dict(cfg)
+    assert (flat["ngram_order"], flat["dag_backend"]) == (3, "torch")
+    assert "force_emit" not in flat and "label_smoothing" not in flat
+    assert config_from_dict(flat, "round trip") == cfg
