@@ -458,12 +458,7 @@ def config_from_dict(d: dict[str, Any], where: str) -> TrainConfig:
 def objective_config(cfg: TrainConfig, glancing_ratio: float) -> ObjectiveConfig:
     """The settings of one update's step: the objective, the scheduled glancing ratio and the
     objective options of ``cfg``."""
-    options = cfg.objective_options
-    return ObjectiveConfig(
-        name=cfg.resolved_objective(),
-        glancing_ratio=glancing_ratio,
-        **(dataclasses.asdict(options) if options is not None else {}),
-    )
+    return ObjectiveConfig(cfg.resolved_objective(), glancing_ratio, cfg.objective_options)
 
 
 # --------------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ from fadat.losses import (
     target_logprobs,
 )
 from fadat.model import DATModel
-from fadat.objectives import ObjectiveConfig, compute_loss
+from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
+from fadat.objectives.at import LabelSmoothedCEOptions
 from fadat.transformer import make_config
 
 # ---------------------------------------------------------------------------------- schedule
@@ -406,7 +407,9 @@ def test_compute_loss_at_counts_tokens():
     torch.manual_seed(0)
     model = ATModel(make_config("tiny", V, model_type="at")).eval()
     batch = toy_batch()
-    out = compute_loss(model, batch, ObjectiveConfig(name="label_smoothed_ce", label_smoothing=0.0))
+    options = LabelSmoothedCEOptions(label_smoothing=0.0)
+    settings = ObjectiveConfig("label_smoothed_ce", 0.0, options)
+    out = compute_loss(model, batch, settings)
     assert out.count == 4 + 3
     with torch.no_grad():
         lp = model(batch.source, batch.target[:, :-1])
@@ -440,12 +443,13 @@ def test_dag_backend_option_reaches_the_dag_calls(monkeypatch, name):
     model, batch = tiny_model().train(), toy_batch()
     for backend in ("torch", "auto"):
         seen.clear()
-        settings = ObjectiveConfig(name=name, glancing_ratio=0.5, dag_backend=backend)
+        options = OBJECTIVES[name].options_class(dag_backend=backend)
+        settings = ObjectiveConfig(name, 0.5, options)
         out = compute_loss(model, batch, settings)
         assert torch.isfinite(out.loss_sum)
         want = [("alignment", backend)] + ([("likelihood", backend)] if name == "nll" else [])
         assert seen == want
-    assert ObjectiveConfig(name=name).dag_backend == "auto"
+    assert ObjectiveConfig(name=name).options.dag_backend == "auto"
 
 
 def test_registry_loads_each_objective_by_its_name_and_rejects_a_wrong_line():

@@ -12,9 +12,10 @@ frozen options dataclass, statistics and log fields) and one line in :data:`REGI
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -85,16 +86,27 @@ def default_objective(architecture: str) -> str:
     )
 
 
-#: The settings of one update that a step reads: ``name``, the scheduled ``glancing_ratio`` and
-#: every objective option (:func:`all_options`) with its default, e.g.
-#: ``ObjectiveConfig(name="fuzzy", glancing_ratio=0.1, ngram_order=2)``.
-ObjectiveConfig = dataclasses.make_dataclass(
-    "ObjectiveConfig",
-    [("name", str), ("glancing_ratio", float, dataclasses.field(default=0.0))]
-    + [(o.name, o.type, dataclasses.field(default=o.default)) for o in all_options()],
-    frozen=True,
-    namespace={"__module__": __name__},
-)
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    """The settings of one update that a step reads, e.g. ``ObjectiveConfig("fuzzy", 0.1,
+    FuzzyOptions(ngram_order=2))``.
+
+    Attributes:
+        name: the objective (a key of :data:`OBJECTIVES`).
+        glancing_ratio: the scheduled glancing ratio of this update (0 = no glancing).
+        options: the objective's options dataclass (``Objective.options_class``); ``None`` is
+            replaced by its defaults (and stays ``None`` for an objective without options or an
+            unknown name, which :func:`compute_loss` rejects).
+    """
+
+    name: str
+    glancing_ratio: float = 0.0
+    options: Any = None
+
+    def __post_init__(self) -> None:
+        objective = OBJECTIVES.get(self.name)
+        if self.options is None and objective is not None and objective.options_class:
+            object.__setattr__(self, "options", objective.options_class())
 
 
 def compute_loss(
@@ -105,7 +117,7 @@ def compute_loss(
     Args:
         model: the unwrapped model, in train or eval mode.
         batch: a :class:`~fadat.data.contract.Batch` with targets, on the model's device.
-        cfg: the update's :data:`ObjectiveConfig`.
+        cfg: the update's :class:`ObjectiveConfig`.
         objective: ``OBJECTIVES[cfg.name]`` when the caller resolved it once (the trainer: once
             per run, not per micro-batch); looked up here when ``None``.
 

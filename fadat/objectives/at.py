@@ -33,7 +33,8 @@ def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
     gold = batch.target[:, 1:]  # (B, T−1): y </s>
     token_logprobs = model(batch.source, prev)  # (B, T−1, V)
     with no_autocast(token_logprobs.device):
-        loss, nll = label_smoothed_nll(widen(token_logprobs), gold, settings.label_smoothing)
+        smoothing = settings.options.label_smoothing
+        loss, nll = label_smoothed_nll(widen(token_logprobs), gold, smoothing)
     ntokens = int((gold != PAD_ID).sum())
     stats = {
         "nll_sum": float(nll.detach().sum()),

@@ -100,7 +100,7 @@ def nll_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
     """The DAG NLL of pass 2, straight from the logits (:func:`fadat.losses.nll_loss_from_logits`,
     force-emit on the glanced vertices unless ``force_emit`` is off)."""
     logits, links, graph_lengths, glanced = forward(
-        model, batch, settings.glancing_ratio, settings.dag_backend
+        model, batch, settings.glancing_ratio, settings.options.dag_backend
     )
     with no_autocast(logits.device):
         out = nll_loss_from_logits(
@@ -110,9 +110,9 @@ def nll_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
             graph_lengths,
             batch.target_lengths,
             glance=glanced,
-            force_emit=settings.force_emit,
+            force_emit=settings.options.force_emit,
             inplace_backward=True,  # the logits of this step are used by nothing else
-            backend=settings.dag_backend,
+            backend=settings.options.dag_backend,
         )
     return _finish(out, batch, glanced)
 
@@ -120,7 +120,7 @@ def nll_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
 def fuzzy_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
     """FA-DAT's fuzzy alignment loss of pass 2 (:func:`fadat.losses.fuzzy_loss`)."""
     logits, links, graph_lengths, glanced = forward(
-        model, batch, settings.glancing_ratio, settings.dag_backend
+        model, batch, settings.glancing_ratio, settings.options.dag_backend
     )
     with no_autocast(logits.device):
         out = fuzzy_loss(
@@ -129,7 +129,7 @@ def fuzzy_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
             batch.target,
             graph_lengths,
             batch.target_lengths,
-            order=settings.ngram_order,
+            order=settings.options.ngram_order,
         )
     out.stats.setdefault("underflow_recomputed", 0.0)
     return _finish(out, batch, glanced)
