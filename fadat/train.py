@@ -73,6 +73,7 @@ from fadat.train_config import (
     RESUMABLE_KEYS,
     TrainConfig,
     config_to_dict,
+    field_sources,
     objective_config,
     resolve_config,
     validate_config,
@@ -181,18 +182,7 @@ class Trainer:
         started = time.perf_counter()
         # A Python caller built the TrainConfig: name its fields, not flags. The fields it set
         # (those off their defaults) must apply; a resumed run keeps what it was started with.
-        changed = {
-            f.name: f"TrainConfig.{f.name}"
-            for f in dataclasses.fields(cfg)
-            if f.default is not dataclasses.MISSING and getattr(cfg, f.name) != f.default
-        }
-        changed["objective_options"] = "TrainConfig.objective_options"
-        if dataclasses.is_dataclass(cfg.objective_options):
-            changed.update(
-                (f.name, f"TrainConfig.objective_options.{f.name}")
-                for f in dataclasses.fields(cfg.objective_options)
-                if getattr(cfg.objective_options, f.name) != f.default
-            )
+        changed = field_sources(cfg)
         validate_config(cfg, changed, applicable=not resume)
         self.cfg = cfg
         self.run_dir = Path(cfg.run_dir)

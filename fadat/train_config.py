@@ -381,6 +381,25 @@ def validate_config(
         raise InputError("give a stop criterion: --max-updates, --max-epochs or --max-time")
 
 
+def field_sources(cfg: TrainConfig) -> dict[str, str]:
+    """The ``sources`` of :func:`validate_config` for a ``TrainConfig`` built in Python: the
+    fields off their defaults (``{"lr": "TrainConfig.lr"}``, ``{"ngram_order":
+    "TrainConfig.objective_options.ngram_order"}``) and ``objective_options`` itself."""
+    sources = {
+        f.name: f"TrainConfig.{f.name}"
+        for f in dataclasses.fields(cfg)
+        if f.default is not dataclasses.MISSING and getattr(cfg, f.name) != f.default
+    }
+    sources["objective_options"] = "TrainConfig.objective_options"
+    if dataclasses.is_dataclass(cfg.objective_options):
+        sources.update(
+            (f.name, f"TrainConfig.objective_options.{f.name}")
+            for f in dataclasses.fields(cfg.objective_options)
+            if getattr(cfg.objective_options, f.name) != f.default
+        )
+    return sources
+
+
 #: Core keys that only some architectures read.
 _ARCH_KEYS = {
     "upsample_ratio": ("dat", "ctc"),  # λ: the graph (DAT) or the CTC output length

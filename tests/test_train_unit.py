@@ -317,3 +317,19 @@ def test_a_config_saved_with_every_objectives_keys_resumes_with_its_own(tmp_path
     assert (flat["ngram_order"], flat["dag_backend"]) == (3, "torch")
     assert "force_emit" not in flat and "label_smoothing" not in flat
     assert config_from_dict(flat, "round trip") == cfg
+
+
+def test_python_built_config_names_the_option_field():
+    from fadat.train_config import field_sources
+
+    cfg = TrainConfig(
+        data="d", run_dir="r", max_updates=1, lr=1e-3, objective="fuzzy",
+        objective_options=FuzzyOptions(ngram_order=0),
+    )  # fmt: skip
+    sources = field_sources(cfg)
+    assert sources["lr"] == "TrainConfig.lr" and "seed" not in sources
+    assert sources["ngram_order"] == "TrainConfig.objective_options.ngram_order"
+    assert "dag_backend" not in sources  # at its default
+    message = r"^TrainConfig\.objective_options\.ngram_order must be >= 1, got 0$"
+    with pytest.raises(InputError, match=message):
+        validate_config(cfg, sources)
