@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -24,8 +24,19 @@ from torch import Tensor
 from fadat import dag
 from fadat.data.contract import PAD_ID
 
-if TYPE_CHECKING:
-    from fadat.glancing import GlanceResult
+
+class GlancedVertices(Protocol):
+    """The two fields of a glancing decision that force-emit reads
+    (:class:`fadat.glancing.GlanceResult` has them; typed here so that the loss does not import
+    the glancing module, which imports this one).
+
+    Attributes:
+        path: ``(B, L)`` int64 best alignment of pass 1 (−1 off the path).
+        glanced: ``(B, L)`` bool, vertices whose input was replaced by the oracle token.
+    """
+
+    path: Tensor
+    glanced: Tensor
 
 
 def _vertex_targets(targets: Tensor, size: int) -> Tensor:
@@ -184,7 +195,7 @@ def nll_loss(
     targets: torch.Tensor,
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
-    glance: GlanceResult | None = None,
+    glance: GlancedVertices | None = None,
     force_emit: bool = True,
     backend: str = "auto",
 ) -> LossOutput:
@@ -233,7 +244,7 @@ def nll_loss_from_logits(
     targets: torch.Tensor,
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
-    glance: GlanceResult | None = None,
+    glance: GlancedVertices | None = None,
     force_emit: bool = True,
     inplace_backward: bool = False,
     backend: str = "auto",
@@ -270,7 +281,7 @@ def _nll(
     targets: torch.Tensor,
     graph_lengths: torch.Tensor,
     target_lengths: torch.Tensor,
-    glance: GlanceResult | None,
+    glance: GlancedVertices | None,
     force_emit: bool,
     backend: str,
 ) -> LossOutput:
