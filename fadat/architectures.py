@@ -15,6 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
+from fadat.errors import InputError
+
 if TYPE_CHECKING:
     import numpy as np
     from torch import Tensor
@@ -116,7 +118,10 @@ def model_class(model_type: str) -> type:
     """The class registered for ``model_type`` (imports its module).
 
     Raises:
-        KeyError: unknown ``model_type`` (callers validate the name first).
+        InputError: unknown ``model_type`` (the training config and the model directory's
+            reader check the name first, with the file or flag it came from).
     """
+    if model_type not in ARCHITECTURES:
+        raise InputError(f"model_type must be one of {tuple(ARCHITECTURES)}, got {model_type!r}")
     module, _, name = ARCHITECTURES[model_type].partition(":")
     return getattr(importlib.import_module(module), name)

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from fadat.architectures import model_class
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
 from fadat.model import DATModel, LinksHead, transition_log_probs
@@ -235,8 +236,10 @@ def test_config_validation():
         make_config("tiny", V, d_model="32")
     with pytest.raises(InputError, match="unknown model preset"):
         make_config("huge", V)
-    with pytest.raises(InputError):
-        make_config("tiny", V, model_type="no-such-architecture")
+    # the architecture's name is the registry's to check (fadat.architectures.model_class)
+    bogus = make_config("tiny", V, model_type="no-such-architecture")
+    with pytest.raises(InputError, match="model_type must be one of"):
+        model_class(bogus.model_type)
     assert set(PRESETS) >= {"tiny", "cpu-small", "base"}
     base = make_config("base", 100)
     assert (base.encoder_layers, base.decoder_layers, base.d_model, base.ffn_dim) == (
@@ -281,6 +284,12 @@ def test_load_errors_name_the_problem(tmp_path):
     rewrite(model_type="no-such-architecture")
     with pytest.raises(InputError, match="unknown model_type"):
         load_pretrained(d)
+    # ModelConfig leaves the name to the registry: the config's own model_type must agree
+    rewrite(config={**good["config"], "model_type": "no-such-architecture"})
+    with pytest.raises(InputError, match="disagrees"):
+        load_pretrained(d)
+    with pytest.raises(InputError, match="model_type must be one of .*'no-such-architecture'"):
+        model_class("no-such-architecture")
     rewrite(config={**good["config"], "d_model": 64, "ffn_dim": 64})
     with pytest.raises(InputError, match="shape"):
         load_pretrained(d)
