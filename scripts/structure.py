@@ -4,9 +4,10 @@ layer, file sizes and the longest functions.
     python scripts/structure.py                 # the working tree
     python scripts/structure.py --rev 3b44b19   # any commit (files read with ``git show``)
 
-The import graph counts every ``import``/``from … import`` of a ``fadat`` module, at module level
-or inside a function (a deferred import is still a dependency), but not those under
-``if TYPE_CHECKING:`` (never run). ``fadat.cli`` is the CLI layer:
+The import graph counts every ``import``/``from … import`` of a ``fadat`` module, at module level,
+inside a function (a deferred import is still a dependency) or under ``if TYPE_CHECKING:`` (never
+run, but a type named in a signature is a design dependency all the same; the circles are also
+reported without these, as "at run time"). ``fadat.cli`` is the CLI layer:
 the argument parser and exit codes. Exits with 1 when there is an import circle or a library
 module imports ``fadat.cli``, else 0 (``tests/test_structure.py`` runs it).
 """
@@ -49,11 +50,14 @@ def _module(path: str) -> str:
     return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
-def imports(module: str, tree: ast.Module, known: set[str]) -> set[str]:
-    """The ``fadat`` modules ``module`` imports (``from fadat import dag`` counts as fadat.dag)."""
+def imports(
+    module: str, tree: ast.Module, known: set[str], type_only: bool = True
+) -> set[str]:
+    """The ``fadat`` modules ``module`` imports (``from fadat import dag`` counts as fadat.dag);
+    with ``type_only=False`` without those under ``if TYPE_CHECKING:``."""
     found = set()
     package = module if module in known and _is_package(module, known) else module.rsplit(".", 1)[0]
-    for node in _walk_runtime(tree):
+    for node in ast.walk(tree) if type_only else _walk_runtime(tree):
         names: list[str] = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -154,10 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     trees = {m: ast.parse(text) for m, text in sources.items()}
     graph = {m: imports(m, tree, known) for m, tree in trees.items()}
     found = circles(graph)
+    runtime = circles({m: imports(m, tree, known, type_only=False) for m, tree in trees.items()})
     cli_users = sorted(m for m, deps in graph.items() if CLI in deps and m != CLI)
 
     print(f"fadat at {args.rev or 'the working tree'}: {len(sources)} modules")
-    print(f"import circles: {len(found)}")
+    print(f"import circles: {len(found)} (type-only imports included; {len(runtime)} at run time)")
     for component in found:
         print("  " + " <-> ".join(component))
     print(f"library modules importing {CLI}: {len(cli_users)}")

@@ -20,7 +20,8 @@ def test_no_import_circles_and_no_cli_imports(capsys):
     structure = _load()
     assert structure.main([]) == 0
     out = capsys.readouterr().out
-    assert "import circles: 0" in out and "importing fadat.cli: 0" in out
+    assert "import circles: 0 (type-only imports included; 0 at run time)" in out
+    assert "importing fadat.cli: 0" in out
 
 
 def test_circle_finder_finds_a_circle():
@@ -47,3 +48,24 @@ def test_import_fadat_leaves_the_process_alone():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=root, check=True
     ).stdout.split()
     assert out == ["None", "True"]
+
+
+def test_type_only_imports_count_as_edges():
+    """An import under ``if TYPE_CHECKING:`` is an edge of the graph (a circle through it is a
+    circle), and only that edge is dropped with ``type_only=False``."""
+    import ast
+
+    structure = _load()
+    known = {"fadat.a", "fadat.b", "fadat.c"}
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "from fadat import c\n"
+        "if TYPE_CHECKING:\n"
+        "    from fadat.b import Thing\n"
+        "else:\n"
+        "    pass\n"
+    )
+    assert structure.imports("fadat.a", tree, known) == {"fadat.b", "fadat.c"}
+    assert structure.imports("fadat.a", tree, known, type_only=False) == {"fadat.c"}
+    graph = {"fadat.a": structure.imports("fadat.a", tree, known), "fadat.b": {"fadat.a"}}
+    assert structure.circles(graph) == [["fadat.a", "fadat.b"]]
