@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 
+from fadat.data.text import read_lines
 from fadat.errors import InputError
 from fadat.translate import load_model, score_pairs
 from fadat.verbs import (
@@ -22,7 +23,6 @@ from fadat.verbs import (
     apply_threads,
     check_output,
     open_output,
-    read_lines,
     stderr_warner,
 )
 

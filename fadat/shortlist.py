@@ -298,7 +298,7 @@ def text_pairs(
         InputError: the files have different numbers of lines, or invalid UTF-8.
     """
     from fadat.data.spm import encode_source, encode_target
-    from fadat.verbs import read_lines
+    from fadat.data.text import read_lines
 
     src, tgt = read_lines(str(source_path)), read_lines(str(target_path))
     if len(src) != len(tgt):

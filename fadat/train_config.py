@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from fadat.architectures import ARCHITECTURES
+from fadat.data.text import read_lines
 from fadat.errors import InputError
 from fadat.glancing import parse_glancing_schedule
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, Option, all_options, default_objective
@@ -255,8 +256,6 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
         InputError: missing file, invalid YAML, a key given twice, not a mapping, unknown key or
             wrongly typed value (the message names the file, and the line or the key).
     """
-    from fadat.data.prepare import read_lines  # the checked reader of text files
-
     path = Path(path)
     if path.is_dir():
         raise InputError(f"config file {path} is a directory")

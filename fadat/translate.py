@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from fadat.data.contract import EOS_ID, pad_sequences
+from fadat.data.text import read_lines
 from fadat.errors import InputError
 from fadat.model_dir import check_vocabulary, load_model, model_device
 from fadat.options import nonnegative_int, positive_int
@@ -46,7 +47,6 @@ from fadat.verbs import (
     check_output,
     decoding_options,
     open_output,
-    read_lines,
     stderr_warner,
 )
 

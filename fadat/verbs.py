@@ -11,7 +11,6 @@ import argparse
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, TextIO
 
 import torch
@@ -32,47 +31,6 @@ from fadat.options import (
 DEFAULT_MAX_TOKENS = 4096
 
 Warn = Callable[[str], None]
-
-
-def read_lines(path: str | None) -> list[str]:
-    """Read UTF-8 text lines from ``path`` (``None`` or ``"-"``: stdin).
-
-    A final line without a newline counts; ``\\r\\n`` endings and a UTF-8 byte-order mark are
-    accepted (as in ``fadat.data.prepare.read_lines``, which reads files only; this one also reads
-    stdin).
-
-    Raises:
-        InputError: the file cannot be read, holds a NUL byte, or a line is not valid UTF-8 (the
-            message names the file, the 1-based line and the byte offset within the line).
-    """
-    name = "<stdin>" if path in (None, "-") else str(path)
-    try:
-        if path in (None, "-"):
-            data = sys.stdin.buffer.read()
-        else:
-            data = Path(path).read_bytes()
-    except OSError as err:
-        raise InputError(f"{name}: cannot read ({err.strerror or err})") from err
-    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not text
-        data = data[3:]
-    nul = data.find(b"\x00")
-    if nul >= 0:  # text has none: a binary file
-        line = data.count(b"\n", 0, nul) + 1
-        raise InputError(f"{name}: line {line}: NUL byte (not a text file?)")
-    raw = data.split(b"\n")
-    if raw and raw[-1] == b"":
-        raw.pop()
-    lines = []
-    for number, chunk in enumerate(raw, start=1):
-        if chunk.endswith(b"\r"):
-            chunk = chunk[:-1]
-        try:
-            lines.append(chunk.decode("utf-8"))
-        except UnicodeDecodeError as err:
-            raise InputError(
-                f"{name}: line {number}: invalid UTF-8 at byte {err.start} of the line"
-            ) from err
-    return lines
 
 
 def check_output(path: str | None, inputs: Iterable[tuple[str, str | None]] = ()) -> None:

@@ -203,8 +203,8 @@ TRANSLATE_CASES = [
     *[(["--input", "{in}", "--model", *a], n) for a, n in MODEL_CASES],
     (["--model", "{dat}", "--input", "{missing}"], ("{missing}", "cannot read")),
     (["--model", "{dat}", "--input", "{dir}"], ("{dir}", "cannot read")),
-    (["--model", "{dat}", "--input", "{bin}"], ("{bin}", "line 1", "NUL byte")),
-    (["--model", "{dat}", "--input", "{latin1}"], ("{latin1}", "line 2", "invalid UTF-8")),
+    (["--model", "{dat}", "--input", "{bin}"], ("{bin}:1:", "NUL byte")),
+    (["--model", "{dat}", "--input", "{latin1}"], ("{latin1}:2:", "invalid UTF-8")),
     (["--model", "{dat}", "--input", "{in}", "--output", "{dir}"], ("--output", "directory")),
     (["--model", "{dat}", "--input", "{in}", "--beta", "nan"], ("--beta", "finite")),
     (["--model", "{dat}", "--input", "{in}", "--beta", "fast"], ("--beta", "'fast'")),
@@ -270,7 +270,7 @@ def test_score(argv, needles, paths, capsys):
 
 PREPARE_BASE = ["--source-lang", "en", "--target-lang", "en", "--vocab-size", "16"]
 PREPARE_CASES = [
-    (["--source-file", "{missing}", "--target-file", "{in}"], ("{missing}", "not found")),
+    (["--source-file", "{missing}", "--target-file", "{in}"], ("{missing}", "No such file")),
     (["--source-file", "{dir}", "--target-file", "{in}"], ("{dir}", "cannot read")),
     (["--source-file", "{bin}", "--target-file", "{bin}"], ("{bin}:1", "NUL byte")),
     (["--source-file", "{latin1}", "--target-file", "{latin1}"], ("{latin1}:2", "UTF-8")),

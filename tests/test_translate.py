@@ -21,12 +21,12 @@ from fadat import cli
 from fadat.baseline import ATModel
 from fadat.dag import dag_log_likelihood
 from fadat.data.spm import encode_source, encode_target, train_sentencepiece
+from fadat.data.text import read_lines
 from fadat.decoding import decode
 from fadat.errors import InputError
 from fadat.model import DATModel
 from fadat.transformer import make_config
 from fadat.translate import Translator, load_model, make_batches, score_pairs
-from fadat.verbs import read_lines
 
 WORDS = "ab cd ef gh ij kl mn op qr st uv wx".split()
 
@@ -330,13 +330,13 @@ def test_invalid_utf8_exit_2(models, capsys, monkeypatch, tmp_path):
     code, _, err = run_cli(
         ["translate", "--model", str(models["dat"])], capsys, monkeypatch, b"ab cd\nef \xff gh\n"
     )
-    _assert_one_error_line(code, err, "line 2", "invalid UTF-8", "byte 3")
+    _assert_one_error_line(code, err, "<stdin>:2:", "invalid UTF-8", "byte offset 9", "byte 3")
     path = tmp_path / "bad.txt"
     path.write_bytes(b"ab\ncd\n\xc3(\n")
     code, _, err = run_cli(
         ["translate", "--model", str(models["dat"]), "--input", str(path)], capsys, monkeypatch
     )
-    _assert_one_error_line(code, err, str(path), "line 3")
+    _assert_one_error_line(code, err, f"{path}:3:")
 
 
 def test_missing_and_corrupt_model_exit_2(models, capsys, monkeypatch, tmp_path):

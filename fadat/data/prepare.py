@@ -54,6 +54,7 @@ import numpy as np
 from fadat import outputs
 from fadat.data import binarized, spm
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from fadat.data.text import iter_lines
 from fadat.errors import InputError
 from fadat.options import positive_int
 from fadat.process import terminate_as_interrupt
@@ -248,72 +249,7 @@ def log(message: str) -> None:
 
 
 # ----------------------------------------------------------------------------- reading input
-
-READ_BLOCK = 1 << 22  # bytes decoded at a time
-
-
-def iter_lines(path: str | Path) -> Iterator[str]:
-    """Lines of a UTF-8 text file (``\\n`` or ``\\r\\n``; a final newline is optional; a BOM
-    is dropped), read in blocks of ``READ_BLOCK`` bytes.
-
-    Raises:
-        InputError: missing file, NUL byte or invalid UTF-8 (file, line and byte offset), when
-            the iteration reaches it.
-    """
-    path = Path(path)
-    try:
-        f = open(path, "rb")  # noqa: SIM115 - closed below
-    except FileNotFoundError as err:
-        raise InputError(f"{path}: file not found") from err
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from err
-    with f:
-        line = 0  # lines before the current block
-        offset = 0  # byte offset of the current block
-        rest = b""  # an unfinished line carried into the next block
-        while True:
-            data = f.read(READ_BLOCK)
-            if not data:
-                if rest:  # a last line without a final newline
-                    yield from _decode_block(path, rest, line, offset)
-                return
-            data = rest + data
-            cut = data.rfind(b"\n") + 1
-            block, rest = data[:cut], data[cut:]
-            if block:
-                lines = _decode_block(path, block, line, offset)
-                line += len(lines)
-                offset += len(block)
-                yield from lines
-
-
-def _decode_block(path: Path, data: bytes, line: int, offset: int) -> list[str]:
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        at = line + data.count(b"\n", 0, nul) + 1
-        raise InputError(f"{path}:{at}: NUL byte at byte offset {offset + nul}")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        at = line + data.count(b"\n", 0, err.start) + 1
-        raise InputError(
-            f"{path}:{at}: invalid UTF-8 at byte offset {offset + err.start} ({err.reason})"
-        ) from err
-    if offset == 0 and text.startswith("\ufeff"):
-        text = text[1:]
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
-    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """All lines of a UTF-8 text file (see :func:`iter_lines`).
-
-    Raises:
-        InputError: missing file, NUL byte or invalid UTF-8 (file, line and byte offset).
-    """
-    return list(iter_lines(path))
+# (the text files themselves: fadat.data.text)
 
 
 class ParallelFiles:
@@ -636,10 +572,8 @@ def sha256_file(path: Path) -> str:
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
-    except FileNotFoundError as err:
-        raise InputError(f"{path}: file not found") from err
-    except OSError as err:
-        raise InputError(f"{path}: cannot read ({err.strerror})") from err
+    except OSError as err:  # the same message as fadat.data.text's reader
+        raise InputError(f"{path}: cannot read ({err.strerror or err})") from err
     return h.hexdigest()
 
 

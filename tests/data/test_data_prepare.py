@@ -189,7 +189,7 @@ def test_many_drops_list_first_ten(files, tmp_path):
         ("mismatch", ["train.en has 200 lines", "has 199"]),
         ("utf8", [":3: invalid UTF-8 at byte offset"]),
         ("nul", [":2: NUL byte"]),
-        ("missing", ["nope.txt: file not found"]),
+        ("missing", ["nope.txt: cannot read (No such file or directory)"]),
         ("empty", ["empty corpus"]),
     ],
 )
@@ -215,7 +215,7 @@ def test_input_errors_exit_2_one_line(files, tmp_path, capsys, case, expected):
 
 
 def test_utf8_byte_offset_is_exact(tmp_path):
-    from fadat.data.prepare import read_lines
+    from fadat.data.text import read_lines
     from fadat.errors import InputError
 
     path = tmp_path / "f"
@@ -371,7 +371,7 @@ def test_sigterm_leaves_no_dataset(files, tmp_path):
 
 
 def test_line_reader_blocks_do_not_change_lines_or_positions(tmp_path, monkeypatch):
-    from fadat.data import prepare
+    from fadat.data import text as prepare
     from fadat.errors import InputError
 
     path = tmp_path / "f"
