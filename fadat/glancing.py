@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -200,18 +202,32 @@ def no_autocast(device: torch.device) -> torch.autocast:
     return torch.autocast(device_type=device.type, enabled=False)
 
 
-def _rng_devices(device: torch.device) -> list[int]:
-    return [device.index or 0] if device.type == "cuda" else []
+def draw_seed() -> int:
+    """A dropout seed for one micro-batch, in ``[0, 2^62)``, drawn from torch's global RNG (so a
+    run resumed with its RNG states restored draws the same seeds)."""
+    return int(torch.randint(0, 2**62, (1,)).item())
+
+
+@contextmanager
+def forked_rng(device: torch.device, seed: int | None = None) -> Iterator[None]:
+    """Run the block on a fork of torch's global RNG (the CPU generator and, for a CUDA
+    ``device``, that device's), seeded with ``seed`` unless it is None; the global state is
+    restored afterwards. Two blocks with the same seed draw identical dropout masks (the two
+    glancing passes, docs/reference-behaviour.md, "Glancing"); an unseeded block leaves the
+    training's random stream as it found it (validation)."""
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        if seed is not None:
+            torch.manual_seed(seed)
+        yield
 
 
 def decode_with_seed(
     model, encoder_out, decoder_tokens: torch.Tensor, seed: int, logits: bool = False
 ):
-    """Run ``model.decode`` (``model.decode_logits`` with ``logits=True``) with the global RNG
-    seeded to ``seed`` and restored afterwards, so two calls with the same seed draw identical
+    """Run ``model.decode`` (``model.decode_logits`` with ``logits=True``) in
+    :func:`forked_rng` seeded with ``seed``, so two calls with the same seed draw identical
     dropout masks (docs/reference-behaviour.md, "Glancing")."""
-    with torch.random.fork_rng(devices=_rng_devices(decoder_tokens.device)):
-        torch.manual_seed(seed)
+    with forked_rng(decoder_tokens.device, seed):
         if logits:
             return model.decode_logits(encoder_out, decoder_tokens)
         return model.decode(encoder_out, decoder_tokens)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from fadat.data.contract import Batch
+from fadat.glancing import forked_rng
 from fadat.objectives import ObjectiveConfig, compute_loss
 from fadat.train_config import TrainConfig
 
@@ -71,7 +72,7 @@ def validate(
     loss_sum, count = 0.0, 0
     was_training = model.training
     model.eval()
-    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+    with forked_rng(device):  # the training's random stream continues as if no validation ran
         with torch.no_grad():
             for idx in batches:
                 batch = valid.collate(idx).to(device)

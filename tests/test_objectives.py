@@ -15,6 +15,8 @@ from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, make_batch
 from fadat.glancing import (
     choose_glanced,
     decode_with_seed,
+    draw_seed,
+    forked_rng,
     glance,
     glance_count,
     oracle_tokens,
@@ -351,6 +353,28 @@ def test_ratio_zero_pass2_equals_pass1_bitwise_with_dropout():
     # dropout is really on: another seed gives other outputs
     lp3, _ = decode_with_seed(model, enc, res.decoder_tokens, 99)
     assert not torch.equal(lp3, lp2)
+
+
+def test_forked_rng_is_manual_seed_on_a_fork():
+    """Inside: the stream of ``torch.manual_seed(seed)`` (the idiom the objectives wrote out
+    before); after: the global stream continues as if the block had not run, seeded or not."""
+    cpu = torch.device("cpu")
+    ones = torch.ones(1000)
+    torch.manual_seed(11)
+    mask = torch.nn.functional.dropout(ones, 0.5)
+    after = torch.rand(5)
+    torch.manual_seed(3)
+    expect_seed = int(torch.randint(0, 2**62, (1,)).item())
+    expect_next = torch.rand(5)
+
+    torch.manual_seed(3)
+    with forked_rng(cpu, 11):
+        assert torch.equal(torch.nn.functional.dropout(ones, 0.5), mask)
+        assert torch.equal(torch.rand(5), after)
+    assert draw_seed() == expect_seed
+    with forked_rng(cpu):
+        torch.rand(100)
+    assert torch.equal(torch.rand(5), expect_next)
 
 
 @pytest.mark.parametrize("ratio", [0.5, 1.0])

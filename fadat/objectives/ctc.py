@@ -12,7 +12,7 @@ from torch import nn
 
 from fadat.ctc import best_alignment, content_targets, unk_input
 from fadat.data.contract import PAD_ID, Batch
-from fadat.glancing import choose_glanced, glance_count
+from fadat.glancing import choose_glanced, draw_seed, forked_rng, glance_count
 from fadat.losses import LossOutput
 from fadat.objectives.base import Objective
 
@@ -31,12 +31,10 @@ def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
     content, content_lengths = content_targets(batch.target, batch.target_lengths)  # (B, U), (B,)
     encoder_out = model.encode(batch.source)
     tokens = unk_input(lengths)  # (B, L)
-    seed = int(torch.randint(0, 2**62, (1,)).item())
-    devices = [tokens.device.index or 0] if tokens.device.type == "cuda" else []
+    seed = draw_seed()
     glanced = 0.0
     if glancing_ratio > 0:
-        with torch.no_grad(), torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
+        with torch.no_grad(), forked_rng(tokens.device, seed):
             logits = model.decode_logits(encoder_out, tokens)  # (B, L, V+1)
         with torch.no_grad(), torch.autocast(tokens.device.type, enabled=False):
             lp = torch.log_softmax(logits.float(), dim=-1)
@@ -47,8 +45,7 @@ def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
         chosen = choose_glanced(path, glance_count(aligned.sum(dim=1), correct, glancing_ratio))
         tokens = torch.where(chosen, oracle, tokens)  # (B, L)
         glanced = float(chosen.sum())
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+    with forked_rng(tokens.device, seed):
         logits = model.decode_logits(encoder_out, tokens)  # (B, L, V+1)
     with torch.autocast(logits.device.type, enabled=False):
         lp = torch.log_softmax(logits.float(), dim=-1)

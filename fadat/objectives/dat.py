@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from fadat.data.contract import Batch
-from fadat.glancing import GlanceResult, decode_with_seed, glance, no_autocast
+from fadat.glancing import GlanceResult, decode_with_seed, draw_seed, glance, no_autocast
 from fadat.kernels.triton_dag import BACKENDS
 from fadat.losses import LossOutput, fuzzy_loss, nll_loss_from_logits, widen
 from fadat.objectives.base import Objective, option
@@ -70,7 +70,7 @@ def forward(
     plain = model.decoder_input_tokens(graph_lengths)  # (B, L)
     # One seed for both passes: identical dropout masks. Drawn from the global RNG so that a
     # resumed run draws the same seeds.
-    seed = int(torch.randint(0, 2**62, (1,)).item())
+    seed = draw_seed()
     glanced = None
     decoder_tokens = plain
     if glancing_ratio > 0:

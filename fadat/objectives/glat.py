@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from fadat.data.contract import UNK_ID, Batch
-from fadat.glancing import choose_glanced, glance_count
+from fadat.glancing import choose_glanced, draw_seed, forked_rng, glance_count
 from fadat.losses import LossOutput
 from fadat.nat import NATModel, decoder_input, nat_loss
 from fadat.objectives.base import Objective
@@ -47,9 +47,7 @@ def glance_input(
         ``(B, T)`` int64 decoder input of pass 2.
     """
     plain = decoder_input(lengths)  # (B, T)
-    devices = [plain.device.index or 0] if plain.device.type == "cuda" else []
-    with torch.no_grad(), torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+    with torch.no_grad(), forked_rng(plain.device, seed):
         logits = model.decode_logits(encoder_out, plain)  # (B, T, V)
     gold = target[:, : plain.shape[1]]  # (B, T)
     content = plain.eq(UNK_ID)  # (B, T)
@@ -65,15 +63,13 @@ def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
     sentence (stats: ``nll_sum``, ``scored_tokens``, ``glanced``)."""
     glancing_ratio = settings.glancing_ratio
     encoder_out = model.encode(batch.source)
-    seed = int(torch.randint(0, 2**62, (1,)).item())
+    seed = draw_seed()
     tokens = decoder_input(batch.target_lengths)
     if glancing_ratio > 0:
         tokens = glance_input(
             model, encoder_out, batch.target, batch.target_lengths, glancing_ratio, seed
         )
-    devices = [tokens.device.index or 0] if tokens.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
+    with forked_rng(tokens.device, seed):
         losses, stats = nat_loss(
             model, batch.source, batch.target, batch.target_lengths, tokens, encoder_out
         )
