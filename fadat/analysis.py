@@ -239,7 +239,7 @@ def model_outputs(
     """The DAT's raw outputs for raw text lines, batch by batch.
 
     Encoding, truncation and batching are :func:`fadat.translate.translate_lines`' own
-    (:func:`~fadat.translate.encode_sources`, :func:`~fadat.translate.batch_cost`,
+    (:func:`~fadat.translate.encode_sources`, the model's ``batch_cost``,
     :func:`~fadat.translate.make_batches`), so the graphs analysed are the graphs ``fadat
     translate`` decodes. Empty (all-blank) lines are skipped, as translate skips them.
 

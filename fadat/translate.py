@@ -215,12 +215,6 @@ def encode_sources(
     return out
 
 
-def batch_cost(model: nn.Module, source_length: int) -> int:
-    """Positions one sentence occupies in a batch (the model's ``batch_cost``: the graph size
-    ``L`` for DAT, the source length for AT)."""
-    return model.batch_cost(source_length)
-
-
 def make_batches(
     costs: Sequence[int], max_tokens: int | None, max_sentences: int | None = None
 ) -> list[list[int]]:
@@ -231,7 +225,8 @@ def make_batches(
     decreasing cost (stable, so equal costs keep input order); callers put results back by index.
 
     Args:
-        costs: per-sentence cost (e.g. :func:`batch_cost`).
+        costs: per-sentence cost (e.g. the model's ``batch_cost``,
+            :meth:`fadat.architectures.TranslationModel.batch_cost`).
         max_tokens: budget; ``None`` or 0 = unlimited.
         max_sentences: sentences per batch; ``None`` or 0 = unlimited.
 
@@ -409,7 +404,7 @@ def score_pairs(
     Args:
         model, sp: as :func:`translate_lines`.
         sources, targets: raw text, equally many.
-        max_tokens: per-batch budget (:func:`batch_cost` of the source).
+        max_tokens: per-batch budget (the model's ``batch_cost`` of the source).
         warn: receives warnings (truncated sources, targets the model cannot score).
 
     Returns:

@@ -27,7 +27,8 @@ from fadat.options import (
     probability,
 )
 
-#: Default per-batch budget (see :func:`fadat.translate.batch_cost`).
+#: Default per-batch budget, in the models' ``batch_cost`` units
+#: (:meth:`fadat.architectures.TranslationModel.batch_cost`).
 DEFAULT_MAX_TOKENS = 4096
 
 Warn = Callable[[str], None]

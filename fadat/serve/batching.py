@@ -6,7 +6,7 @@ cost of each sentence, :meth:`fadat.serve.engine.Engine.cost`). One asyncio task
 options while
 
 - the batch's padded cost ``sentences × largest cost`` stays within ``max_batch_tokens`` (graph
-  vertices for a DAT, source tokens for an AT: :func:`fadat.translate.batch_cost`), and
+  vertices for a DAT, source tokens for an AT: the model's ``batch_cost``), and
 - at most ``max_wait_ms`` have passed since the oldest job arrived;
 
 then one :meth:`~fadat.serve.engine.Engine.translate` call runs the batch and each job gets
