@@ -19,6 +19,20 @@ from fadat.data import synth
 from fadat.data.synth import SynthConfig, ValidSet
 from fadat.validset_metrics import classify, validset_scores
 
+
+def segment(words: list[str], lex: synth.Lexicon) -> list[list[int]]:
+    """Source words → phrases of word ids: a phrase ends after a phrase-final word (the phrase
+    boundaries are a function of the source words alone)."""
+    index = {w: i for i, w in enumerate(lex.words)}
+    phrases: list[list[int]] = [[]]
+    for w in words:
+        phrases[-1].append(index[w])  # KeyError: an unknown word
+        if lex.final[index[w]]:
+            phrases.append([])
+    assert not phrases[-1], "the sentence does not end with a phrase-final word"
+    return phrases[:-1]
+
+
 SMALL = SynthConfig(
     seed=3,
     swap_prob=0.4,
@@ -37,7 +51,7 @@ def test_training_targets_are_in_the_valid_set_of_their_source():
         part = splits[split]
         for source, target, stored in zip(part.sources, part.targets, part.valid_sets, strict=True):
             # The valid set is rebuilt from the source words alone (phrase-final words).
-            vs = synth.valid_set(synth.segment(source.split(), lex), lex, SMALL)
+            vs = synth.valid_set(segment(source.split(), lex), lex, SMALL)
             assert vs == stored
             assert vs.contains(target.split())
             assert SMALL.min_words <= len(source.split()) <= SMALL.max_words

@@ -146,13 +146,6 @@ class TokenBatchSampler:
         """Number of steps per epoch (the same on every rank)."""
         return len(self._global)
 
-    def global_batches(self, epoch: int) -> list[list[int]]:
-        """All ranks' batches of ``epoch``, in step order."""
-        order = np.arange(len(self._global))
-        if self.shuffle:
-            order = np.random.default_rng([self.seed, epoch]).permutation(len(self._global))
-        return [self._global[i].tolist() for i in order]
-
     def batches(self, epoch: int) -> list[list[int]]:
         """This rank's batches of ``epoch`` (maybe empty lists); deterministic in (seed, epoch)."""
         return [b.tolist() for b in self.shard(epoch)]

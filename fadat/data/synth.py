@@ -404,25 +404,6 @@ def sample_sentence(lex: Lexicon, cfg: SynthConfig, rng: np.random.Generator) ->
     return phrases
 
 
-def segment(words: Sequence[str], lex: Lexicon) -> list[list[int]]:
-    """Source words → phrases of word ids: a phrase ends after a phrase-final word.
-
-    Raises:
-        InputError: an unknown word, or a sentence that does not end with a phrase-final word.
-    """
-    index = {w: i for i, w in enumerate(lex.words)}
-    phrases: list[list[int]] = [[]]
-    for w in words:
-        if w not in index:
-            raise InputError(f"unknown source word {w!r}")
-        phrases[-1].append(index[w])
-        if lex.final[index[w]]:
-            phrases.append([])
-    if phrases[-1]:
-        raise InputError("the sentence does not end with a phrase-final word")
-    return phrases[:-1]
-
-
 def adjacent_repeat(phrases: list[list[int]]) -> bool:
     """Whether the same source word can stand next to itself in some phrase order (swaps
     allowed whatever P is), i.e. whether some valid translation would repeat a target token.
