@@ -4,11 +4,12 @@ side of the translation-model interface (:class:`fadat.architectures.Translation
 
 The model returns ``(token_logprobs, links)``; objectives (:mod:`fadat.objectives`) and decoders
 (:mod:`fadat.decoding`) consume them. The architecture follows the reference implementation
-(docs/reference.md, "Network"):
+(docs/reference-behaviour.md, "Network"):
 
 - Decoder input ``[<s>, <unk> × (L−2), </s>]`` + learned positions, bidirectional self-attention,
   cross-attention; no source copy unless ``copy_source`` (not in the reference).
-- Links head as the reference's (docs/reference.md, "Links"), see :func:`transition_log_probs`.
+- Links head as the reference's (docs/reference-behaviour.md, "Links"), see
+  :func:`transition_log_probs`.
 
 Differences from the reference, on purpose:
 

@@ -2,8 +2,8 @@
 reference-length bucket, sacreBLEU's paired bootstrap, and reading a split's raw sources and
 reference streams. Shared by ``fadat evaluate`` and ``fadat analyze``.
 
-Tokenized BLEU is the NAT papers' number (docs/reference.md, "Evaluation"): hypotheses and
-references tokenised with sacremoses' ``MosesTokenizer`` (target language, no escaping) and
+Tokenized BLEU is the NAT papers' number (docs/reference-behaviour.md, "Evaluation"): hypotheses
+and references tokenised with sacremoses' ``MosesTokenizer`` (target language, no escaping) and
 scored with ``tokenize="none"``.
 """
 

@@ -2,7 +2,7 @@
 (:class:`ModelConfig`, presets), attention, dropout, the fairseq Transformer layer, the encoder
 and the initialisation.
 
-The architecture follows the reference implementation (docs/reference.md, "Network"):
+The architecture follows the reference implementation (docs/reference-behaviour.md, "Network"):
 
 - fairseq post-LN Transformer (``pre_norm`` is an option), gelu, learned positions, dropout 0.1,
   attention/activation dropout 0, BERT init N(0, 0.02) with zero biases and a zero padding row,

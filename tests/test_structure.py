@@ -69,3 +69,28 @@ def test_type_only_imports_count_as_edges():
     assert structure.imports("fadat.a", tree, known, type_only=False) == {"fadat.c"}
     graph = {"fadat.a": structure.imports("fadat.a", tree, known), "fadat.b": {"fadat.a"}}
     assert structure.circles(graph) == [["fadat.a", "fadat.b"]]
+
+
+def test_cited_docs_pages_and_sections_exist():
+    """Every ``docs/PAGE.md`` a library docstring cites exists, and every section it names
+    (``docs/PAGE.md, "Section"``) is a heading of that page."""
+    import re
+
+    root = SCRIPT.parent.parent
+    cite = re.compile(r'docs/([\w-]+\.md)(?:[,;]?\s*\(?"([^"]+)")?')
+    missing = []
+    for path in sorted((root / "fadat").rglob("*.py")):
+        for page, section in cite.findall(path.read_text()):
+            doc = root / "docs" / page
+            if not doc.is_file():
+                missing.append(f"{path.name}: docs/{page}")
+            elif section:
+                headings = {
+                    line.lstrip("#").strip()
+                    for line in doc.read_text().splitlines()
+                    if line.startswith("#")
+                }
+                section = " ".join(section.split())  # a name may wrap in a docstring
+                if section not in headings:
+                    missing.append(f'{path.name}: docs/{page}, "{section}"')
+    assert not missing
