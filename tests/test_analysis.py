@@ -4,7 +4,6 @@ randomly initialised model with a tiny sentencepiece model."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import xml.etree.ElementTree as ET
 from itertools import pairwise
@@ -13,6 +12,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from brute_dag import all_paths, path_prob
+from brute_dag import passing as brute_passing
 
 from fadat.analysis import path_statistics, vertex_confidence, vertex_density
 from fadat.scoring import bucket_labels, length_buckets, reference_lengths
@@ -38,29 +39,6 @@ def random_graph(
     links = torch.log_softmax(scores.masked_fill(~valid, -math.inf), dim=-1)
     links = torch.nan_to_num(links, nan=-math.inf)  # rows with no valid j
     return token_logprobs, links, lengths
-
-
-def all_paths(size: int) -> list[list[int]]:
-    """Every increasing vertex path from 0 to size − 1."""
-    middle = range(1, size - 1)
-    return [
-        [0, *chosen, size - 1]
-        for k in range(size - 1)
-        for chosen in itertools.combinations(middle, k)
-    ]
-
-
-def path_prob(links: torch.Tensor, path: list[int]) -> float:
-    return math.exp(sum(float(links[a, b]) for a, b in pairwise(path)))
-
-
-def brute_passing(links: torch.Tensor, size: int) -> list[float]:
-    passing = [0.0] * size
-    for path in all_paths(size):
-        p = path_prob(links, path)
-        for v in path:
-            passing[v] += p
-    return passing
 
 
 def brute_marginal(token_logprobs, links, size, tokens) -> float:
@@ -136,7 +114,7 @@ def test_vertex_confidence_is_dag_passing_probability():
         want_max += [float(token_logprobs[b, v].exp().max()) for v in range(size)]
         # and fadat.dag agrees with enumerating every path
         assert dag_passing[b, :size].tolist() == pytest.approx(
-            brute_passing(links[b], size), abs=1e-5
+            brute_passing(links[b], size).tolist(), abs=1e-5
         )
     assert passing.tolist() == want_passing
     assert max_token.tolist() == pytest.approx(want_max, abs=1e-6)
@@ -178,10 +156,10 @@ def test_graph_view_numbers():
     tlp, lk = token_logprobs[0], links[0]
     path = [0, 2, 5, 6]
     view = graph_view(tlp, lk, path, top_k=2, min_passing=0.3, min_flow=0.2)
-    passing = brute_passing(lk, 7)
-    want_vertices = sorted({v for v in range(7) if passing[v] >= 0.3} | set(path))
+    brute = brute_passing(lk, 7).tolist()
+    want_vertices = sorted({v for v in range(7) if brute[v] >= 0.3} | set(path))
     assert view.vertices == want_vertices
-    assert view.passing == pytest.approx([passing[v] for v in want_vertices], abs=1e-5)
+    assert view.passing == pytest.approx([brute[v] for v in want_vertices], abs=1e-5)
     for i, j, flow in view.edges:
         assert i < j and i in view.vertices and j in view.vertices
         # flow = probability that a path uses the edge, by enumeration

@@ -25,7 +25,6 @@ import pytest
 import torch
 from test_dag import link_logprobs, make_case
 from test_decoding import random_graph
-from test_train import copy_data  # noqa: F401  (fixture)
 
 from fadat import dag
 from fadat.checkpoints import (

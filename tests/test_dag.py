@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 import torch
+from brute_dag import all_paths, log_likelihood, passing, path_logprob, paths_with
 
 from fadat import dag
 
@@ -53,35 +54,14 @@ def make_case(seed, graph_lengths, target_lengths, vocab=5, steps=None, size=Non
 # ---------------------------------------------------------------------------------------------
 
 
-def paths_with(size: int, count: int):
-    """All paths 0 = a_1 < … < a_count = size − 1."""
-    if count == 1:
-        return [(0,)] if size == 1 else []
-    if size < 2:
-        return []
-    return [(0, *mid, size - 1) for mid in itertools.combinations(range(1, size - 1), count - 2)]
-
-
-def all_paths(size: int):
-    return [p for k in range(1, size + 1) for p in paths_with(size, k)]
-
-
-def path_logprob(links_b: torch.Tensor, path) -> torch.Tensor:
-    total = links_b.new_zeros(())
-    for i, j in itertools.pairwise(path):
-        total = total + links_b[i, j]
-    return total
-
-
 def brute_log_likelihood(logp, links, targets, glen, tlen):
-    out = []
-    for b in range(logp.shape[0]):
-        terms = []
-        for path in paths_with(int(glen[b]), int(tlen[b])):
-            emit = sum(logp[b, v, targets[b, t]] for t, v in enumerate(path))
-            terms.append(path_logprob(links[b], path) + emit)
-        out.append(torch.logsumexp(torch.stack(terms), 0) if terms else logp.new_tensor(NEG_INF))
-    return torch.stack(out)
+    """``(B,)``: :func:`brute_dag.log_likelihood` of each sentence."""
+    return torch.stack(
+        [
+            log_likelihood(logp[b], links[b], targets[b, : int(tlen[b])].tolist(), int(glen[b]))
+            for b in range(logp.shape[0])
+        ]
+    )
 
 
 def brute_alignment(logp, links, targets, glen, tlen):
@@ -101,16 +81,10 @@ def brute_alignment(logp, links, targets, glen, tlen):
 
 
 def brute_passing(links, glen):
-    batch, size, _ = links.shape
-    rows = []
-    for b in range(batch):
-        p = [links.new_zeros(()) for _ in range(size)]
-        for path in all_paths(int(glen[b])):
-            prob = path_logprob(links[b], path).exp()
-            for v in path:
-                p[v] = p[v] + prob
-        rows.append(torch.stack(p))
-    return torch.stack(rows)
+    """``(B, L)``: :func:`brute_dag.passing` of each graph, 0 beyond its L_b vertices."""
+    size = links.shape[1]
+    rows = [passing(links[b], int(g)) for b, g in enumerate(glen.tolist())]
+    return torch.stack([torch.cat([r, r.new_zeros(size - len(r))]) for r in rows])
 
 
 def ref_counts(seq, order):

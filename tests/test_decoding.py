@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 import torch
+from brute_dag import all_paths
 
 from fadat.data.contract import PAD_ID
 from fadat.decoding import (
@@ -36,13 +35,6 @@ def random_graph(
     has_row = valid.any(-1, keepdim=True)
     ln = torch.where(has_row, ln.log_softmax(-1), ln)
     return tlp, ln, lens
-
-
-def all_paths(n: int):
-    """Every path 0 → n−1 with strictly increasing vertices."""
-    for r in range(n - 1):
-        for inner in itertools.combinations(range(1, n - 1), r):
-            yield (0, *inner, n - 1)
 
 
 def chosen_output(path_tokens) -> list[int]:

@@ -10,7 +10,8 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from test_decoding import all_paths, check_hypothesis, chosen_output, random_graph
+from brute_dag import all_paths
+from test_decoding import check_hypothesis, chosen_output, random_graph
 
 from fadat.data.contract import PAD_ID
 from fadat.decoding import BANNED_WEIGHT, _beam_one_reference, beam_search, decode

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
-from test_translate import copy_task_model, random_models, random_sentences
+from test_translate import copy_task_model, random_sentences
 from torch import nn
 
 from fadat import cli
@@ -36,11 +36,6 @@ def _restore_threads():
     threads = torch.get_num_threads()
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def models(tmp_path_factory) -> dict[str, Path]:
-    return random_models(str(tmp_path_factory.getbasetemp() / "random-models"))
 
 
 def write_data(root: Path, sources: list[str], refs: list[list[str]], split: str = "test") -> Path:

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from brute_dag import log_likelihood
 
 from fadat import dag
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, make_batch
@@ -107,21 +108,6 @@ def test_oracle_tokens():
 # ------------------------------------------------------------------ brute force over paths
 
 
-def brute_log_likelihood(token_logprobs, links, target, size, forbid=None):
-    """log Σ over paths 0 = a_0 < … < a_{T−1} = size−1 of Π E · Π p; ``forbid`` = {(t, j)}
-    pairs a path may not use (force-emit)."""
-    t_len = len(target)
-    total = []
-    for middle in itertools.combinations(range(1, size - 1), t_len - 2):
-        path = (0, *middle, size - 1)
-        if forbid and any((t, j) in forbid for t, j in enumerate(path)):
-            continue
-        s = sum(token_logprobs[j, target[t]] for t, j in enumerate(path))
-        s = s + sum(links[path[k], path[k + 1]] for k in range(t_len - 1))
-        total.append(s)
-    return torch.logsumexp(torch.stack(total), 0) if total else torch.tensor(-math.inf)
-
-
 def random_dag(batch, size, vocab, graph_lengths, seed=0, dtype=torch.float64):
     gen = torch.Generator().manual_seed(seed)
     token_logprobs = torch.log_softmax(torch.randn(batch, size, vocab, generator=gen), -1)
@@ -146,7 +132,7 @@ def test_nll_loss_matches_brute_force_and_counts_invalid():
     expected = 0.0
     for b in (0, 1, 3):
         tgt = targets[b, : target_lengths[b]].tolist()
-        ll = brute_log_likelihood(lp.detach()[b], links[b], tgt, int(graph_lengths[b]))
+        ll = log_likelihood(lp.detach()[b], links[b], tgt, int(graph_lengths[b]))
         expected += -float(ll) / len(tgt)
     assert out.count == 4
     assert out.stats["invalid_too_long"] == 1 and out.stats["invalid_nonfinite"] == 0
@@ -164,7 +150,7 @@ def test_nll_loss_nonfinite_sentence_is_zeroed_and_counted():
     lp.requires_grad_(True)
     targets = torch.tensor([[0, 4, 2], [0, 4, 2]])
     out = nll_loss(lp, links, targets, graph_lengths, torch.tensor([3, 3]))
-    ll0 = brute_log_likelihood(lp.detach()[0], links[0], [0, 4, 2], 5)
+    ll0 = log_likelihood(lp.detach()[0], links[0], [0, 4, 2], 5)
     assert out.stats["invalid_nonfinite"] == 1 and out.count == 2
     assert float(out.loss_sum.detach()) == pytest.approx(-float(ll0) / 3, rel=1e-9)
     out.loss_sum.backward()
@@ -270,7 +256,7 @@ def test_force_emit_pins_glanced_vertex_and_detaches_it():
     assert pinned[0, 1, 2] == match[0, 1, 2]
     out = nll_loss(lp, links, targets, graph_lengths, target_lengths, glance=G, force_emit=True)
     forbid = {(0, 2), (2, 2), (3, 2)}
-    ll = brute_log_likelihood(lp.detach()[0], links[0], [0, 4, 5, 2], 6, forbid=forbid)
+    ll = log_likelihood(lp.detach()[0], links[0], [0, 4, 5, 2], 6, forbid=forbid)
     assert float(out.loss_sum.detach()) == pytest.approx(-float(ll) / 4, rel=1e-9)
     out.loss_sum.backward()
     # the pinned score is detached: no gradient to log p(y_1 = 4 | v_2); others still learn
@@ -279,7 +265,7 @@ def test_force_emit_pins_glanced_vertex_and_detaches_it():
     unforced = nll_loss(
         lp, links, targets, graph_lengths, target_lengths, glance=G, force_emit=False
     )
-    ll_free = brute_log_likelihood(lp.detach()[0], links[0], [0, 4, 5, 2], 6)
+    ll_free = log_likelihood(lp.detach()[0], links[0], [0, 4, 5, 2], 6)
     assert float(unforced.loss_sum.detach()) == pytest.approx(-float(ll_free) / 4, rel=1e-9)
 
 

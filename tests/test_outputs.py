@@ -10,15 +10,10 @@ import os
 from pathlib import Path
 
 import pytest
-from test_translate import random_models, random_sentences
+from test_translate import random_sentences
 
 from fadat import cli, outputs
 from fadat.errors import InputError
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, Path]:
-    return random_models(str(tmp_path_factory.getbasetemp() / "random-models"))
 
 
 def foreign_dir(path: Path) -> Path:

@@ -534,13 +534,13 @@ def test_plateau_experiment_end_to_end_with_real_fadat(tmp_path, monkeypatch):
     """Real fadat on the copy task of test_train: a plateau stage stopped by SIGINT once its
     criterion holds and averaged up to N, then a fine-tune from another seed with the derived
     budget, warm-up and validation interval."""
-    from test_train import _prepare_copy_data
+    from copy_task import prepare_copy_data
 
     ex = load_recipe("experiment")
     monkeypatch.setattr(ex, "ROOT", tmp_path)
     monkeypatch.setattr(ex, "POLL_SECONDS", 0.2)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    data = _prepare_copy_data(tmp_path, repeats=False)
+    data = prepare_copy_data(tmp_path, repeats=False)
     (tmp_path / "configs").mkdir()
     base = {"arch": "dat", "preset": "tiny", "lr": 0.001, "dropout": 0.1, "valid_subset": 0}
     for name, extra in (
@@ -641,10 +641,10 @@ def test_retokenize_round_trips_a_prepared_dataset(tmp_path, capsys):
     """The copy task of test_train prepared by the real fadat prepare (word pieces): exported as
     text and prepared again with its own sentencepiece model, it gives the same ids."""
     import numpy as np
-    from test_train import _prepare_copy_data
+    from copy_task import prepare_copy_data
 
     ex = load_recipe("experiment")
-    data = _prepare_copy_data(tmp_path, repeats=False)
+    data = prepare_copy_data(tmp_path, repeats=False)
     flags = ex.export_text(data, tmp_path / "text")
     assert (tmp_path / "text" / "train.src").read_text() == (tmp_path / "train.src").read_text()
     assert (tmp_path / "text" / "train.tgt").read_text() == (tmp_path / "train.tgt").read_text()

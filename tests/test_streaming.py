@@ -7,17 +7,11 @@ from __future__ import annotations
 import io
 import sys
 
-import pytest
-from test_translate import random_models, random_sentences
+from test_translate import random_sentences
 
 from fadat import cli
 from fadat.model_dir import load_model
 from fadat.translate import iter_translations, translate_lines
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return random_models(str(tmp_path_factory.getbasetemp() / "random-models"))
 
 
 def test_chunks_give_the_same_translations_in_order(models):

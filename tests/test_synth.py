@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_evaluate import models, parse, write_data  # noqa: F401 (fixture)
+from test_evaluate import write_data
 
 from fadat import cli
 from fadat.data import synth
@@ -244,7 +244,7 @@ def test_validset_scores_on_hand_made_outputs():
         validset_scores(hyps, [HAND] * 3, listed, single)
 
 
-def test_evaluate_reports_validset_metrics(models, tmp_path, capsys):  # noqa: F811
+def test_evaluate_reports_validset_metrics(models, tmp_path, capsys):
     from test_translate import random_sentences
 
     sources = random_sentences(6, seed=30, low=1, high=6)

@@ -35,61 +35,7 @@ from fadat.model_dir import load_pretrained
 from fadat.objectives import ObjectiveConfig, compute_loss
 from fadat.transformer import make_config
 
-WORDS = "alpha beta gamma delta omega sigma kappa theta".split()
 PY = sys.executable
-
-
-def _sentences(rng: random.Random, n: int, repeats: bool) -> list[str]:
-    out = []
-    for _ in range(n):
-        words: list[str] = []
-        for _ in range(rng.randint(2, 6)):
-            allowed = [w for w in WORDS if repeats or not words or w != words[-1]]
-            words.append(rng.choice(allowed))
-        out.append(" ".join(words))
-    return out
-
-
-def _prepare_copy_data(root: Path, repeats: bool) -> Path:
-    """train 400 / valid 40 copy pairs, prepared by `fadat prepare` (generic text path)."""
-    rng = random.Random(0)
-    for split, n in (("train", 400), ("valid", 40)):
-        lines = _sentences(rng, n, repeats)
-        for side in ("src", "tgt"):
-            (root / f"{split}.{side}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out = root / "data"
-    rc = main(
-        [
-            "prepare",
-            "--output", str(out),
-            "--source-file", str(root / "train.src"),
-            "--target-file", str(root / "train.tgt"),
-            "--valid-source-file", str(root / "valid.src"),
-            "--valid-target-file", str(root / "valid.tgt"),
-            "--source-lang", "xx",
-            "--target-lang", "yy",
-            "--vocab-size", "12",
-            "--model-type", "word",
-        ]
-    )  # fmt: skip
-    assert rc == 0
-    return out
-
-
-@pytest.fixture(scope="module")
-def copy_data(tmp_path_factory) -> Path:
-    """No word twice in a row: DAG decoders merge consecutive equal tokens
-    (docs/reference-behaviour.md, "Decoding"), so only such sentences can be reproduced exactly by a
-    DAT."""
-    return _prepare_copy_data(tmp_path_factory.mktemp("copy"), repeats=False)
-
-
-@pytest.fixture(scope="module")
-def copy_data_repeats(tmp_path_factory) -> Path:
-    """Words drawn independently. The tiny AT model learns this copy task within 300 updates
-    but not the no-repeat one (measured: BLEU 97–100 vs ≈2 at 300 updates, 3 seeds each; the
-    no-repeat language model is a strong local optimum for a 1-layer d=32 decoder)."""
-    return _prepare_copy_data(tmp_path_factory.mktemp("copy_rep"), repeats=True)
 
 
 def _losses(run_dir: Path) -> list[float]:
