@@ -35,10 +35,9 @@ from fadat.data.contract import EOS_ID, pad_sequences
 from fadat.data.text import read_lines
 from fadat.errors import InputError
 from fadat.model_dir import check_vocabulary, load_model, model_device
-from fadat.options import nonnegative_int, positive_int
+from fadat.options import DECODING_OPTIONS, nonnegative_int, positive_int
 from fadat.verbs import (
     DEFAULT_MAX_TOKENS,
-    OPTION_TYPES,
     Warn,
     add_common_arguments,
     add_decoding_arguments,
@@ -167,13 +166,13 @@ def check_option_values(options: dict[str, Any]) -> None:
             needed, or below the option's minimum.
     """
     for name, value in options.items():
-        check = OPTION_TYPES.get(name)
-        if check is None or value is None:
+        option = DECODING_OPTIONS.get(name)
+        if option is None or value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InputError(f"option {name}: expected a number, got {type(value).__name__}")
         try:
-            check(str(value))
+            option.parse(str(value))
         except argparse.ArgumentTypeError as err:
             raise InputError(f"option {name}: {err}") from None
 

@@ -19,11 +19,9 @@ from torch import nn
 from fadat import outputs
 from fadat.errors import InputError
 from fadat.options import (
-    finite_float,
-    nonnegative_float,
+    DECODING_OPTIONS,
     nonnegative_int,
     positive_float,
-    positive_int,
     probability,
 )
 
@@ -90,55 +88,21 @@ def stderr_warner(source_name: str) -> Warn:
     return warn
 
 
-#: CLI flag → (value type, help); ``--length-penalty`` is ``alpha`` for the DAG beam search.
-#: The types reject NaN, infinities and sizes below their minimum (:mod:`fadat.options`); the
-#: decoders check their own ranges (``top_p`` in (0, 1], ...) in :func:`check_strategy`.
-_OPTION_FLAGS: dict[str, tuple[Callable[[str], Any], str]] = {
-    "beta": (finite_float, "β: weight of the token log-probability (lookahead, sample)"),
-    "length_penalty": (
-        finite_float,
-        "length penalty: β_v of (joint-)viterbi, α of AT beam search and of DAG beam search",
-    ),
-    "temperature": (positive_float, "τ: transition temperature (sample)"),
-    "top_cand_n": (
-        positive_int,
-        "candidates per vertex (sample, beam, lookahead with n-gram bans)",
-    ),
-    "top_p": (finite_float, "nucleus / candidate mass (sample, beam, lookahead with n-gram bans)"),
-    "seed": (nonnegative_int, "RNG seed (sample)"),
-    "beam_size": (positive_int, "beam size (beam; AT default 5, DAG default 100)"),
-    "max_beam_per_length": (positive_int, "states kept per prefix length (DAG beam)"),
-    "no_consecutive_repeated_ngram": (
-        nonnegative_int,
-        "ban consecutive repeated n-grams up to this n",
-    ),
-    "no_repeated_ngram": (nonnegative_int, "ban repeating any n-gram of this order"),
-    "max_length": (positive_int, "largest output length k (viterbi, joint-viterbi)"),
-    "max_len_a": (nonnegative_float, "AT output limit a·|x|+b: a"),
-    "max_len_b": (nonnegative_int, "AT output limit a·|x|+b: b"),
-}
-
-
-#: Decoder keyword → value type, for :func:`check_option_values`.
-OPTION_TYPES: dict[str, Callable[[str], Any]] = {
-    **{name: kind for name, (kind, _) in _OPTION_FLAGS.items()},
-    "alpha": finite_float,
-    "gamma": finite_float,
-    "max_successors": positive_int,
-}
-
-
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the strategy option flags (all default ``None`` = the decoder's own default)."""
     group = parser.add_argument_group("decoding options (only those the strategy takes)")
-    for name, (kind, help_text) in _OPTION_FLAGS.items():
-        group.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=help_text)
+    for name, option in DECODING_OPTIONS.items():
+        if option.help is not None:
+            flag = "--" + name.replace("_", "-")
+            group.add_argument(flag, type=option.parse, default=None, help=option.help)
 
 
 def decoding_options(args: argparse.Namespace, model: nn.Module, strategy: str) -> dict[str, Any]:
     """The strategy options the user set on the command line, as decoder keywords."""
     options = {
-        name: getattr(args, name) for name in _OPTION_FLAGS if getattr(args, name, None) is not None
+        name: getattr(args, name)
+        for name, option in DECODING_OPTIONS.items()
+        if option.help is not None and getattr(args, name, None) is not None
     }
     for flag, keyword in model.flag_aliases.get(strategy, {}).items():
         if flag in options:

@@ -33,32 +33,9 @@ from typing import Any
 from torch import nn
 
 from fadat.errors import InputError
+from fadat.options import DECODING_OPTIONS
 
 log = logging.getLogger("fadat.serve")
-
-#: Decoder options a request may set, with their type (``int`` options take JSON integers,
-#: ``float`` options any JSON number) and the inclusive range the server accepts. Options that
-#: are not numbers (a KenLM model for the DAG beam search) cannot be set over HTTP; the upper
-#: bounds keep one request from occupying the server for minutes (a beam of 10⁶).
-OPTION_TYPES: dict[str, tuple[type, float, float]] = {
-    "beta": (float, 0.0, 100.0),
-    "length_penalty": (float, -10.0, 10.0),
-    "alpha": (float, -10.0, 10.0),
-    "gamma": (float, -10.0, 10.0),
-    "temperature": (float, 1e-3, 100.0),
-    "top_p": (float, 0.0, 1.0),
-    "max_len_a": (float, 0.0, 10.0),
-    "top_cand_n": (int, 1, 100),
-    "seed": (int, 0, 2**63 - 1),
-    "beam_size": (int, 1, 200),
-    "max_beam_per_length": (int, 1, 100),
-    "max_successors": (int, 1, 100),
-    "no_consecutive_repeated_ngram": (int, 0, 10),
-    "no_repeated_ngram": (int, 0, 10),
-    "max_length": (int, 1, 1024),
-    "max_len_b": (int, 0, 1024),
-}
-
 
 @dataclass(frozen=True)
 class Result:
@@ -135,9 +112,10 @@ class Engine:
 
     @property
     def strategies(self) -> dict[str, list[str]]:
-        """Strategy → the options a request may set for it (those of :data:`OPTION_TYPES`)."""
+        """Strategy → the options a request may set for it (those of
+        :data:`fadat.options.DECODING_OPTIONS`, the table the command line reads too)."""
         return {
-            name: [o for o in options if o in OPTION_TYPES]
+            name: [o for o in options if o in DECODING_OPTIONS]
             for name, options in self.model.strategies().items()
         }
 
@@ -167,8 +145,8 @@ class Engine:
 
         Raises:
             InputError: unknown strategy, unknown option, an option the strategy does not take,
-                a value of the wrong type or outside :data:`OPTION_TYPES`' range, or a value the
-                decoder rejects.
+                a value of the wrong type or outside its ``http_range``
+                (:data:`fadat.options.DECODING_OPTIONS`), or a value the decoder rejects.
         """
         from fadat.translate import check_strategy
 
@@ -180,14 +158,15 @@ class Engine:
             )
         checked: dict[str, Any] = {}
         for name, value in options.items():
-            if name not in OPTION_TYPES:
+            if name not in DECODING_OPTIONS:
                 raise InputError(
-                    f"unknown option {name!r}; options: {', '.join(sorted(OPTION_TYPES))}"
+                    f"unknown option {name!r}; options: {', '.join(sorted(DECODING_OPTIONS))}"
                 )
             if name not in strategies[strategy]:
                 takes = ", ".join(strategies[strategy]) or "no options"
                 raise InputError(f"strategy {strategy!r} does not take {name!r} (it takes {takes})")
-            kind, low, high = OPTION_TYPES[name]
+            kind = DECODING_OPTIONS[name].kind
+            low, high = DECODING_OPTIONS[name].http_range
             is_int = isinstance(value, int) and not isinstance(value, bool)
             if kind is int and not is_int:
                 raise InputError(f"option {name!r} must be an integer, got {value!r}")
