@@ -58,7 +58,7 @@ def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
     if args.source is not None:
         if args.input is not None:
             raise InputError("--input cannot be combined with --source/--target")
-        sources, targets = read_lines(args.source), read_lines(args.target)
+        sources, targets = read_lines(args.source, stdin=True), read_lines(args.target, stdin=True)
         if len(sources) != len(targets):
             raise InputError(
                 f"{args.source} has {len(sources)} lines but {args.target} has {len(targets)}"
@@ -66,7 +66,7 @@ def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
         return sources, targets, args.source
     name = args.input or "<stdin>"
     sources, targets = [], []
-    for number, line in enumerate(read_lines(args.input), start=1):
+    for number, line in enumerate(read_lines(args.input, stdin=True), start=1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise InputError(

@@ -763,7 +763,7 @@ def run(args: argparse.Namespace) -> int:
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
     check_strategy(model, strategy, options, args.nbest, cli=True)
-    lines = read_lines(args.input)
+    lines = read_lines(args.input, stdin=True)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     from tqdm import tqdm
 

@@ -418,6 +418,17 @@ def test_read_lines_conventions(tmp_path):
         read_lines(str(tmp_path / "missing.txt"))
 
 
+def test_read_lines_reads_stdin_only_when_asked(tmp_path, monkeypatch):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x\r\ny")))
+    assert read_lines("-", stdin=True) == ["x", "y"]
+    monkeypatch.chdir(tmp_path)  # "-" is a file name like any other, and there is none here
+    with pytest.raises(InputError, match="-: cannot read"):
+        read_lines("-")
+
+
 def test_lazy_translator_export():
     code = (
         "import sys, fadat; assert 'torch' not in sys.modules; "

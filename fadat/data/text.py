@@ -17,20 +17,21 @@ from fadat.errors import InputError
 
 READ_BLOCK = 1 << 22  # bytes decoded at a time
 
-#: The names under which :func:`iter_lines` reads standard input.
+#: The names under which :func:`iter_lines` reads standard input (with ``stdin=True``).
 STDIN = (None, "-")
 
 
-def iter_lines(path: str | Path | None) -> Iterator[str]:
-    """Lines of a UTF-8 text file (``None`` or ``"-"``: standard input), read in blocks of
-    ``READ_BLOCK`` bytes, so that a corpus of any size streams.
+def iter_lines(path: str | Path | None, stdin: bool = False) -> Iterator[str]:
+    """Lines of a UTF-8 text file, read in blocks of ``READ_BLOCK`` bytes, so that a corpus of
+    any size streams. With ``stdin``, ``None`` or ``"-"`` is standard input (the verbs whose
+    ``--input`` defaults to it); else ``"-"`` is a file name like any other.
 
     Raises:
         InputError: the file cannot be opened (``FILE: cannot read (reason)``), a NUL byte (not a
             text file) or invalid UTF-8 (``FILE:LINE: … at byte offset N`` of the file, and the
             byte of the line), when the iteration reaches it.
     """
-    if path in STDIN:
+    if stdin and path in STDIN:
         yield from _iter_stream("<stdin>", sys.stdin.buffer)
         return
     try:
@@ -41,10 +42,10 @@ def iter_lines(path: str | Path | None) -> Iterator[str]:
         yield from _iter_stream(str(path), f)
 
 
-def read_lines(path: str | Path | None) -> list[str]:
-    """All lines of a UTF-8 text file (``None`` or ``"-"``: standard input); see
-    :func:`iter_lines` for the conventions and errors."""
-    return list(iter_lines(path))
+def read_lines(path: str | Path | None, stdin: bool = False) -> list[str]:
+    """All lines of a UTF-8 text file (with ``stdin``, ``None`` or ``"-"``: standard input);
+    see :func:`iter_lines` for the conventions and errors."""
+    return list(iter_lines(path, stdin))
 
 
 def _iter_stream(name: str, f: BinaryIO) -> Iterator[str]:
