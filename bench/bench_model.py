@@ -191,7 +191,7 @@ class Step:
 def compile_in_place(model: DATModel) -> None:
     """Compile the encoder, each decoder layer and the links head (state_dict keys unchanged)."""
     model.encoder.compile(dynamic=True)
-    for layer in model.layers:
+    for layer in model.decoder.layers:
         layer.compile(dynamic=True)
     model.links_head.compile(dynamic=True)
 

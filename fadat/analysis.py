@@ -217,11 +217,10 @@ def load_dat_model(
         InputError: as :func:`fadat.model_dir.load_model`, or the directory holds an AT model
             (it has no graph to analyse).
     """
-    from fadat.model import DATModel
     from fadat.model_dir import load_model
 
     model, sp = load_model(directory, device, upsample_ratio)
-    if not isinstance(model, DATModel):
+    if not model.has_graph:
         raise InputError(
             f"{directory}: holds a {model.config.model_type.upper()} model; "
             "only DAT models have a graph to analyse"
@@ -385,7 +384,7 @@ def analyze_model(
         raise InputError(f"need reference streams of {len(sources)} lines each")
     strategies = list(dict.fromkeys([*strategies, bucket_strategy]))
     options = options or {}
-    if not callable(getattr(model, "graph_outputs", None)):
+    if not model.has_graph:
         raise InputError(f"{name}: only DAT models have a graph to analyse")
     for strategy in strategies:
         check_strategy(model, strategy, options.get(strategy, {}), cli=True)

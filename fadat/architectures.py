@@ -1,10 +1,12 @@
 """The translation-model interface and the registry of architectures.
 
-Every architecture (``model_type`` in a model directory's config.json) is one ``nn.Module``
-class that implements :class:`TranslationModel`. ``fadat translate``, ``score``, ``evaluate``,
-the trainer's validation and the Python API (:class:`fadat.translate.Translator`) talk to a
-model only through this interface; none of them names an architecture. To add one, write its
-class in one file and add one line to :data:`ARCHITECTURES` (docs/extending.md).
+Every architecture (``model_type`` in a model directory's config.json) is one subclass of
+:class:`TranslationModel`, an abstract ``nn.Module`` with defaults. ``fadat translate``,
+``score``, ``evaluate``, ``serve``, the trainer's validation and the Python API
+(:class:`fadat.translate.Translator`) talk to a model only through this interface and its
+capabilities (``has_graph``, ``precisions``, ``reduced_head``, ...); none of them names an
+architecture. To add one, write its class in one file and add one line to
+:data:`ARCHITECTURES` (docs/extending.md).
 
 The registry maps a name to ``"module:Class"`` and imports the module on first use, so that
 reading a config does not import every network.
@@ -12,16 +14,21 @@ reading a config does not import every network.
 
 from __future__ import annotations
 
+import abc
 import importlib
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+import numpy as np
+from torch import Tensor, nn
+
+from fadat.data.contract import graph_size
+from fadat.errors import InputError
 
 from fadat.errors import InputError
 
 if TYPE_CHECKING:
-    import numpy as np
-    from torch import Tensor
-
-    from fadat.transformer import ModelConfig
+    from fadat.transformer import EncoderOut, ModelConfig
 
 #: ``model_type`` → ``"module:Class"`` of the network that implements :class:`TranslationModel`.
 ARCHITECTURES: dict[str, str] = {
@@ -50,9 +57,17 @@ class BatchScores(NamedTuple):
     problems: list[str | None]
 
 
-@runtime_checkable
-class TranslationModel(Protocol):
-    """What translate / score / evaluate / serve need from a model.
+class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
+    """What translate / score / evaluate / serve / validation need from a model: an abstract base
+    with defaults (the shape of sacrebleu's ``Metric``).
+
+    A subclass sets :attr:`model_type` and writes :meth:`translate_batch` and
+    :meth:`score_batch`; everything else has a default that describes a non-autoregressive model
+    over ``L = λ·|x </s>|`` positions (:meth:`graph_lengths`) decoded by one strategy
+    ``argmax`` without options, built on :class:`fadat.transformer.Encoder` (``self.encoder``).
+    The CTC model overrides nothing else; the NAT its sizes; the DAT its strategies and
+    capabilities; the AT both. Callers branch on the capabilities below, never on the class or
+    ``model_type``.
 
     Tensors follow the data contract (:mod:`fadat.data.contract`): ``source`` is ``(B, S)``
     int64 ``x </s>`` right-padded with ``<pad>``; ``target`` is ``(B, T)`` int64
@@ -64,57 +79,164 @@ class TranslationModel(Protocol):
         model_type: the registry name (``ARCHITECTURES`` key).
         default_strategy: the strategy used when none is given.
         validation_strategy: the strategy the trainer's validation BLEU decodes with.
+        validation_options: that strategy's keyword → the ``TrainConfig`` field that sets it in
+            validation (the DAT's ``beta`` is ``decode_beta``).
         autoregressive: ``fadat evaluate`` runs an autoregressive model as the paper's AT
             baseline (greedy and beam search with ``--at-*`` settings), a non-autoregressive
             one with ``--strategies``.
         flag_aliases: per strategy, CLI option name → the strategy's keyword, where they differ
             (the DAG beam search calls ``--length-penalty`` ``alpha``).
+        has_graph: the outputs are a DAG (``graph_outputs``) that ``fadat analyze``, ``fadat
+            show-graph`` and the server's graph view can draw.
+        precisions: the inference precisions of :func:`fadat.inference.with_precision` it runs
+            in (``--precision``).
+        reduced_head: takes a vocabulary shortlist and vertex pruning (``--shortlist``,
+            ``--prune-threshold``; :func:`fadat.inference.with_reduced_head`).
+        renamed_parameters: parameter-name prefixes of earlier versions → today's; state dicts
+            with the old names (model directories, checkpoints) load (:meth:`upgrade_state_dict`).
     """
+
+    model_type: ClassVar[str]
+    default_strategy: ClassVar[str] = "argmax"
+    validation_strategy: ClassVar[str] = "argmax"
+    validation_options: ClassVar[dict[str, str]] = {}
+    autoregressive: ClassVar[bool] = False
+    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
+    has_graph: ClassVar[bool] = False
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    reduced_head: ClassVar[bool] = False
+    renamed_parameters: ClassVar[dict[str, str]] = {}
 
     config: ModelConfig
     metadata: dict[str, Any]
-    model_type: ClassVar[str]
-    default_strategy: ClassVar[str]
-    validation_strategy: ClassVar[str]
-    autoregressive: ClassVar[bool]
-    flag_aliases: ClassVar[dict[str, dict[str, str]]]
+
+    def __init__(self, config: ModelConfig) -> None:
+        """Check ``config.model_type`` and keep the config; subclasses then build the network.
+
+        Raises:
+            InputError: ``config`` is for another architecture.
+        """
+        super().__init__()
+        if config.model_type != self.model_type:
+            raise InputError(
+                f"{type(self).__name__} needs model_type {self.model_type!r}, "
+                f"got {config.model_type!r}"
+            )
+        self.config = config
+        self.metadata = {}
+        if self.renamed_parameters:
+            self.register_load_state_dict_pre_hook(_rename_on_load)
+
+    # ---- the network (defaults for models built on fadat.transformer.Encoder)
+
+    @property
+    def output_weight(self) -> Tensor:
+        """``(V, d)`` the bias-free output projection, tied to the shared token embedding."""
+        return self.encoder.embed_tokens.weight
+
+    def encode(self, source: Tensor) -> EncoderOut:
+        """Run the encoder on ``source`` ``(B, S)`` int64
+        (:meth:`fadat.transformer.Encoder.forward`)."""
+        return self.encoder(source)
+
+    def graph_lengths(self, source_lengths: Tensor, decoding: bool = False) -> Tensor:
+        """Decoder sizes ``L_b = clip(int(λ·|x </s>|), 2, max_target_positions)``
+        (docs/reference-behaviour.md, "Graph size"; :func:`fadat.data.contract.graph_size`).
+
+        Args:
+            source_lengths: ``(B,)`` int64 source lengths including ``</s>``.
+            decoding: use ``decode_upsample_ratio`` instead of ``upsample_ratio``.
+
+        Returns:
+            ``(B,)`` int64 on the device of ``source_lengths``.
+        """
+        ratio = self.config.decoding_upsample_ratio if decoding else self.config.upsample_ratio
+        sizes = graph_size(source_lengths, ratio, max_positions=self.config.max_target_positions)
+        return sizes.to(source_lengths.device) if isinstance(source_lengths, Tensor) else sizes
+
+    @classmethod
+    def upgrade_state_dict(cls, state: Mapping[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
+        """``state`` with the parameter names of earlier versions (:attr:`renamed_parameters`,
+        after ``prefix``) renamed to today's; other names unchanged."""
+        out = {}
+        for name, value in state.items():
+            for old, new in cls.renamed_parameters.items():
+                if name.startswith(prefix + old):
+                    name = prefix + new + name[len(prefix + old) :]
+                    break
+            out[name] = value
+        return out
+
+    # ---- decoding and scoring
 
     def strategies(self) -> dict[str, tuple[str, ...]]:
-        """Strategy name → the keyword options it accepts."""
-        ...
+        """Strategy name → the keyword options it accepts (default ``{"argmax": ()}``)."""
+        return {"argmax": ()}
 
     def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
-        """Validate option values and ``nbest`` for a known strategy (raise ValueError with the
-        decoder's message; callers turn it into an InputError)."""
-        ...
+        """Validate option values and ``nbest`` for a known strategy; callers turn the
+        ValueError into an InputError.
 
+        The default accepts the options of :meth:`strategies` with any value and one hypothesis.
+
+        Raises:
+            ValueError: an option the strategy does not take, or ``nbest > 1``.
+        """
+        accepted = self.strategies()[strategy]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            takes = f"takes only {list(accepted)}" if accepted else "takes no options"
+            raise ValueError(f"strategy {strategy!r} {takes}, got {unknown}")
+        if nbest > 1:
+            raise ValueError(f"--nbest {nbest}: {strategy} decoding gives one hypothesis")
+
+    @abc.abstractmethod
     def translate_batch(
         self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
     ) -> list[list[Scored]]:
         """Decode a batch: per sentence up to ``nbest`` ``(tokens, score)``, best first."""
-        ...
 
+    @abc.abstractmethod
     def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
         """``log P(y|x)`` of each pair of the batch (``target_lengths`` ``(B,)`` int64 = T_b)."""
-        ...
+
+    # ---- batching
 
     def batch_cost(self, source_length: int) -> int:
         """Padded positions one sentence of ``source_length`` tokens (with ``</s>``) occupies in
-        an inference batch (the budget of ``--max-tokens``)."""
-        ...
+        an inference batch (the budget of ``--max-tokens``); default: its decoding size ``L``
+        (the ``(B, L, V)`` log-probs dominate memory)."""
+        return int(
+            graph_size(
+                source_length,
+                self.config.decoding_upsample_ratio,
+                self.config.max_target_positions,
+            )
+        )
 
     def length_budget(self) -> tuple[float, int | None]:
         """``(ratio, max positions)`` that training's token budget counts a sentence with:
         the graph size ``min(ratio·|x|, max)`` of a non-autoregressive decoder, or ``(1, None)``
-        for target tokens."""
-        ...
+        for target tokens. Default ``(λ, max_target_positions)``: decoder positions."""
+        return self.config.upsample_ratio, self.config.max_target_positions
 
     def usable(self, source_lengths: np.ndarray, target_lengths: np.ndarray) -> np.ndarray:
-        """``(N,)`` bool: which training pairs the model can take (positions tables)."""
-        ...
+        """``(N,)`` bool: which training pairs the model can take. Default: sources within
+        ``max_source_positions`` (a target longer than the decoder is not dropped: the loss
+        counts it as invalid, as the reference does)."""
+        return np.asarray(source_lengths) <= self.config.max_source_positions
 
 
-def model_class(model_type: str) -> type:
+def _rename_on_load(
+    module: TranslationModel, state_dict: dict[str, Tensor], prefix: str, *args: Any
+) -> None:
+    """``load_state_dict`` pre-hook: rename the parameters of earlier versions in place."""
+    upgraded = module.upgrade_state_dict(state_dict, prefix)
+    state_dict.clear()
+    state_dict.update(upgraded)
+
+
+def model_class(model_type: str) -> type[TranslationModel]:
     """The class registered for ``model_type`` (imports its module).
 
     Raises:

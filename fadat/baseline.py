@@ -16,22 +16,12 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from fadat.architectures import BatchScores, Scored
+from fadat.architectures import BatchScores, Scored, TranslationModel
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
-from fadat.errors import InputError
 from fadat.model_dir import PretrainedMixin
-from fadat.transformer import (
-    Encoder,
-    EncoderOut,
-    ModelConfig,
-    TransformerLayer,
-    _init_bert,
-    _key_mask,
-    dropout,
-    embedding_scale,
-)
+from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert
 
 #: Strategies of the AT and their keyword options.
 STRATEGIES: dict[str, tuple[str, ...]] = {
@@ -59,39 +49,31 @@ class ATHypothesis:
     score: float
 
 
-class ATModel(PretrainedMixin, nn.Module):
+class ATModel(PretrainedMixin, TranslationModel):
     """Encoder–decoder Transformer with a causal decoder and a tied output projection.
 
     Attributes:
         config: the :class:`~fadat.transformer.ModelConfig` (``model_type == "at"``).
+        decoder: the causal :class:`~fadat.transformer.Decoder`.
         metadata: the non-config entries of config.json after :meth:`from_pretrained`, else ``{}``.
     """
 
+    model_type: ClassVar[str] = "at"
+    default_strategy: ClassVar[str] = "beam"
+    validation_strategy: ClassVar[str] = "greedy"
+    autoregressive: ClassVar[bool] = True
+    # Until the decoder stack was shared (fadat.transformer.Decoder) its parts sat at the top.
+    renamed_parameters: ClassVar[dict[str, str]] = {
+        "embed_positions.": "decoder.embed_positions.",
+        "layers.": "decoder.layers.",
+        "final_norm.": "decoder.final_norm.",
+    }
+
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        if config.model_type != "at":
-            raise InputError(f"ATModel needs model_type 'at', got {config.model_type!r}")
-        self.config = config
-        self.metadata: dict[str, Any] = {}
-        d = config.d_model
+        super().__init__(config)
         self.encoder = Encoder(config)
-        self.embed_scale = embedding_scale(config)
-        self.embed_positions = nn.Embedding(config.max_target_positions, d)
-        self.layers = nn.ModuleList(
-            TransformerLayer(config, cross_attention=True) for _ in range(config.decoder_layers)
-        )
-        self.final_norm = nn.LayerNorm(d) if config.pre_norm else None
+        self.decoder = Decoder(config)
         self.apply(lambda m: _init_bert(m, config.init_std))
-
-    @property
-    def output_weight(self) -> Tensor:
-        """``(V, d)`` the bias-free output projection, tied to the shared token embedding."""
-        return self.encoder.embed_tokens.weight
-
-    def encode(self, source: Tensor) -> EncoderOut:
-        """Run the encoder on ``source`` ``(B, S)`` int64 (see
-        ``fadat.transformer.Encoder.forward``)."""
-        return self.encoder(source)
 
     def _decoder(
         self,
@@ -100,29 +82,17 @@ class ATModel(PretrainedMixin, nn.Module):
         encoder_out: EncoderOut,
         cache: Cache | None,
     ) -> Tensor:
-        """Decoder stack on ``tokens`` ``(B, T)`` at positions ``start..start+T-1``; returns
-        fp32 log-probs ``(B, T, V)``. Without a cache the self-attention is causal over ``tokens``;
-        with one, ``tokens`` are appended after the cached prefix."""
-        t = tokens.shape[1]
-        if start + t > self.config.max_target_positions:
-            raise InputError(
-                f"target length {start + t} exceeds the model's max_target_positions "
-                f"{self.config.max_target_positions}"
-            )
-        positions = torch.arange(start, start + t, device=tokens.device)
-        x = self.embed_scale * self.encoder.embed_tokens(tokens) + self.embed_positions(positions)
-        x = dropout(x, self.config.dropout, self.training, self.config.fast_dropout)  # (B, T, d)
-        memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
-        for i, layer in enumerate(self.layers):
-            x = layer(
-                x,
-                causal=True,
-                memory=encoder_out.states,
-                memory_mask=memory_mask,
-                cache=None if cache is None else cache[i],
-            )
-        if self.final_norm is not None:
-            x = self.final_norm(x)
+        """Causal decoder stack (:class:`fadat.transformer.Decoder`) on ``tokens`` ``(B, T)`` at
+        positions ``start..start+T-1``; returns fp32 log-probs ``(B, T, V)``. Without a cache the
+        self-attention is causal over ``tokens``; with one, ``tokens`` are appended after the
+        cached prefix.
+
+        Raises:
+            InputError: ``start + T`` exceeds ``max_target_positions``.
+        """
+        x = self.decoder(
+            self.encoder.embed_tokens, encoder_out, tokens, causal=True, start=start, cache=cache
+        )  # (B, T, d)
         logits = F.linear(x, self.output_weight)  # (B, T, V)
         return torch.log_softmax(logits.float(), dim=-1)  # (B, T, V) fp32
 
@@ -170,7 +140,7 @@ class ATModel(PretrainedMixin, nn.Module):
         enc = self.encode(source)
         b = source.shape[0]
         limits = self._max_lengths(source, max_len_a, max_len_b)  # (B,)
-        cache: Cache = [{} for _ in self.layers]
+        cache: Cache = [{} for _ in self.decoder.layers]
         prev = torch.full((b, 1), BOS_ID, dtype=torch.int64, device=source.device)  # (B, 1)
         out_tokens: list[Tensor] = []
         out_scores: list[Tensor] = []
@@ -234,7 +204,7 @@ class ATModel(PretrainedMixin, nn.Module):
         # Active rows: sentence `sent[r // k]`, beam r % k.
         rows = torch.arange(b, device=device).repeat_interleave(k)  # (B·K,)
         enc = enc.index_select(rows)
-        cache: Cache = [{} for _ in self.layers]
+        cache: Cache = [{} for _ in self.decoder.layers]
         sent = list(range(b))
         prefixes: list[list[int]] = [[] for _ in range(b * k)]
         # Only beam 0 is live at step 0, so the K copies of <s> do not fill the beam with copies.
@@ -297,12 +267,6 @@ class ATModel(PretrainedMixin, nn.Module):
         return [max(hyps, key=lambda h: h.score) for hyps in finished]
 
     # ---- the translation-model interface (fadat.architectures.TranslationModel)
-
-    model_type: ClassVar[str] = "at"
-    default_strategy: ClassVar[str] = "beam"
-    validation_strategy: ClassVar[str] = "greedy"
-    autoregressive: ClassVar[bool] = True
-    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
 
     def strategies(self) -> dict[str, tuple[str, ...]]:
         """:data:`STRATEGIES`: greedy and beam search with their options."""

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from fadat import outputs
-from fadat.architectures import model_class
+from fadat.architectures import ARCHITECTURES, model_class
 from fadat.errors import InputError
 
 CHECKPOINT_FORMAT = "fadat-train-checkpoint-1"
@@ -340,6 +340,7 @@ def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor
         if not isinstance(weights, dict):
             raise InputError(f"{path}: holds no model weights")
         meta = {k: v for k, v in state.items() if k not in ("model", "optimizer", "rng")}
+        weights = _current_names(weights, meta.get("model_config"))
         for k, v in weights.items():
             if not isinstance(v, torch.Tensor):
                 raise InputError(f"{path}: model weight {k} is not a tensor")
@@ -370,6 +371,15 @@ def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor
         for k, v in total.items()
     }
     return averaged, first_meta
+
+
+def _current_names(weights: dict[str, Any], model_config: Any) -> dict[str, Any]:
+    """``weights`` with today's parameter names (checkpoints of earlier versions name some
+    differently: :meth:`fadat.architectures.TranslationModel.upgrade_state_dict`)."""
+    kind = model_config.get("model_type", "dat") if isinstance(model_config, dict) else None
+    if kind not in ARCHITECTURES:
+        return weights
+    return model_class(kind).upgrade_state_dict(weights)
 
 
 def write_averaged_model(

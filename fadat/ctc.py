@@ -1,11 +1,12 @@
 """CTC non-autoregressive Transformer (Libovický & Helcl 2018; with glancing as Gu & Kong 2021),
 the paper's "CTC" row of Table 2.
 
-- The decoder (:class:`fadat.nat.NATDecoder`) runs on ``L = int(λ·|x </s>|)`` positions
-  (:func:`fadat.data.contract.graph_size`, λ = ``upsample_ratio``), all fed ``<unk>`` plus the
-  uniform copy of the encoder states; each position emits a token of the vocabulary or the
-  *blank*, an extra output class (index ``V``) with its own output vector (the token classes use
-  the tied embedding).
+- The decoder (:class:`fadat.transformer.Decoder`, the DAT's and NAT's stack) runs on
+  ``L = int(λ·|x </s>|)`` positions (``graph_lengths`` of
+  :class:`~fadat.architectures.TranslationModel`, λ = ``upsample_ratio``), all fed ``<unk>``
+  (:func:`fadat.transformer.decoder_input` without ends) plus the uniform copy of the encoder
+  states; each position emits a token of the vocabulary or the *blank*, an extra output class
+  (index ``V``) with its own output vector (the token classes use the tied embedding).
 - Loss (objective ``ctc``, :mod:`fadat.objectives.ctc`): ``torch.nn.functional.ctc_loss`` of
   ``y`` (``<s>``/``</s>`` not included) per sentence, divided by ``|y|`` and averaged over
   sentences (``reduction="mean"``'s normalisation); a target the positions cannot hold
@@ -32,17 +33,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored
-from fadat.data.contract import PAD_ID, UNK_ID, graph_size
-from fadat.errors import InputError
+from fadat.architectures import BatchScores, Scored, TranslationModel
+from fadat.data.contract import PAD_ID
 from fadat.model_dir import PretrainedMixin
-from fadat.nat import NATDecoder
-from fadat.transformer import Encoder, EncoderOut, ModelConfig, _init_bert
+from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert, decoder_input
 
 NEG_INF = float("-inf")
 
 
-class CTCModel(PretrainedMixin, nn.Module):
+class CTCModel(PretrainedMixin, TranslationModel):
     """Encoder, upsampled non-autoregressive decoder, tied token output layer plus a blank class.
 
     Attributes:
@@ -52,14 +51,12 @@ class CTCModel(PretrainedMixin, nn.Module):
         metadata: the non-config entries of config.json after loading, else ``{}``.
     """
 
+    model_type: ClassVar[str] = "ctc"
+
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        if config.model_type != self.model_type:
-            raise InputError(f"CTCModel needs model_type 'ctc', got {config.model_type!r}")
-        self.config = config
-        self.metadata: dict[str, Any] = {}
+        super().__init__(config)
         self.encoder = Encoder(config)
-        self.decoder = NATDecoder(config)
+        self.decoder = Decoder(config, copy_source=True)
         self.blank_weight = nn.Parameter(torch.zeros(1, config.d_model))
         self.apply(lambda m: _init_bert(m, config.init_std))
         nn.init.normal_(self.blank_weight, mean=0.0, std=config.init_std)
@@ -68,16 +65,6 @@ class CTCModel(PretrainedMixin, nn.Module):
     def blank(self) -> int:
         """The blank's class index ``V`` (one past the vocabulary)."""
         return self.config.vocab_size
-
-    def encode(self, source: Tensor) -> EncoderOut:
-        """Run the encoder on ``source`` ``(B, S)`` int64."""
-        return self.encoder(source)
-
-    def lengths(self, source_lengths: Tensor, decoding: bool = False) -> Tensor:
-        """``(B,)`` int64 decoder lengths ``clip(int(λ·|x </s>|), 2, max_target_positions)``."""
-        ratio = self.config.decoding_upsample_ratio if decoding else self.config.upsample_ratio
-        sizes = graph_size(source_lengths, ratio, max_positions=self.config.max_target_positions)
-        return sizes.to(source_lengths.device)
 
     def decode_logits(self, encoder_out: EncoderOut, tokens: Tensor) -> Tensor:
         """``(B, L)`` decoder input → ``(B, L, V + 1)`` logits (autocast dtype; class ``V`` is
@@ -88,33 +75,16 @@ class CTCModel(PretrainedMixin, nn.Module):
 
     def forward(self, source: Tensor, lengths: Tensor) -> Tensor:
         """``(B, S)`` source, ``(B,)`` decoder lengths → ``(B, L, V + 1)`` fp32 log-probs."""
-        logits = self.decode_logits(self.encode(source), unk_input(lengths))
+        logits = self.decode_logits(self.encode(source), decoder_input(lengths, ends=False))
         return torch.log_softmax(logits.float(), dim=-1)
 
     # ---- the translation-model interface (fadat.architectures.TranslationModel)
-
-    model_type: ClassVar[str] = "ctc"
-    default_strategy: ClassVar[str] = "argmax"
-    validation_strategy: ClassVar[str] = "argmax"
-    autoregressive: ClassVar[bool] = False
-    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
-
-    def strategies(self) -> dict[str, tuple[str, ...]]:
-        """``argmax``: best-path decoding (no options)."""
-        return {"argmax": ()}
-
-    def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
-        """Raises ValueError: an option (``argmax`` takes none) or ``nbest > 1``."""
-        if options:
-            raise ValueError(f"strategy 'argmax' takes no options, got {sorted(options)}")
-        if nbest > 1:
-            raise ValueError(f"--nbest {nbest}: argmax decoding gives one hypothesis")
 
     def translate_batch(
         self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
     ) -> list[list[Scored]]:
         """Best-path decoding; score = the best path's ``Σ_t max_c log p_t(c)`` (nats)."""
-        lengths = self.lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
+        lengths = self.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
         best, classes = self(source, lengths).max(dim=-1)  # (B, L), (B, L)
         on = torch.arange(best.shape[1], device=best.device)[None, :] < lengths[:, None]
         scores = (best.double() * on).sum(1)  # (B,)
@@ -126,7 +96,7 @@ class CTCModel(PretrainedMixin, nn.Module):
     def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
         """``log P(y|x)``: the log-sum over every alignment (``ctc_loss``) of ``y`` (without
         ``<s>``/``</s>``) on the decoding positions; ``-inf`` when no alignment fits."""
-        lengths = self.lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
+        lengths = self.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
         lp = self(source, lengths)  # (B, L, V+1)
         content, content_lengths = content_targets(target, target_lengths)
         nll = F.ctc_loss(
@@ -144,27 +114,6 @@ class CTCModel(PretrainedMixin, nn.Module):
             for v, u, n in zip(log_probs, content_lengths.tolist(), lengths.tolist(), strict=True)
         ]
         return BatchScores(log_probs, [int(u) for u in content_lengths], problems)
-
-    def batch_cost(self, source_length: int) -> int:
-        """The decoding length ``L`` (the ``(B, L, V + 1)`` log-probs dominate memory)."""
-        ratio = self.config.decoding_upsample_ratio
-        return int(graph_size(source_length, ratio, self.config.max_target_positions))
-
-    def length_budget(self) -> tuple[float, int | None]:
-        """``(λ, max_target_positions)``: training batches count decoder positions."""
-        return self.config.upsample_ratio, self.config.max_target_positions
-
-    def usable(self, source_lengths: np.ndarray, target_lengths: np.ndarray) -> np.ndarray:
-        """Sources within ``max_source_positions`` (a target with no alignment is counted as
-        invalid by the loss, not dropped)."""
-        return np.asarray(source_lengths) <= self.config.max_source_positions
-
-
-def unk_input(lengths: Tensor) -> Tensor:
-    """``(B, max L_b)`` int64: ``<unk>`` at the first ``L_b`` positions, ``<pad>`` after."""
-    width = int(lengths.max()) if lengths.numel() else 1
-    idx = torch.arange(width, device=lengths.device)[None, :]  # (1, L)
-    return torch.where(idx < lengths[:, None], UNK_ID, PAD_ID)  # (B, L)
 
 
 def collapse(classes: list[int], blank: int) -> list[int]:

@@ -149,13 +149,13 @@ def ctranslate2_spec(model: torch.nn.Module, pieces: list[str]):
         layer(dst, src, cross=False)
     dec.embeddings.weight = embedding
     dec.scale_embeddings = cfg.scale_embedding
-    dec.position_encodings.encodings = array(model.embed_positions.weight)
+    dec.position_encodings.encodings = array(model.decoder.embed_positions.weight)
     dec.projection.weight = embedding
-    for dst, src in zip(dec.layer, model.layers, strict=True):
+    for dst, src in zip(dec.layer, model.decoder.layers, strict=True):
         layer(dst, src, cross=True)
     if cfg.pre_norm:
         norm(enc.layer_norm, model.encoder.final_norm)
-        norm(dec.layer_norm, model.final_norm)
+        norm(dec.layer_norm, model.decoder.final_norm)
 
     spec.config.layer_norm_epsilon = model.encoder.layers[0].ffn_norm.eps
     spec.config.bos_token = SPECIAL_PIECES[BOS_ID]

@@ -27,24 +27,21 @@ import inspect
 import math
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored
-from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID, graph_size
-from fadat.errors import InputError
+from fadat.architectures import BatchScores, Scored, TranslationModel
+from fadat.data.contract import PAD_ID
+from fadat.inference import PRECISIONS
 from fadat.model_dir import PretrainedMixin
 from fadat.transformer import (
+    Decoder,
     Encoder,
     EncoderOut,
     ModelConfig,
-    TransformerLayer,
     _init_bert,
-    _key_mask,
-    dropout,
-    embedding_scale,
+    decoder_input,
 )
 
 # ----------------------------------------------------------------------------------------------
@@ -145,86 +142,44 @@ class LinksHead(nn.Module):
             return transition_log_probs(q, k, gate, graph_lengths, self.max_transition_length)
 
 
-def uniform_copy(encoder_out: EncoderOut, decoder_tokens: Tensor) -> Tensor:
-    """Encoder states copied uniformly onto the ``<unk>`` vertices (``ModelConfig.copy_source``).
-
-    Vertex j of a graph of ``L_b`` vertices (the non-pad decoder tokens) takes the state of
-    source position ``round(j·(S_b − 1)/(L_b − 1))``, ``S_b`` the non-pad source length; the
-    other vertices (``<s>``, ``</s>``, glanced tokens, padding) take zeros.
-
-    Args:
-        encoder_out: ``(B, S, d)`` states and ``(B, S)`` padding mask.
-        decoder_tokens: ``(B, L)`` int64 decoder input.
-
-    Returns:
-        ``(B, L, d)`` in the states' dtype.
-    """
-    states = encoder_out.states  # (B, S, d)
-    src_len = (~encoder_out.padding_mask).sum(dim=1)  # (B,)
-    graph_len = decoder_tokens.ne(PAD_ID).sum(dim=1)  # (B,)
-    j = torch.arange(decoder_tokens.shape[1], device=decoder_tokens.device)  # (L,)
-    ratio = (src_len - 1).double() / (graph_len - 1).clamp(min=1).double()  # (B,)
-    index = torch.round(j[None, :].double() * ratio[:, None]).long()  # (B, L)
-    index = torch.minimum(index, (src_len - 1)[:, None]).clamp(min=0)
-    copied = states.gather(1, index[..., None].expand(-1, -1, states.shape[-1]))  # (B, L, d)
-    return copied * decoder_tokens.eq(UNK_ID)[..., None].to(copied.dtype)
-
-
-class DATModel(PretrainedMixin, nn.Module):
+class DATModel(PretrainedMixin, TranslationModel):
     """DA-Transformer: encoder, non-autoregressive decoder over L graph vertices, token head and
     links head (docs/reference-behaviour.md, "Network"; paper §2.2, Eq. 1–2).
 
     Attributes:
         config: the :class:`ModelConfig` (``model_type == "dat"``).
         encoder: the :class:`Encoder` (owns the shared embedding).
+        decoder: the :class:`fadat.transformer.Decoder` over the graph's vertices.
+        links_head: the :class:`LinksHead`.
         metadata: the non-config entries of config.json after :meth:`from_pretrained`
             (e.g. ``"data"`` licence/attribution), else ``{}``.
     """
 
+    model_type: ClassVar[str] = "dat"
+    default_strategy: ClassVar[str] = "lookahead"  # the paper's default
+    validation_strategy: ClassVar[str] = "lookahead"
+    validation_options: ClassVar[dict[str, str]] = {"beta": "decode_beta"}
+    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {"beam": {"length_penalty": "alpha"}}
+    has_graph: ClassVar[bool] = True
+    precisions: ClassVar[tuple[str, ...]] = PRECISIONS
+    reduced_head: ClassVar[bool] = True
+    # Until the decoder stack was shared (fadat.transformer.Decoder) its parts sat at the top.
+    renamed_parameters: ClassVar[dict[str, str]] = {
+        "embed_positions.": "decoder.embed_positions.",
+        "layers.": "decoder.layers.",
+        "final_norm.": "decoder.final_norm.",
+    }
+
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        if config.model_type != "dat":
-            raise InputError(f"DATModel needs model_type 'dat', got {config.model_type!r}")
-        self.config = config
-        self.metadata: dict[str, Any] = {}
-        d = config.d_model
+        super().__init__(config)
         self.encoder = Encoder(config)
-        self.embed_scale = embedding_scale(config)
-        self.embed_positions = nn.Embedding(config.max_target_positions, d)
-        self.layers = nn.ModuleList(
-            TransformerLayer(config, cross_attention=True) for _ in range(config.decoder_layers)
-        )
-        self.final_norm = nn.LayerNorm(d) if config.pre_norm else None
+        self.decoder = Decoder(config, copy_source=config.copy_source)
         self.links_head = LinksHead(config)
         self.apply(lambda m: _init_bert(m, config.init_std))
 
-    @property
-    def output_weight(self) -> Tensor:
-        """``(V, d)`` the bias-free output projection, tied to the shared token embedding."""
-        return self.encoder.embed_tokens.weight
-
-    def encode(self, source: Tensor) -> EncoderOut:
-        """Run the encoder on ``source`` ``(B, S)`` int64 (see :meth:`Encoder.forward`)."""
-        return self.encoder(source)
-
-    def graph_lengths(self, source_lengths: Tensor, decoding: bool = False) -> Tensor:
-        """Graph sizes ``L_b = clip(int(λ·|x </s>|), 2, max_target_positions)``
-        (docs/reference-behaviour.md, "Graph size").
-
-        Args:
-            source_lengths: ``(B,)`` int64 source lengths including ``</s>``.
-            decoding: use ``decode_upsample_ratio`` instead of ``upsample_ratio``.
-
-        Returns:
-            ``(B,)`` int64 on the device of ``source_lengths``.
-        """
-        ratio = self.config.decoding_upsample_ratio if decoding else self.config.upsample_ratio
-        sizes = graph_size(source_lengths, ratio, max_positions=self.config.max_target_positions)
-        return sizes.to(source_lengths.device) if isinstance(source_lengths, Tensor) else sizes
-
     def decoder_input_tokens(self, graph_lengths: Tensor) -> Tensor:
         """Decoder input ids ``[<s>, <unk> × (L_b − 2), </s>, <pad> …]``
-        (docs/reference-behaviour.md, "Graph size").
+        (:func:`fadat.transformer.decoder_input`).
 
         Args:
             graph_lengths: ``(B,)`` int64, every ``L_b ≥ 2``.
@@ -235,21 +190,11 @@ class DATModel(PretrainedMixin, nn.Module):
         Raises:
             ValueError: a graph length < 2.
         """
-        if graph_lengths.numel() and int(graph_lengths.min()) < 2:
-            raise ValueError("graph lengths must be >= 2")
-        width = int(graph_lengths.max()) if graph_lengths.numel() else 2
-        idx = torch.arange(width, device=graph_lengths.device)[None, :]  # (1, L)
-        lengths = graph_lengths[:, None]  # (B, 1)
-        tokens = torch.full(
-            (graph_lengths.shape[0], width), UNK_ID, dtype=torch.int64, device=graph_lengths.device
-        )
-        tokens[:, 0] = BOS_ID
-        tokens = torch.where(idx == lengths - 1, EOS_ID, tokens)
-        return torch.where(idx >= lengths, PAD_ID, tokens)  # (B, L)
+        return decoder_input(graph_lengths)
 
     def decoder_states(self, encoder_out: EncoderOut, decoder_tokens: Tensor) -> Tensor:
-        """Final decoder states of the NAT decoder (bidirectional self-attention over the
-        non-pad vertices, cross-attention to the source).
+        """Final decoder states of the NAT decoder (:class:`fadat.transformer.Decoder`:
+        bidirectional self-attention over the non-pad vertices, cross-attention to the source).
 
         Args:
             encoder_out: from :meth:`encode`.
@@ -261,25 +206,7 @@ class DATModel(PretrainedMixin, nn.Module):
         Raises:
             InputError: ``L`` exceeds ``max_target_positions``.
         """
-        size = decoder_tokens.shape[1]
-        if size > self.config.max_target_positions:
-            raise InputError(
-                f"graph size {size} exceeds the model's max_target_positions "
-                f"{self.config.max_target_positions}"
-            )
-        positions = torch.arange(size, device=decoder_tokens.device)
-        emb = self.encoder.embed_tokens(decoder_tokens)  # (B, L, d)
-        x = self.embed_scale * emb + self.embed_positions(positions)
-        if self.config.copy_source:
-            x = x + uniform_copy(encoder_out, decoder_tokens)  # (B, L, d)
-        x = dropout(x, self.config.dropout, self.training, self.config.fast_dropout)  # (B, L, d)
-        self_mask = _key_mask(decoder_tokens.eq(PAD_ID))  # (B, 1, 1, L): bidirectional
-        memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
-        for layer in self.layers:
-            x = layer(x, self_mask=self_mask, memory=encoder_out.states, memory_mask=memory_mask)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x
+        return self.decoder(self.encoder.embed_tokens, encoder_out, decoder_tokens)
 
     def token_logits(self, states: Tensor) -> Tensor:
         """``(B, L, d)`` states -> ``(B, L, V)`` logits of the tied, bias-free output projection,
@@ -342,12 +269,6 @@ class DATModel(PretrainedMixin, nn.Module):
         return self.decode(self.encode(source), decoder_tokens)
 
     # ---- the translation-model interface (fadat.architectures.TranslationModel)
-
-    model_type: ClassVar[str] = "dat"
-    default_strategy: ClassVar[str] = "lookahead"  # the paper's default
-    validation_strategy: ClassVar[str] = "lookahead"
-    autoregressive: ClassVar[bool] = False
-    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {"beam": {"length_penalty": "alpha"}}
 
     def strategies(self) -> dict[str, tuple[str, ...]]:
         """The decoders of :data:`fadat.decoding.STRATEGIES` → their keyword-only parameters."""
@@ -480,22 +401,3 @@ class DATModel(PretrainedMixin, nn.Module):
         return BatchScores(
             [float(v) for v in log_probs], [int(t) for t in target_lengths], problems
         )
-
-    def batch_cost(self, source_length: int) -> int:
-        """The decoding graph size ``L`` (the ``(B, L, V)`` token log-probs dominate memory)."""
-        return int(
-            graph_size(
-                source_length,
-                self.config.decoding_upsample_ratio,
-                self.config.max_target_positions,
-            )
-        )
-
-    def length_budget(self) -> tuple[float, int | None]:
-        """``(λ, max_target_positions)``: training batches count graph vertices."""
-        return self.config.upsample_ratio, self.config.max_target_positions
-
-    def usable(self, source_lengths: np.ndarray, target_lengths: np.ndarray) -> np.ndarray:
-        """Sources within ``max_source_positions`` (a target longer than its graph is not dropped:
-        the NLL counts it as invalid, as the reference does)."""
-        return np.asarray(source_lengths) <= self.config.max_source_positions

@@ -216,6 +216,7 @@ def _load(
         state = load_file(str(path), device=str(map_location))
     except (SafetensorError, OSError, ValueError, RuntimeError) as err:
         raise InputError(f"{path}: cannot read weights ({err})") from err
+    state = model.upgrade_state_dict(state)  # parameter names of earlier versions
     expected_state = model.state_dict()
     missing = sorted(set(expected_state) - set(state))
     unexpected = sorted(set(state) - set(expected_state))

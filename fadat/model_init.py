@@ -91,10 +91,12 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
 
 def _load_encoder(model: torch.nn.Module, directory: str, decoder_layers: bool = False) -> None:
     """Copy the encoder (with the shared token embedding, which is also the tied output
-    projection) of the DAT or AT model in ``directory`` into ``model`` (initialising a
-    DA-Transformer from a trained AT baseline); with ``decoder_layers`` also the decoder layers
-    (self-attention, cross-attention, FFN; the AT's causal mask is not a weight). The decoder's
-    position table and the links head stay freshly initialised.
+    projection) of the model in ``directory`` (any architecture) into ``model`` (initialising a
+    DA-Transformer, NAT or CTC model from a trained AT baseline); with ``decoder_layers`` also
+    the layers of the shared decoder stack (:class:`fadat.transformer.Decoder`: self-attention,
+    cross-attention, FFN, and the pre-LN final LayerNorm; the AT's causal mask is not a weight).
+    The decoder's position table and the architecture's own heads (links, length predictor,
+    blank) stay freshly initialised.
 
     Raises:
         InputError: the directory's encoder (or decoder layers) differ in shape (vocabulary,
@@ -104,7 +106,9 @@ def _load_encoder(model: torch.nn.Module, directory: str, decoder_layers: bool =
 
     source = load_pretrained(directory).state_dict()
     own = model.state_dict()
-    prefixes = ("encoder.", "layers.", "final_norm.") if decoder_layers else ("encoder.",)
+    prefixes = ("encoder.",)
+    if decoder_layers:
+        prefixes += ("decoder.layers.", "decoder.final_norm.")
     names = [n for n in own if n.startswith(prefixes)]
     bad = [n for n in names if n not in source or source[n].shape != own[n].shape]
     if bad:

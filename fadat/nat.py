@@ -5,10 +5,12 @@ cross-entropy, argmax decoding.
 - Length: ``T = |<s> y </s>|`` is predicted from the mean-pooled encoder states by a
   256-way classifier (fairseq's NAT: ``logits = mean_s(h_s) · E_len^T``); trained with
   cross-entropy, weight :data:`LENGTH_LOSS_FACTOR` (fairseq's default 0.1).
-- Decoder input ``[<s>, <unk> × (T − 2), </s>]`` + learned positions; every ``<unk>`` position
-  also gets the final encoder state of source position ``round(j·(S − 1)/(T − 1))`` (uniform
-  copy, Gu et al. 2018, here of encoder states as the DA-Transformer recipe's ``copy_source``);
-  bidirectional self-attention, cross-attention to the source, the tied output projection.
+- Decoder (:class:`fadat.transformer.Decoder`, the DAT's and CTC's stack): input
+  ``[<s>, <unk> × (T − 2), </s>]`` (:func:`fadat.transformer.decoder_input`) + learned
+  positions; every ``<unk>`` position also gets the final encoder state of source position
+  ``round(j·(S − 1)/(T − 1))`` (:func:`fadat.transformer.uniform_copy`, Gu et al. 2018, here of
+  encoder states as the DA-Transformer recipe's ``copy_source``); bidirectional self-attention,
+  cross-attention to the source, the tied output projection.
 - Loss (:func:`nat_loss`, objective ``nat`` in :mod:`fadat.objectives.nat`): label-smoothed
   cross-entropy (ε = 0.1, fairseq's ``nat_loss`` form) at the ``<unk>`` positions (``<s>`` and
   ``</s>`` are given as inputs), a per-sentence mean, plus the length loss; the trainer averages
@@ -29,20 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored
-from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from fadat.errors import InputError
+from fadat.architectures import BatchScores, Scored, TranslationModel
+from fadat.data.contract import PAD_ID, UNK_ID
 from fadat.model_dir import PretrainedMixin
-from fadat.transformer import (
-    Encoder,
-    EncoderOut,
-    ModelConfig,
-    TransformerLayer,
-    _init_bert,
-    _key_mask,
-    dropout,
-    embedding_scale,
-)
+from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert, decoder_input
 
 #: Classes of the length predictor (lengths 0 … 255, fairseq's NAT).
 MAX_LENGTH_CLASSES = 256
@@ -52,87 +44,7 @@ LENGTH_LOSS_FACTOR = 0.1
 LABEL_SMOOTHING = 0.1
 
 
-def copy_positions(source_lengths: Tensor, decoder_lengths: Tensor, width: int) -> Tensor:
-    """Uniform copy index: decoder position ``j`` of a row of ``T_b`` positions reads source
-    position ``round(j·(S_b − 1)/(T_b − 1))`` (Gu et al. 2018).
-
-    Args:
-        source_lengths: ``(B,)`` int64 ``S_b``.
-        decoder_lengths: ``(B,)`` int64 ``T_b``.
-        width: padded decoder width.
-
-    Returns:
-        ``(B, width)`` int64 source positions in ``[0, S_b − 1]``.
-    """
-    j = torch.arange(width, device=source_lengths.device)  # (W,)
-    ratio = (source_lengths - 1).double() / (decoder_lengths - 1).clamp(min=1).double()  # (B,)
-    index = torch.round(j[None, :].double() * ratio[:, None]).long()  # (B, W)
-    return torch.minimum(index, (source_lengths - 1)[:, None]).clamp(min=0)
-
-
-class NATDecoder(nn.Module):
-    """A non-autoregressive decoder stack: token embedding (shared, passed in) + learned
-    positions + uniform copy of the encoder states onto ``<unk>`` inputs, bidirectional
-    self-attention over the non-pad positions, cross-attention. Used by :class:`NATModel` and
-    :class:`fadat.ctc.CTCModel`."""
-
-    def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        self.config = config
-        self.embed_scale = embedding_scale(config)
-        self.embed_positions = nn.Embedding(config.max_target_positions, config.d_model)
-        self.layers = nn.ModuleList(
-            TransformerLayer(config, cross_attention=True) for _ in range(config.decoder_layers)
-        )
-        self.final_norm = nn.LayerNorm(config.d_model) if config.pre_norm else None
-
-    def forward(self, embed: nn.Embedding, encoder_out: EncoderOut, tokens: Tensor) -> Tensor:
-        """``(B, T)`` int64 inputs (``<pad>`` a suffix of each row) → ``(B, T, d)`` states.
-
-        Raises:
-            InputError: ``T`` exceeds ``max_target_positions``.
-        """
-        width = tokens.shape[1]
-        if width > self.config.max_target_positions:
-            raise InputError(
-                f"decoder length {width} exceeds the model's max_target_positions "
-                f"{self.config.max_target_positions}"
-            )
-        positions = torch.arange(width, device=tokens.device)
-        x = self.embed_scale * embed(tokens) + self.embed_positions(positions)  # (B, T, d)
-        states = encoder_out.states  # (B, S, d)
-        src_len = (~encoder_out.padding_mask).sum(dim=1)  # (B,)
-        index = copy_positions(src_len, tokens.ne(PAD_ID).sum(dim=1), width)  # (B, T)
-        copied = states.gather(1, index[..., None].expand(-1, -1, states.shape[-1]))  # (B, T, d)
-        x = x + copied * tokens.eq(UNK_ID)[..., None].to(copied.dtype)
-        x = dropout(x, self.config.dropout, self.training)
-        self_mask = _key_mask(tokens.eq(PAD_ID))  # (B, 1, 1, T)
-        memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
-        for layer in self.layers:
-            x = layer(x, self_mask=self_mask, memory=encoder_out.states, memory_mask=memory_mask)
-        if self.final_norm is not None:
-            x = self.final_norm(x)
-        return x
-
-
-def decoder_input(lengths: Tensor) -> Tensor:
-    """``[<s>, <unk> × (T_b − 2), </s>, <pad> …]`` per row.
-
-    Args:
-        lengths: ``(B,)`` int64 ``T_b ≥ 2``.
-
-    Returns:
-        ``(B, max_b T_b)`` int64.
-    """
-    width = int(lengths.max()) if lengths.numel() else 2
-    idx = torch.arange(width, device=lengths.device)[None, :]  # (1, T)
-    tokens = torch.full((lengths.shape[0], width), UNK_ID, dtype=torch.int64, device=idx.device)
-    tokens[:, 0] = BOS_ID
-    tokens = torch.where(idx == lengths[:, None] - 1, EOS_ID, tokens)
-    return torch.where(idx >= lengths[:, None], PAD_ID, tokens)  # (B, T)
-
-
-class NATModel(PretrainedMixin, nn.Module):
+class NATModel(PretrainedMixin, TranslationModel):
     """Vanilla NAT: encoder, length predictor, non-autoregressive decoder, tied output layer.
 
     Attributes:
@@ -141,25 +53,14 @@ class NATModel(PretrainedMixin, nn.Module):
         metadata: the non-config entries of config.json after loading, else ``{}``.
     """
 
+    model_type: ClassVar[str] = "nat"
+
     def __init__(self, config: ModelConfig) -> None:
-        super().__init__()
-        if config.model_type != self.model_type:
-            raise InputError(f"NATModel needs model_type 'nat', got {config.model_type!r}")
-        self.config = config
-        self.metadata: dict[str, Any] = {}
+        super().__init__(config)
         self.encoder = Encoder(config)
-        self.decoder = NATDecoder(config)
+        self.decoder = Decoder(config, copy_source=True)
         self.embed_length = nn.Embedding(MAX_LENGTH_CLASSES, config.d_model)
         self.apply(lambda m: _init_bert(m, config.init_std))
-
-    @property
-    def output_weight(self) -> Tensor:
-        """``(V, d)`` the bias-free output projection, tied to the shared token embedding."""
-        return self.encoder.embed_tokens.weight
-
-    def encode(self, source: Tensor) -> EncoderOut:
-        """Run the encoder on ``source`` ``(B, S)`` int64."""
-        return self.encoder(source)
 
     def length_logprobs(self, encoder_out: EncoderOut) -> Tensor:
         """``(B, 256)`` fp32 ``log P(T | x)`` from the mean of the non-pad encoder states."""
@@ -174,7 +75,8 @@ class NATModel(PretrainedMixin, nn.Module):
         return lp[:, 2:top].argmax(dim=1) + 2  # (B,)
 
     def decode_logits(self, encoder_out: EncoderOut, tokens: Tensor) -> Tensor:
-        """``(B, T)`` decoder input → ``(B, T, V)`` token logits (autocast dtype)."""
+        """``(B, T)`` decoder input (:func:`~fadat.transformer.decoder_input`) → ``(B, T, V)``
+        token logits (autocast dtype)."""
         states = self.decoder(self.encoder.embed_tokens, encoder_out, tokens)  # (B, T, d)
         return F.linear(states, self.output_weight)  # (B, T, V)
 
@@ -184,23 +86,6 @@ class NATModel(PretrainedMixin, nn.Module):
         return torch.log_softmax(logits.float(), dim=-1)
 
     # ---- the translation-model interface (fadat.architectures.TranslationModel)
-
-    model_type: ClassVar[str] = "nat"
-    default_strategy: ClassVar[str] = "argmax"
-    validation_strategy: ClassVar[str] = "argmax"
-    autoregressive: ClassVar[bool] = False
-    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
-
-    def strategies(self) -> dict[str, tuple[str, ...]]:
-        """``argmax``: predicted length, then the argmax token per position (no options)."""
-        return {"argmax": ()}
-
-    def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
-        """Raises ValueError: an option (``argmax`` takes none) or ``nbest > 1``."""
-        if options:
-            raise ValueError(f"strategy 'argmax' takes no options, got {sorted(options)}")
-        if nbest > 1:
-            raise ValueError(f"--nbest {nbest}: argmax decoding gives one hypothesis")
 
     def translate_batch(
         self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1

@@ -365,11 +365,12 @@ def run(args: argparse.Namespace) -> int:
             model directory, one without a sentencepiece model, a vocabulary other than the
             model's.
     """
+    from fadat.architectures import model_class
     from fadat.model_dir import read_model_metadata, spm_model_path
 
     model = Path(args.model)
     meta = read_model_metadata(model)
-    if meta["model_type"] != "dat":
+    if not model_class(meta["model_type"]).reduced_head:
         raise InputError(f"{model}: holds a {meta['model_type']!r} model; shortlists are for DATs")
     vocab = int(meta["config"]["vocab_size"])
     if (args.data is None) == (args.source is None and args.target is None):

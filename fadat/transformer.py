@@ -1,6 +1,7 @@
 """The Transformer parts every fadat architecture shares: the model configuration
-(:class:`ModelConfig`, presets), attention, dropout, the fairseq Transformer layer, the encoder
-and the initialisation.
+(:class:`ModelConfig`, presets), attention, dropout, the fairseq Transformer layer, the encoder,
+the decoder stack with its input builders (:class:`Decoder`, :func:`decoder_input`,
+:func:`uniform_copy`) and the initialisation.
 
 The architecture follows the reference implementation (docs/reference-behaviour.md, "Network"):
 
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.data.contract import PAD_ID, UNK_ID
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
 
 # ----------------------------------------------------------------------------------------------
@@ -624,8 +625,7 @@ def _init_bert(module: nn.Module, std: float) -> None:
 class Encoder(nn.Module):
     """Transformer encoder; owns the token embedding shared with the decoder and output layer.
 
-    Shared by :class:`DATModel` and :class:`fadat.baseline.ATModel` (docs/reference-behaviour.md,
-    "Network").
+    Shared by every architecture (docs/reference-behaviour.md, "Network").
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -665,3 +665,163 @@ class Encoder(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return EncoderOut(x, padding_mask)
+
+
+# ----------------------------------------------------------------------------------------------
+# The decoder stack and its inputs (every architecture's decoder)
+
+
+def decoder_input(lengths: Tensor, ends: bool = True) -> Tensor:
+    """The input ids of a non-autoregressive decoder of ``L_b`` positions per row:
+    ``[<s>, <unk> × (L_b − 2), </s>, <pad> …]`` (DAT, NAT; docs/reference-behaviour.md, "Graph
+    size"), or ``[<unk> × L_b, <pad> …]`` with ``ends=False`` (CTC, whose every position emits).
+
+    Args:
+        lengths: ``(B,)`` int64 ``L_b``, at least 2 (1 without ``ends``).
+        ends: ``<s>`` and ``</s>`` at the first and last position.
+
+    Returns:
+        ``(B, max_b L_b)`` int64.
+
+    Raises:
+        ValueError: a length below the minimum.
+    """
+    shortest = 2 if ends else 1
+    if lengths.numel() and int(lengths.min()) < shortest:
+        raise ValueError(f"decoder lengths must be >= {shortest}")
+    width = int(lengths.max()) if lengths.numel() else shortest
+    idx = torch.arange(width, device=lengths.device)[None, :]  # (1, L)
+    tokens = torch.where(idx < lengths[:, None], UNK_ID, PAD_ID)  # (B, L)
+    if ends:
+        tokens[:, 0] = BOS_ID
+        tokens = torch.where(idx == lengths[:, None] - 1, EOS_ID, tokens)
+    return tokens
+
+
+def copy_positions(source_lengths: Tensor, decoder_lengths: Tensor, width: int) -> Tensor:
+    """Uniform copy index: decoder position ``j`` of a row of ``L_b`` positions reads source
+    position ``round(j·(S_b − 1)/(L_b − 1))`` (Gu et al. 2018).
+
+    Args:
+        source_lengths: ``(B,)`` int64 ``S_b``.
+        decoder_lengths: ``(B,)`` int64 ``L_b``.
+        width: padded decoder width.
+
+    Returns:
+        ``(B, width)`` int64 source positions in ``[0, S_b − 1]``.
+    """
+    j = torch.arange(width, device=source_lengths.device)  # (W,)
+    ratio = (source_lengths - 1).double() / (decoder_lengths - 1).clamp(min=1).double()  # (B,)
+    index = torch.round(j[None, :].double() * ratio[:, None]).long()  # (B, W)
+    return torch.minimum(index, (source_lengths - 1)[:, None]).clamp(min=0)
+
+
+def uniform_copy(encoder_out: EncoderOut, decoder_tokens: Tensor) -> Tensor:
+    """Encoder states copied uniformly onto the ``<unk>`` positions (Gu et al. 2018; the NAT and
+    CTC decoders, and the DAT's with ``ModelConfig.copy_source``).
+
+    Position j of a row of ``L_b`` positions (the non-pad decoder tokens) takes the final
+    encoder state of source position :func:`copy_positions` ``round(j·(S_b − 1)/(L_b − 1))``,
+    ``S_b`` the non-pad source length; the other positions (``<s>``, ``</s>``, glanced tokens,
+    padding) take zeros.
+
+    Args:
+        encoder_out: ``(B, S, d)`` states and ``(B, S)`` padding mask.
+        decoder_tokens: ``(B, L)`` int64 decoder input.
+
+    Returns:
+        ``(B, L, d)`` in the states' dtype.
+    """
+    states = encoder_out.states  # (B, S, d)
+    src_len = (~encoder_out.padding_mask).sum(dim=1)  # (B,)
+    index = copy_positions(
+        src_len, decoder_tokens.ne(PAD_ID).sum(dim=1), decoder_tokens.shape[1]
+    )  # (B, L)
+    copied = states.gather(1, index[..., None].expand(-1, -1, states.shape[-1]))  # (B, L, d)
+    return copied * decoder_tokens.eq(UNK_ID)[..., None].to(copied.dtype)
+
+
+class Decoder(nn.Module):
+    """The Transformer decoder stack of every architecture: token embedding (the encoder's,
+    passed in) scaled by :func:`embedding_scale` + learned positions (+ :func:`uniform_copy` with
+    ``copy_source``), dropout, :class:`TransformerLayer` s with cross-attention, a final
+    LayerNorm with ``pre_norm`` (docs/reference-behaviour.md, "Network").
+
+    Non-autoregressive (DAT, NAT, CTC): bidirectional self-attention over the non-pad positions.
+    Causal (AT): each position attends to itself and the positions before it, with an optional
+    key/value cache for incremental decoding.
+
+    Attributes:
+        embed_positions: ``(max_target_positions, d)`` position table.
+        layers: the ``decoder_layers`` layers.
+        final_norm: the pre-LN final LayerNorm, or ``None`` (post-LN).
+    """
+
+    def __init__(self, config: ModelConfig, copy_source: bool = False) -> None:
+        super().__init__()
+        d = config.d_model
+        self.max_positions = config.max_target_positions
+        self.dropout = config.dropout
+        self.fast_dropout = config.fast_dropout
+        self.copy_source = copy_source
+        self.embed_scale = embedding_scale(config)
+        self.embed_positions = nn.Embedding(config.max_target_positions, d)
+        self.layers = nn.ModuleList(
+            TransformerLayer(config, cross_attention=True) for _ in range(config.decoder_layers)
+        )
+        self.final_norm = nn.LayerNorm(d) if config.pre_norm else None
+
+    def forward(
+        self,
+        embed_tokens: nn.Embedding,
+        encoder_out: EncoderOut,
+        tokens: Tensor,
+        *,
+        causal: bool = False,
+        start: int = 0,
+        cache: list[dict[str, dict[str, Tensor]]] | None = None,
+    ) -> Tensor:
+        """Final decoder states of ``tokens`` ``(B, T)`` int64 at positions
+        ``start … start + T − 1``.
+
+        Args:
+            embed_tokens: the shared token embedding.
+            encoder_out: from :class:`Encoder`.
+            tokens: ``(B, T)`` decoder input; non-autoregressive: ``<pad>`` a suffix of each row
+                (the row's size is its non-pad count); causal: right padding is harmless.
+            causal: causal self-attention (AT) instead of bidirectional over the non-pad tokens.
+            start: position of the first token (incremental decoding).
+            cache: with ``causal``, one dict per layer (see :meth:`TransformerLayer.forward`);
+                ``tokens`` are appended after the cached prefix.
+
+        Returns:
+            ``(B, T, d)`` (model dtype, or the autocast dtype).
+
+        Raises:
+            InputError: ``start + T`` exceeds ``max_target_positions``.
+        """
+        end = start + tokens.shape[1]
+        if end > self.max_positions:
+            raise InputError(
+                f"decoder length {end} exceeds the model's max_target_positions "
+                f"{self.max_positions}"
+            )
+        positions = torch.arange(start, end, device=tokens.device)
+        x = self.embed_scale * embed_tokens(tokens) + self.embed_positions(positions)
+        if self.copy_source:
+            x = x + uniform_copy(encoder_out, tokens)  # (B, T, d)
+        x = dropout(x, self.dropout, self.training, self.fast_dropout)  # (B, T, d)
+        self_mask = None if causal else _key_mask(tokens.eq(PAD_ID))  # (B, 1, 1, T)
+        memory_mask = _key_mask(encoder_out.padding_mask)  # (B, 1, 1, S)
+        for i, layer in enumerate(self.layers):
+            x = layer(
+                x,
+                self_mask=self_mask,
+                causal=causal,
+                memory=encoder_out.states,
+                memory_mask=memory_mask,
+                cache=None if cache is None else cache[i],
+            )
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x

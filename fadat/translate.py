@@ -678,10 +678,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def apply_precision(model: nn.Module, precision: str) -> nn.Module:
-    """``model`` converted for inference in ``precision`` (fadat.inference; DAT on CPU only).
+    """``model`` converted for inference in ``precision`` (fadat.inference; the precisions of
+    the model's ``precisions``, on the CPU).
 
     Raises:
-        InputError: unknown precision, or other than fp32 for an AT or a model off the CPU.
+        InputError: unknown precision, or other than fp32 for a model without it in its
+            ``precisions`` (AT, NAT, CTC) or off the CPU.
     """
     from fadat.inference import PRECISIONS, with_precision
 
@@ -689,7 +691,7 @@ def apply_precision(model: nn.Module, precision: str) -> nn.Module:
         raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp32":
         return model
-    if model.model_type != "dat" or model_device(model).type != "cpu":
+    if precision not in model.precisions or model_device(model).type != "cpu":
         raise InputError(f"--precision {precision} is for DAT models on the CPU")
     return with_precision(model, precision)
 
@@ -711,8 +713,8 @@ def apply_reduced_head(
         prune_threshold: τ in ``[0, 1]`` or ``None`` (off).
 
     Raises:
-        InputError: either set for an AT model; a missing or unreadable shortlist, or one for
-            another vocabulary; τ outside ``[0, 1]``.
+        InputError: either set for a model without ``reduced_head`` (AT, NAT, CTC); a missing
+            or unreadable shortlist, or one for another vocabulary; τ outside ``[0, 1]``.
     """
     from fadat.inference import with_reduced_head
     from fadat.shortlist import load_shortlist
@@ -721,7 +723,7 @@ def apply_reduced_head(
         shortlist = None
     if shortlist is None and prune_threshold is None:
         return model
-    if model.model_type != "dat":
+    if not model.reduced_head:
         raise InputError("--shortlist and --prune-threshold are for DAT models")
     loaded = None
     if shortlist is not None:

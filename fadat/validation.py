@@ -106,9 +106,6 @@ def _valid_batches(valid, indices, budget, ratio, max_graph) -> list[list[int]]:
 def _translate(model, batch: Batch, cfg: TrainConfig) -> list[list[int]]:
     """Token ids (without ``<s>``/``</s>``/``<pad>``) of the model's outputs for ``batch``, with
     its ``validation_strategy`` (lookahead with β = ``decode_beta`` for DAT, greedy for AT)."""
-    strategy = model.validation_strategy
-    options = {"beta": cfg.decode_beta}
-    accepted = model.strategies()[strategy]
-    options = {k: v for k, v in options.items() if k in accepted}
-    hyps = model.translate_batch(batch.source, strategy, options)
+    options = {name: getattr(cfg, field) for name, field in model.validation_options.items()}
+    hyps = model.translate_batch(batch.source, model.validation_strategy, options)
     return [tokens for ((tokens, _score),) in hyps]

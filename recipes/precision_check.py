@@ -38,8 +38,8 @@ from fadat.validation import validate
 
 
 def _group(name: str) -> str:
-    """Parameter group of a parameter name: ``layers.0.fc1``, ``encoder.layers.2.self_attn``,
-    ``links_head.key_linear``, ``embed_positions.weight``."""
+    """Parameter group of a parameter name: ``decoder.layers.0.fc1``,
+    ``encoder.layers.2.self_attn``, ``links_head.key_linear``, ``decoder.embed_positions``."""
     parts = name.split(".")
     if "layers" in parts:
         i = parts.index("layers")

@@ -8,11 +8,11 @@ import itertools
 import pytest
 import torch
 
-from fadat.ctc import CTCModel, best_alignment, collapse, unk_input
+from fadat.ctc import CTCModel, best_alignment, collapse
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID, make_batch
-from fadat.nat import NATModel, copy_positions, decoder_input
+from fadat.nat import NATModel
 from fadat.objectives import OBJECTIVES, ObjectiveConfig
-from fadat.transformer import make_config
+from fadat.transformer import copy_positions, decoder_input, make_config
 
 NEG_INF = float("-inf")
 
@@ -70,7 +70,8 @@ def test_best_alignment_equals_brute_force():
 
 def test_collapse_and_inputs():
     assert collapse([5, 5, 9, 5, PAD_ID, 5, 9], blank=9) == [5, 5, 5]
-    assert unk_input(torch.tensor([3, 1])).tolist() == [[UNK_ID] * 3, [UNK_ID, PAD_ID, PAD_ID]]
+    unks = decoder_input(torch.tensor([3, 1]), ends=False)
+    assert unks.tolist() == [[UNK_ID] * 3, [UNK_ID, PAD_ID, PAD_ID]]
     assert decoder_input(torch.tensor([4, 2])).tolist() == [
         [BOS_ID, UNK_ID, UNK_ID, EOS_ID],
         [BOS_ID, EOS_ID, PAD_ID, PAD_ID],
@@ -95,7 +96,7 @@ def test_ctc_score_batch_equals_brute_force_over_alignments():
     )
     with torch.no_grad():
         scores = model.score_batch(batch.source, batch.target, batch.target_lengths)
-        lengths = model.lengths(batch.source_lengths, decoding=True)
+        lengths = model.graph_lengths(batch.source_lengths, decoding=True)
         lp = model(batch.source, lengths).double()
     for b, y in enumerate([[4], [4, 4]]):
         _, total = brute_force_ctc(lp[b, : int(lengths[b])], y, model.blank)

@@ -395,8 +395,7 @@ def test_scale_embedding_off_feeds_unscaled_embeddings_and_round_trips(tmp_path)
 
 
 def test_copy_source_adds_uniformly_mapped_encoder_states_to_unk_vertices():
-    from fadat.model import uniform_copy
-    from fadat.transformer import EncoderOut
+    from fadat.transformer import EncoderOut, uniform_copy
 
     d = 3
     states = torch.arange(2 * 4 * d, dtype=torch.float64).view(2, 4, d)  # (B=2, S=4, d)

@@ -260,23 +260,42 @@ def test_init_encoder_from_at_copies_encoder_and_embedding_only(tmp_path):
         build_model(TrainConfig(data="d", run_dir="r", init_encoder_from=str(tmp_path / "v10")), 12)
 
 
-def test_init_decoder_layers_from_at_copies_layers_not_positions(tmp_path):
-    from fadat.baseline import ATModel
-    from fadat.model_dir import save_model_directory
+@pytest.mark.parametrize("arch", ["dat", "nat", "ctc", "at"])
+def test_init_decoder_layers_copies_the_shared_stack_into_every_architecture(arch):
+    """--init-encoder-from an AT saved by an earlier version (its decoder parameters then named
+    ``layers.*``, ``final_norm.*``) with --init-decoder-layers: the encoder and the layers and
+    final LayerNorm of the shared decoder stack are the AT's tensors in every architecture; the
+    decoder's positions and the architecture's own heads are the fresh model's."""
+    from safetensors.torch import load_file
+
     from fadat.train import TrainConfig, build_model
 
-    torch.manual_seed(4)
-    at = ATModel(make_config("tiny", 12, model_type="at"))
-    save_model_directory(at, tmp_path / "at")
-    cfg = TrainConfig(
-        data="d", run_dir="r", preset="tiny", init_encoder_from=str(tmp_path / "at"),
-        init_decoder_layers=True,
+    at_dir = Path(__file__).resolve().parent / "data" / "legacy" / "at-prenorm"
+    old = load_file(str(at_dir / "model.safetensors"))  # names of the earlier version
+    sizes = dict(
+        d_model=16, encoder_layers=1, decoder_layers=2, attention_heads=2, ffn_dim=32,
+        link_heads=2, max_source_positions=16, max_target_positions=48, pre_norm=True,
     )  # fmt: skip
-    dat_state = build_model(cfg, 12).state_dict()
-    at_state = at.state_dict()
-    layers = [n for n in dat_state if n.startswith("layers.")]
-    assert layers and all(torch.equal(dat_state[n], at_state[n]) for n in layers)
-    assert not torch.equal(dat_state["embed_positions.weight"], at_state["embed_positions.weight"])
+    common = dict(data="d", run_dir="r", preset="tiny", arch=arch, model=sizes)
+    cfg = TrainConfig(**common, init_encoder_from=str(at_dir), init_decoder_layers=True)
+    torch.manual_seed(5)
+    state = build_model(cfg, 12).state_dict()
+    torch.manual_seed(5)
+    fresh = build_model(TrainConfig(**common), 12).state_dict()
+    stack = ("encoder.", "decoder.layers.", "decoder.final_norm.")
+    copied = [n for n in state if n.startswith(stack)]
+    # self-attention, cross-attention and FFN: 10 weights and biases per layer
+    assert len([n for n in copied if n.startswith("decoder.layers.1.")]) == 20
+    assert "decoder.final_norm.weight" in copied
+    for name in copied:
+        old_name = name.removeprefix("decoder.") if name.startswith("decoder.") else name
+        assert torch.equal(state[name], old[old_name]), name
+        # the fixture's weights are noisy: none equals a fresh initialisation
+        assert not torch.equal(state[name], fresh[name]), name
+    own = [n for n in state if n not in copied]
+    assert "decoder.embed_positions.weight" in own
+    assert all(torch.equal(state[n], fresh[n]) for n in own)
+    assert not torch.equal(state["decoder.embed_positions.weight"], old["embed_positions.weight"])
 
 
 def test_upsample_ratio_flag_sets_lambda_of_a_fresh_and_a_fine_tuned_model(tmp_path):

@@ -10,11 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fadat.ctc import best_alignment, content_targets, unk_input
+from fadat.ctc import best_alignment, content_targets
 from fadat.data.contract import PAD_ID, Batch
 from fadat.glancing import choose_glanced, draw_seed, forked_rng, glance_count
 from fadat.losses import LossOutput
 from fadat.objectives.base import Objective
+from fadat.transformer import decoder_input
 
 
 def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
@@ -27,10 +28,10 @@ def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
         (targets with no alignment), ``glanced``, ``target_tokens``, ``sentences``.
     """
     glancing_ratio = settings.glancing_ratio
-    lengths = model.lengths(batch.source_lengths)  # (B,)
+    lengths = model.graph_lengths(batch.source_lengths)  # (B,)
     content, content_lengths = content_targets(batch.target, batch.target_lengths)  # (B, U), (B,)
     encoder_out = model.encode(batch.source)
-    tokens = unk_input(lengths)  # (B, L)
+    tokens = decoder_input(lengths, ends=False)  # (B, L)
     seed = draw_seed()
     glanced = 0.0
     if glancing_ratio > 0:

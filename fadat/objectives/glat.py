@@ -21,8 +21,9 @@ from torch import nn
 from fadat.data.contract import UNK_ID, Batch
 from fadat.glancing import choose_glanced, draw_seed, forked_rng, glance_count
 from fadat.losses import LossOutput
-from fadat.nat import NATModel, decoder_input, nat_loss
+from fadat.nat import NATModel, nat_loss
 from fadat.objectives.base import Objective
+from fadat.transformer import decoder_input
 
 
 def glance_input(

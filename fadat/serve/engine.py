@@ -126,10 +126,9 @@ class Engine:
 
     @property
     def has_graph(self) -> bool:
-        """Whether :meth:`graph` can draw this model's translations (a DA-Transformer)."""
-        from fadat.model import DATModel
-
-        return isinstance(self.model, DATModel)
+        """Whether :meth:`graph` can draw this model's translations (the model's ``has_graph``:
+        a DA-Transformer)."""
+        return self.model.has_graph
 
     # -- checking requests -----------------------------------------------------------------------
 

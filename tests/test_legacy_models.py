@@ -1,0 +1,86 @@
+"""Models saved by earlier versions load and give the same outputs, bit for bit.
+
+The fixture (tests/data/legacy, written by main at 890da67 with
+tests/data/legacy/make_legacy_models.py) holds tiny models of every architecture saved before the
+decoder stack was shared: the DAT's and AT's decoder parameters were then named
+``embed_positions.*``, ``layers.*``, ``final_norm.*`` (today ``decoder.…``), so loading them
+exercises :meth:`fadat.architectures.TranslationModel.upgrade_state_dict`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from fadat.architectures import ARCHITECTURES, model_class
+from fadat.model_dir import load_pretrained
+
+LEGACY = Path(__file__).resolve().parent / "data" / "legacy"
+_spec = importlib.util.spec_from_file_location("make_legacy", LEGACY / "make_legacy_models.py")
+make_legacy = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_legacy)
+NAMES = list(make_legacy.MODELS)
+
+
+def _as_json(value):
+    """Tuples as lists, as the fixture's JSON holds them."""
+    return json.loads(json.dumps(value))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_model_saved_by_an_earlier_version_gives_identical_outputs(name):
+    model = load_pretrained(LEGACY / name)
+    source, target, target_lengths = make_legacy.batch()
+    expected = load_file(str(LEGACY / f"{name}.outputs.safetensors"))
+    got = make_legacy.forward_outputs(model, source, target)
+    assert sorted(got) == sorted(expected)
+    for key, tensor in expected.items():
+        assert torch.equal(got[key], tensor), f"{name}: {key} differs"
+    want = json.loads((LEGACY / f"{name}.translations.json").read_text(encoding="utf-8"))
+    assert _as_json(make_legacy.translations(model, source, target, target_lengths)) == want
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_old_parameter_names_load_into_a_fresh_model(name):
+    """The checkpoint path (``load_state_dict`` of a resumed or averaged run): a state dict with
+    the names of the earlier version loads into today's class with every tensor in place."""
+    old = load_file(str(LEGACY / name / "model.safetensors"))
+    kind = json.loads((LEGACY / name / "config.json").read_text(encoding="utf-8"))["model_type"]
+    model = load_pretrained(LEGACY / name)
+    renamed = model_class(kind).renamed_parameters
+    if kind in ("dat", "at"):
+        assert any(n.startswith(("layers.", "embed_positions.")) for n in old)
+        assert renamed
+    else:  # NAT and CTC already kept their decoder under ``decoder.``
+        assert not renamed and set(old) == set(model.state_dict())
+    fresh = model_class(kind)(model.config)
+    fresh.load_state_dict(old)  # strict: every name maps
+    for (n, a), (m, b) in zip(
+        fresh.state_dict().items(), model.state_dict().items(), strict=True
+    ):
+        assert n == m and torch.equal(a, b), n
+    # one parameter followed by hand: the first decoder layer's FFN
+    assert torch.equal(
+        fresh.decoder.layers[0].fc1.weight,
+        old["decoder.layers.0.fc1.weight" if not renamed else "layers.0.fc1.weight"],
+    )
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_parameter_order_unchanged_for_optimizer_states(name):
+    """An optimizer state refers to parameters by position: today's ``named_parameters()`` are
+    the earlier version's, renamed, in the same order (a run's checkpoint resumes)."""
+    model = load_pretrained(LEGACY / name)
+    old = json.loads((LEGACY / f"{name}.parameters.json").read_text(encoding="utf-8"))
+    renamed = list(type(model).upgrade_state_dict(dict.fromkeys(old)))
+    assert renamed == [n for n, _ in model.named_parameters()]
+
+
+def test_every_architecture_is_in_the_fixture():
+    kinds = {make_legacy.MODELS[n]["model_type"] for n in NAMES}
+    assert kinds == set(ARCHITECTURES)
