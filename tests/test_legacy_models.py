@@ -60,9 +60,7 @@ def test_old_parameter_names_load_into_a_fresh_model(name):
         assert not renamed and set(old) == set(model.state_dict())
     fresh = model_class(kind)(model.config)
     fresh.load_state_dict(old)  # strict: every name maps
-    for (n, a), (m, b) in zip(
-        fresh.state_dict().items(), model.state_dict().items(), strict=True
-    ):
+    for (n, a), (m, b) in zip(fresh.state_dict().items(), model.state_dict().items(), strict=True):
         assert n == m and torch.equal(a, b), n
     # one parameter followed by hand: the first decoder layer's FFN
     assert torch.equal(

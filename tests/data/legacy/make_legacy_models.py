@@ -96,9 +96,7 @@ def translations(model, source, target, target_lengths) -> dict:
     result = {}
     with torch.no_grad():
         for strategy in model.strategies():
-            result[strategy] = model.translate_batch(
-                source, strategy, options.get(strategy, {})
-            )
+            result[strategy] = model.translate_batch(source, strategy, options.get(strategy, {}))
         if model.config.model_type == "dat":
             result["sample-nbest3"] = model.translate_batch(source, "sample", {"seed": 3}, 3)
             for precision in ("bf16", "int8"):
