@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from fadat import outputs
-from fadat.architectures import ARCHITECTURES, model_class
+from fadat.architectures import ARCHITECTURES, TranslationModel, model_class
 from fadat.errors import InputError
 from fadat.transformer import ModelConfig
 
@@ -58,7 +58,7 @@ class PretrainedMixin:
 
 
 def save_model_directory(
-    model: nn.Module,
+    model: TranslationModel,
     directory: str | Path,
     *,
     spm_model: str | Path | None = None,
@@ -197,7 +197,7 @@ def spm_model_path(directory: str | Path) -> Path | None:
 
 def _load(
     directory: str | Path, map_location: str | torch.device, expected: str | None
-) -> nn.Module:
+) -> TranslationModel:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -208,7 +208,7 @@ def _load(
             f"expected {expected!r}"
         )
     config = ModelConfig.from_dict(meta["config"])
-    model: nn.Module = model_class(config.model_type)(config)
+    model = model_class(config.model_type)(config)
     path = Path(directory) / WEIGHTS_NAME
     if not path.is_file():
         raise InputError(f"{path}: {'not a file' if path.exists() else 'missing'}")
@@ -248,7 +248,9 @@ def _load(
     return model
 
 
-def load_pretrained(directory: str | Path, map_location: str | torch.device = "cpu") -> nn.Module:
+def load_pretrained(
+    directory: str | Path, map_location: str | torch.device = "cpu"
+) -> TranslationModel:
     """Load any fadat model directory, dispatching on config.json's ``model_type``.
 
     Args:
@@ -291,7 +293,7 @@ def load_model(
     directory: str | Path,
     device: str | torch.device | None = "cpu",
     upsample_ratio: float | None = None,
-) -> tuple[nn.Module, Any]:
+) -> tuple[TranslationModel, Any]:
     """Load a model directory (DAT or AT, by config.json's ``model_type``) and its tokenizer.
 
     Args:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import torch
-
-from fadat.architectures import model_class
+from fadat.architectures import TranslationModel, model_class
 from fadat.errors import InputError
 from fadat.train_config import TrainConfig
 
@@ -44,7 +42,7 @@ def data_vocab_size(data_dir: Path) -> int:
     return int(meta["vocab_size"])
 
 
-def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
+def build_model(cfg: TrainConfig, vocab_size: int) -> TranslationModel:
     """A fresh model from ``--preset`` + YAML ``model`` overrides + ``--dropout`` and
     ``--upsample-ratio``, or the weights of ``--init-from`` (the FA-DAT fine-tune: weights only,
     the optimizer starts fresh).
@@ -89,7 +87,7 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> torch.nn.Module:
     return model
 
 
-def _load_encoder(model: torch.nn.Module, directory: str, decoder_layers: bool = False) -> None:
+def _load_encoder(model: TranslationModel, directory: str, decoder_layers: bool = False) -> None:
     """Copy the encoder (with the shared token embedding, which is also the tied output
     projection) of the model in ``directory`` (any architecture) into ``model`` (initialising a
     DA-Transformer, NAT or CTC model from a trained AT baseline); with ``decoder_layers`` also

@@ -12,13 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from fadat.architectures import TranslationModel
 from fadat.data.contract import Batch
 from fadat.glancing import forked_rng
 from fadat.objectives import ObjectiveConfig, compute_loss
 from fadat.train_config import TrainConfig
 
 
-def usable_indices(dataset, model) -> np.ndarray:
+def usable_indices(dataset, model: TranslationModel) -> np.ndarray:
     """Indices of the sentences ``model`` can take (its ``usable``: source within
     ``max_source_positions``; for the AT also the decoder input ``<s> y`` within
     ``max_target_positions``; a DAT target longer than its graph is kept and counted as invalid
@@ -31,13 +32,13 @@ def usable_indices(dataset, model) -> np.ndarray:
     return np.flatnonzero(keep).astype(np.int64)
 
 
-def _valid_indices(valid, model, subset: int) -> list[int]:
+def _valid_indices(valid, model: TranslationModel, subset: int) -> list[int]:
     usable = usable_indices(valid, model).tolist()
     return usable[:subset] if subset else usable
 
 
 def validate(
-    model,
+    model: TranslationModel,
     valid,
     cfg: TrainConfig,
     device: torch.device,
@@ -103,9 +104,10 @@ def _valid_batches(valid, indices, budget, ratio, max_graph) -> list[list[int]]:
     return [[indices[j] for j in b] for b in sampler.batches(0) if b]
 
 
-def _translate(model, batch: Batch, cfg: TrainConfig) -> list[list[int]]:
+def _translate(model: TranslationModel, batch: Batch, cfg: TrainConfig) -> list[list[int]]:
     """Token ids (without ``<s>``/``</s>``/``<pad>``) of the model's outputs for ``batch``, with
-    its ``validation_strategy`` (lookahead with β = ``decode_beta`` for DAT, greedy for AT)."""
+    its ``validation_strategy`` and ``validation_options`` read from ``cfg`` (lookahead with
+    β = ``decode_beta`` for DAT, greedy for AT, argmax for NAT and CTC)."""
     options = {name: getattr(cfg, field) for name, field in model.validation_options.items()}
     hyps = model.translate_batch(batch.source, model.validation_strategy, options)
     return [tokens for ((tokens, _score),) in hyps]
