@@ -82,3 +82,44 @@ def test_parameter_order_unchanged_for_optimizer_states(name):
 def test_every_architecture_is_in_the_fixture():
     kinds = {make_legacy.MODELS[n]["model_type"] for n in NAMES}
     assert kinds == set(ARCHITECTURES)
+
+
+@pytest.mark.parametrize("name", make_legacy.CHECKPOINTS)
+def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
+    """A run of an earlier version resumes: its checkpoint_last (one AdamW update, names of that
+    version, optimizer state by parameter position) restores into today's model, and the next
+    update gives the weights the earlier version gave, bit for bit."""
+    from fadat.checkpoints import (
+        capture_rng_state,
+        load_checkpoint,
+        restore_last,
+        restore_rng_state,
+    )
+    from fadat.distributed import DistInfo
+    from fadat.transformer import ModelConfig
+
+    path = LEGACY / f"{name}.checkpoint_last.pt"
+    state = load_checkpoint(path)
+    assert any(n.startswith("layers.") for n in state["model"])  # the earlier names
+    config = ModelConfig.from_dict(dict(state["model_config"]))
+    model = model_class(config.model_type)(config)
+    optimizer = make_legacy.make_optimizer(model)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    rng = capture_rng_state()
+    try:
+        info = DistInfo(rank=0, world_size=1, device=torch.device("cpu"))
+        progress = restore_last(
+            state, path, state["train_config"], set(), info, model, optimizer, scaler
+        )
+        assert progress.update == 1
+        source, target, _ = make_legacy.batch()
+        make_legacy.train_step(model, optimizer, source, target)
+    finally:
+        restore_rng_state(rng)
+    want = type(model).upgrade_state_dict(
+        load_file(str(LEGACY / f"{name}.after_step2.safetensors"))
+    )
+    got = model.state_dict()
+    assert sorted(got) == sorted(want)
+    for key, tensor in want.items():
+        assert torch.equal(got[key], tensor), key

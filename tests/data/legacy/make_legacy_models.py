@@ -11,7 +11,9 @@ Per model NAME: ``NAME/`` (a model directory of ``save_pretrained``), ``NAME.out
 (fp32 forward outputs in eval mode and, for DAT and AT, in train mode under a fixed seed) and
 ``NAME.translations.json`` (``translate_batch`` of every strategy and ``score_batch``) and
 ``NAME.parameters.json`` (the names of ``named_parameters()`` in order: an optimizer state
-refers to parameters by that position).
+refers to parameters by that position). For :data:`CHECKPOINTS` (the architectures of the long
+runs, DAT and AT) also ``NAME.checkpoint_last.pt`` (a checkpoint_last after one AdamW update,
+:func:`train_step`) and ``NAME.after_step2.safetensors`` (the weights after a second update).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ MODELS = {
     "ctc": dict(model_type="ctc", upsample_ratio=3.0),
 }
 
+#: the models that also get a checkpoint_last (DAT and AT: the architectures of the long runs)
+CHECKPOINTS = ("dat", "at-prenorm")
+
 
 def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(source (3, 7), target (3, 6), target_lengths (3,))`` with padding in both."""
@@ -61,31 +66,40 @@ def batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return source, target, target.ne(PAD_ID).sum(dim=1)
 
 
-def forward_outputs(model, source, target) -> dict[str, torch.Tensor]:
-    """The network's fp32 outputs on the batch (see the module docstring)."""
+def network_outputs(model, source, target, mode: str) -> dict[str, torch.Tensor]:
+    """The network's fp32 outputs on the batch in ``mode`` (``"eval"`` or ``"train"``, under
+    seed 7 for the dropout masks), with autograd."""
     kind = model.config.model_type
+    model.train(mode == "train")
+    torch.manual_seed(7)
     out = {}
-    modes = ("eval", "train") if kind in ("dat", "at") else ("eval",)
-    for mode in modes:
-        model.train(mode == "train")
-        torch.manual_seed(7)
-        with torch.no_grad():
-            if kind == "dat":
-                lengths = model.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)
-                logprobs, links = model(source, lengths)
-                out[f"{mode}.links"] = links
-            elif kind == "at":
-                logprobs = model(source, target[:, :-1])
-            elif kind == "nat":
-                logprobs = model(source, target.ne(PAD_ID).sum(dim=1))
-                out[f"{mode}.length_logprobs"] = model.length_logprobs(model.encode(source))
-            else:
-                # CTCModel.lengths of 890da67 is graph_lengths since the shared stack
-                sizes = getattr(model, "lengths", None) or model.graph_lengths
-                logprobs = model(source, sizes(source.ne(PAD_ID).sum(dim=1), True))
-        out[f"{mode}.logprobs"] = logprobs
+    if kind == "dat":
+        lengths = model.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)
+        logprobs, out["links"] = model(source, lengths)
+    elif kind == "at":
+        logprobs = model(source, target[:, :-1])
+    elif kind == "nat":
+        logprobs = model(source, target.ne(PAD_ID).sum(dim=1))
+        out["length_logprobs"] = model.length_logprobs(model.encode(source))
+    else:
+        # CTCModel.lengths of 890da67 is graph_lengths since the shared stack
+        sizes = getattr(model, "lengths", None) or model.graph_lengths
+        logprobs = model(source, sizes(source.ne(PAD_ID).sum(dim=1), True))
+    out["logprobs"] = logprobs
     model.eval()
-    return {k: v.contiguous() for k, v in out.items()}
+    return out
+
+
+def forward_outputs(model, source, target) -> dict[str, torch.Tensor]:
+    """``network_outputs`` without autograd, in eval mode and, for DAT and AT, in train mode;
+    keys ``MODE.NAME``."""
+    modes = ("eval", "train") if model.config.model_type in ("dat", "at") else ("eval",)
+    with torch.no_grad():
+        return {
+            f"{mode}.{k}": v.contiguous()
+            for mode in modes
+            for k, v in network_outputs(model, source, target, mode).items()
+        }
 
 
 def translations(model, source, target, target_lengths) -> dict:
@@ -109,6 +123,38 @@ def translations(model, source, target, target_lengths) -> dict:
     return result
 
 
+def train_step(model, optimizer, source, target) -> None:
+    """One AdamW update on a deterministic loss (eval mode: no dropout)."""
+    outputs = network_outputs(model, source, target, "eval")
+    loss = sum(v.masked_fill(~torch.isfinite(v), 0.0).sum() for v in outputs.values())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def make_optimizer(model) -> torch.optim.Optimizer:
+    """AdamW as fadat.train.Trainer builds it."""
+    return torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8)
+
+
+def save_checkpoint(model, name: str, out: Path, source, target) -> None:
+    """checkpoint_last after one update, and the weights after a second one."""
+    from fadat.checkpoints import Progress, atomic_save, capture_rng_state, last_state
+
+    optimizer = make_optimizer(model)
+    train_step(model, optimizer, source, target)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    config = {"lr": 1e-3, "warmup": 0, "warmup_init_lr": 1e-7}
+    state = last_state(
+        model.config.model_type, config, 1, model, optimizer, scaler, Progress(update=1),
+        [capture_rng_state()],
+    )  # fmt: skip
+    atomic_save(state, out / f"{name}.checkpoint_last.pt")
+    train_step(model, optimizer, source, target)
+    weights = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(weights, str(out / f"{name}.after_step2.safetensors"))
+
+
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     source, target, target_lengths = batch()
@@ -125,6 +171,8 @@ def main(out: Path) -> None:
         (out / f"{name}.translations.json").write_text(text + "\n", encoding="utf-8")
         names = json.dumps([n for n, _ in model.named_parameters()], indent=1)
         (out / f"{name}.parameters.json").write_text(names + "\n", encoding="utf-8")
+        if name in CHECKPOINTS:
+            save_checkpoint(model, name, out, source, target)
 
 
 if __name__ == "__main__":
