@@ -123,3 +123,19 @@ def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
     assert sorted(got) == sorted(want)
     for key, tensor in want.items():
         assert torch.equal(got[key], tensor), key
+
+
+def test_average_mixes_checkpoints_of_an_earlier_version_and_of_today(tmp_path):
+    """``fadat average`` over a run that spans the rename: an old-named checkpoint and a
+    today-named one average name by name (today's names)."""
+    from fadat.checkpoints import atomic_save, average_checkpoints, load_checkpoint
+
+    old_path = LEGACY / "dat.checkpoint_last.pt"
+    old = load_checkpoint(old_path)
+    renamed = model_class("dat").upgrade_state_dict(old["model"])
+    new = {**old, "model": {k: 3 * v for k, v in renamed.items()}}
+    atomic_save(new, tmp_path / "new.pt")
+    averaged, _ = average_checkpoints([old_path, tmp_path / "new.pt"])
+    assert sorted(averaged) == sorted(renamed)
+    for key, value in renamed.items():
+        assert torch.allclose(averaged[key], 2 * value, rtol=1e-6, atol=0), key
