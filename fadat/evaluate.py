@@ -439,7 +439,7 @@ def _load_systems(
     models = []
     for label, directory in zip(model_labels(args.model), args.model, strict=True):
         model, sp = load_model(directory, device, args.upsample_ratio)
-        if model.reduced_head:  # the baselines' decoders compute their whole head
+        if model.reduced_head:  # only such models take --shortlist / --prune-threshold
             model = apply_reduced_head(model, directory, args.shortlist, args.prune_threshold)
         models.append((label, model, sp))
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
