@@ -25,8 +25,6 @@ from torch import Tensor, nn
 from fadat.data.contract import graph_size
 from fadat.errors import InputError
 
-from fadat.errors import InputError
-
 if TYPE_CHECKING:
     from fadat.transformer import EncoderOut, ModelConfig
 
