@@ -254,6 +254,7 @@ def model_outputs(
         with ``rows`` the indices into ``lines`` of the batch's sentences. Tensors are on the
         model's device, computed under ``torch.inference_mode``.
     """
+    from fadat.architectures import naming_inputs
     from fadat.model_dir import model_device
     from fadat.translate import encode_sources, make_batches
     from fadat.verbs import DEFAULT_MAX_TOKENS
@@ -266,7 +267,7 @@ def model_outputs(
     device = model_device(model)
     for batch in make_batches(costs, budget):
         rows = [todo[k] for k in batch]
-        with torch.inference_mode():
+        with torch.inference_mode(), naming_inputs(model, [i + 1 for i in rows]):
             source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
             token_logprobs, links, graph_lengths = model.graph_outputs(source)
         yield rows, token_logprobs, links, graph_lengths

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import abc
 import importlib
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 from torch import Tensor, nn
 
 from fadat.data.contract import graph_size
-from fadat.errors import InputError
+from fadat.errors import InputError, NonFiniteOutputError
 
 if TYPE_CHECKING:
     from fadat.transformer import EncoderOut, ModelConfig
@@ -192,11 +194,16 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
     def translate_batch(
         self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
     ) -> list[list[Scored]]:
-        """Decode a batch: per sentence up to ``nbest`` ``(tokens, score)``, best first."""
+        """Decode a batch: per sentence up to ``nbest`` ``(tokens, score)``, best first.
+
+        Raises :class:`~fadat.errors.NonFiniteOutputError` (:func:`check_finite`) when the
+        network's outputs for a row are NaN or +inf, before any decoder reads them."""
 
     @abc.abstractmethod
     def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
-        """``log P(y|x)`` of each pair of the batch (``target_lengths`` ``(B,)`` int64 = T_b)."""
+        """``log P(y|x)`` of each pair of the batch (``target_lengths`` ``(B,)`` int64 = T_b).
+
+        Raises :class:`~fadat.errors.NonFiniteOutputError` as :meth:`translate_batch`."""
 
     # ---- batching
 
@@ -245,3 +252,62 @@ def model_class(model_type: str) -> type[TranslationModel]:
         raise InputError(f"model_type must be one of {tuple(ARCHITECTURES)}, got {model_type!r}")
     module, _, name = ARCHITECTURES[model_type].partition(":")
     return getattr(importlib.import_module(module), name)
+
+
+def check_finite(tensor: Tensor, what: str, rows: Sequence[int] | None = None) -> Tensor:
+    """Refuse a model's inference outputs that hold NaN or +inf; return ``tensor`` unchanged.
+
+    Called where a model's inference path has its network outputs (before a decoder or a
+    likelihood reads them), never in training, whose non-finite losses are counted by the
+    trainer instead. −inf is allowed: it is the log-probability of what cannot happen (invalid
+    links, padding rows, pruned vertices).
+
+    Cost: one reduction over a tensor the forward pass produced anyway (``amax`` propagates
+    NaN, so ``amax < inf`` is false exactly when a NaN or a +inf is present); the rows are
+    located only when the check fails.
+
+    Args:
+        tensor: ``(B, ...)`` float log-probabilities or scores, any dtype and device.
+        what: what they are, for the message (``"link scores"``).
+        rows: the batch row of each of ``tensor``'s rows (a beam search's live sentences);
+            default ``0, 1, …``.
+
+    Returns:
+        ``tensor``.
+
+    Raises:
+        NonFiniteOutputError: naming ``what`` and the affected rows of the batch.
+    """
+    if tensor.numel() == 0 or bool(tensor.amax() < math.inf):
+        return tensor
+    bad = tensor.isnan() | tensor.isposinf()
+    found = bad.reshape(bad.shape[0], -1).any(dim=1).nonzero()[:, 0].tolist()
+    raise NonFiniteOutputError(what, found if rows is None else [rows[r] for r in found])
+
+
+@contextmanager
+def naming_inputs(model: nn.Module, lines: list[int]) -> Iterator[None]:
+    """Around one batch of a model's batch methods: a :class:`NonFiniteOutputError` raised
+    inside is raised again naming the model directory (``model.directory``, set by
+    :func:`fadat.model_dir.load_pretrained`) and the input lines of its rows.
+
+    An int8 model (:func:`fadat.inference.with_precision`) fails earlier, inside the forward
+    pass: torch's dynamic quantization raises ``RuntimeError`` ("In ChooseQuantizationParams,
+    min should be less than or equal to max") for activations that are NaN; that becomes a
+    :class:`NonFiniteOutputError` for the whole batch.
+
+    Args:
+        model: the model the batch runs on.
+        lines: the 1-based input line of each row of the batch.
+    """
+    directory = getattr(model, "directory", None)
+    where = None if directory is None else str(directory)
+    try:
+        yield
+    except NonFiniteOutputError as err:
+        raise err.located(where, lines) from None
+    except RuntimeError as err:
+        if "ChooseQuantizationParams" not in str(err):
+            raise
+        error = NonFiniteOutputError("activations (int8)").located(where, lines)
+        raise error from None

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fadat.architectures import BatchScores, Scored, TranslationModel
+from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
 from fadat.model_dir import PretrainedMixin
 from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert
@@ -147,6 +147,7 @@ class ATModel(PretrainedMixin, TranslationModel):
         done = torch.zeros(b, dtype=torch.bool, device=source.device)
         for step in range(int(limits.max())):
             lp = self._decoder(prev, step, enc, cache)[:, 0]  # (B, V)
+            check_finite(lp, "token log-probabilities")
             lp = _ban_specials(lp, force_eos=limits.le(step + 1))
             score, token = lp.max(dim=-1)  # (B,), (B,)
             token = token.masked_fill(done, PAD_ID)
@@ -216,6 +217,7 @@ class ATModel(PretrainedMixin, TranslationModel):
         while sent:
             n = len(sent)
             lp = self._decoder(prev, step, enc, cache)[:, 0]  # (n·K, V)
+            check_finite(lp.view(n, k, -1), "token log-probabilities", rows=sent)
             force = torch.tensor([limits[s] <= step + 1 for s in sent], device=device)
             lp = _ban_specials(lp, force_eos=force.repeat_interleave(k))
             cand = scores[:, :, None] + lp.view(n, k, -1).double()  # (n, K, V)
@@ -311,6 +313,7 @@ class ATModel(PretrainedMixin, TranslationModel):
             prev = target[index, :-1]  # (B', T-1)
             gold = target[index, 1:]  # (B', T-1)
             lprobs = self(source[index], prev[:, : min(prev.shape[1], limit)])  # (B', T-1, V)
+            check_finite(lprobs, "token log-probabilities", rows=fits)
             token_lp = lprobs.gather(2, gold[:, : lprobs.shape[1], None]).squeeze(2)  # (B', T-1)
             mask = gold[:, : lprobs.shape[1]].ne(PAD_ID)  # (B', T-1)
             sums = token_lp.double().masked_fill(~mask, 0.0).sum(dim=1)  # (B',)

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored, TranslationModel
+from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import PAD_ID
 from fadat.model_dir import PretrainedMixin
 from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert, decoder_input
@@ -85,7 +85,8 @@ class CTCModel(PretrainedMixin, TranslationModel):
     ) -> list[list[Scored]]:
         """Best-path decoding; score = the best path's ``Σ_t max_c log p_t(c)`` (nats)."""
         lengths = self.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
-        best, classes = self(source, lengths).max(dim=-1)  # (B, L), (B, L)
+        lp = check_finite(self(source, lengths), "token log-probabilities")  # (B, L, V+1)
+        best, classes = lp.max(dim=-1)  # (B, L), (B, L)
         on = torch.arange(best.shape[1], device=best.device)[None, :] < lengths[:, None]
         scores = (best.double() * on).sum(1)  # (B,)
         return [
@@ -97,7 +98,7 @@ class CTCModel(PretrainedMixin, TranslationModel):
         """``log P(y|x)``: the log-sum over every alignment (``ctc_loss``) of ``y`` (without
         ``<s>``/``</s>``) on the decoding positions; ``-inf`` when no alignment fits."""
         lengths = self.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
-        lp = self(source, lengths)  # (B, L, V+1)
+        lp = check_finite(self(source, lengths), "token log-probabilities")  # (B, L, V+1)
         content, content_lengths = content_targets(target, target_lengths)
         nll = F.ctc_loss(
             lp.transpose(0, 1),

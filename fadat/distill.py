@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from fadat.architectures import naming_inputs
 from fadat.data.binarized import DISTILL_PARTIAL, BinarizedDataset, read_meta, write_split
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError
@@ -119,19 +120,21 @@ def _append(fh, record: dict[str, Any]) -> None:
 
 def _translator(
     engine: str, model_dir: Path, work: Path, beam: int, length_penalty: float, threads: int
-) -> Callable[[list[list[int]]], list[list[int]]]:
-    """``sources (x </s>) -> outputs (y)`` for the chosen engine."""
+) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
+    """``(sources (x </s>), their 1-based pair numbers) -> outputs (y)`` for the chosen engine
+    (the numbers name the pairs whose outputs are not finite:
+    :func:`fadat.architectures.naming_inputs`)."""
     if engine == "ctranslate2":
         from fadat.export import CTranslate2AT, export_ctranslate2
 
         export_ctranslate2(model_dir, work / "teacher-ctranslate2", force=True)
         ct2 = CTranslate2AT(work / "teacher-ctranslate2", "float32", intra_threads=threads)
-        return lambda sources: ct2.translate_ids(sources, beam, length_penalty)
+        return lambda sources, lines: ct2.translate_ids(sources, beam, length_penalty)
     model = load_pretrained(model_dir).eval()
 
-    def run(sources: list[list[int]]) -> list[list[int]]:
+    def run(sources: list[list[int]], lines: list[int]) -> list[list[int]]:
         x = pad_sequences(sources)  # (B, S)
-        with torch.inference_mode():
+        with torch.inference_mode(), naming_inputs(model, lines):
             if beam > 1:
                 hyps = model.beam_search(x, beam, length_penalty)
             else:
@@ -256,7 +259,7 @@ def distill(
                 if stop_after is not None and count >= stop_after:
                     return output
                 sources = [train[i][0].tolist() for i in batches[b]]
-                outputs = translate(sources)
+                outputs = translate(sources, [i + 1 for i in batches[b]])
                 targets = [[BOS_ID, *y, EOS_ID] for y in outputs]
                 _append(fh, {"batch": b, "targets": targets})
                 done[b] = targets

@@ -9,3 +9,52 @@ class InputError(Exception):
     The message is one line that names the file (and line, byte offset where known) and the
     problem. ``fadat.cli`` prints it as ``fadat: error: <message>`` and exits with code 2.
     """
+
+
+class NonFiniteOutputError(InputError):
+    """A model whose outputs (token log-probabilities, links, logits) hold NaN or +inf for an
+    input: its weights are corrupt, e.g. finite but so large that fp32 overflows in the forward
+    pass (NaN or infinite weights in the file are refused when the model is loaded).
+
+    The models' inference paths raise it through :func:`fadat.architectures.check_finite`, which
+    knows only the affected rows of the batch; the batch loops add the model directory and the
+    input lines (:func:`fadat.architectures.naming_inputs`). The message is then
+    ``model DIR produces non-finite link scores for input line 3: its weights are probably
+    corrupt``.
+
+    Attributes:
+        what: the outputs, e.g. ``"link scores"``.
+        rows: the affected rows of the batch (0-based), or ``None`` when the batch failed as a
+            whole (int8's quantization of NaN activations).
+        model: the model directory, once known.
+        lines: the 1-based input lines of ``rows`` (of the whole batch when ``rows`` is
+            ``None``), sorted, once known.
+    """
+
+    def __init__(
+        self,
+        what: str,
+        rows: list[int] | None = None,
+        model: str | None = None,
+        lines: list[int] | None = None,
+    ) -> None:
+        self.what, self.rows, self.model, self.lines = what, rows, model, lines
+        if lines:
+            shown = ", ".join(str(n) for n in lines[:3])
+            more = f" and {len(lines) - 3} more" if len(lines) > 3 else ""
+            one = "input line" if len(lines) == 1 else "input lines"
+            where = f" for {'the batch of ' if rows is None else ''}{one} {shown}{more}"
+        elif rows:
+            where = f" for batch row {rows[0]}"
+        else:
+            where = ""
+        name = f"model {model}" if model else "the model"
+        super().__init__(
+            f"{name} produces non-finite {what}{where}: its weights are probably corrupt"
+        )
+
+    def located(self, model: str | None, lines: list[int]) -> NonFiniteOutputError:
+        """The same error naming ``model`` and the input lines of its rows (``lines``: the
+        1-based input line of each row of the batch)."""
+        rows = range(len(lines)) if self.rows is None else self.rows
+        return NonFiniteOutputError(self.what, self.rows, model, sorted(lines[r] for r in rows))

@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fadat.architectures import check_finite
 from fadat.dag import passing_probabilities
 from fadat.data.contract import PAD_ID
 from fadat.decoding import TOP1_STRATEGIES, VertexTop1, walk_links
@@ -262,6 +263,7 @@ def graph_top1(
 
     Raises:
         ValueError: ``prune_threshold`` outside ``[0, 1]``; a shortlist for another vocabulary.
+        NonFiniteOutputError: NaN or +inf links or ``s`` (:func:`fadat.architectures.check_finite`).
     """
     if shortlist is not None and shortlist.vocab_size != model.config.vocab_size:
         raise ValueError(
@@ -272,7 +274,7 @@ def graph_top1(
         graph_lengths = model.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
         decoder_tokens = model.decoder_input_tokens(graph_lengths)  # (B, L)
         states = model.decoder_states(model.encode(source), decoder_tokens)  # (B, L, d)
-        links = model.links_head(states, graph_lengths)  # (B, L, L) fp32
+        links = check_finite(model.links_head(states, graph_lengths), "link scores")  # (B, L, L)
         b, size, _ = states.shape
         vertex = torch.arange(size, device=states.device)
         real = vertex[None, :] < graph_lengths[:, None]  # (B, L): no padding rows
@@ -294,4 +296,5 @@ def graph_top1(
                 cand = torch.from_numpy(shortlist.candidates(source[row])).to(states.device)
                 rows = wanted[row]  # (L,)
                 s[row, rows], tok[row, rows] = vertex_top1_of_states(model, states[row, rows], cand)
+        check_finite(s, "token log-probabilities")
     return VertexTop1(s, tok), links, graph_lengths

@@ -328,10 +328,18 @@ class DATModel(PretrainedMixin, TranslationModel):
 
         Returns:
             ``(token_logprobs (B, L, V) fp32, links (B, L, L) fp32, graph_lengths (B,) int64)``.
+
+        Raises:
+            NonFiniteOutputError: NaN or +inf links or token log-probabilities
+                (:func:`fadat.architectures.check_finite`).
         """
+        from fadat.architectures import check_finite
+
         source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
         graph_lengths = self.graph_lengths(source_lengths, decoding=True)  # (B,)
         token_logprobs, links = self(source, graph_lengths)  # (B, L, V), (B, L, L)
+        check_finite(links, "link scores")
+        check_finite(token_logprobs, "token log-probabilities")
         return token_logprobs, links, graph_lengths
 
     def translate_batch(

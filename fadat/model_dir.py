@@ -244,6 +244,7 @@ def _load(
     # embedding and the output projection) is kept.
     model.load_state_dict(state, strict=True)
     model.metadata = {k: v for k, v in meta.items() if k != "config"}
+    model.directory = Path(directory)  # named by errors about the model's outputs
     model.eval()
     return model
 
@@ -259,7 +260,7 @@ def load_pretrained(
 
     Returns:
         The model (the class registered for its ``model_type``) in eval mode; its ``metadata`` holds
-        the non-config entries of config.json.
+        the non-config entries of config.json, its ``directory`` the ``directory`` loaded.
 
     Raises:
         InputError: missing directory; missing or corrupt config.json or model.safetensors;

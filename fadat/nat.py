@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored, TranslationModel
+from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import PAD_ID, UNK_ID
 from fadat.model_dir import PretrainedMixin
 from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert, decoder_input
@@ -92,10 +92,12 @@ class NATModel(PretrainedMixin, TranslationModel):
     ) -> list[list[Scored]]:
         """Argmax decoding; score = ``log P(T̂|x) + Σ_t max_y log p_t(y)`` (nats)."""
         encoder_out = self.encode(source)
+        length_lp = check_finite(self.length_logprobs(encoder_out), "length log-probabilities")
         lengths = self.predict_lengths(encoder_out)  # (B,)
-        length_lp = self.length_logprobs(encoder_out).gather(1, lengths[:, None])  # (B, 1)
+        length_lp = length_lp.gather(1, lengths[:, None])  # (B, 1)
         logits = self.decode_logits(encoder_out, decoder_input(lengths))  # (B, T, V)
-        best, tokens = torch.log_softmax(logits.float(), dim=-1).max(dim=-1)  # (B, T)
+        lp = check_finite(torch.log_softmax(logits.float(), dim=-1), "token log-probabilities")
+        best, tokens = lp.max(dim=-1)  # (B, T)
         width = tokens.shape[1]
         on = torch.arange(width, device=tokens.device)[None, :] < lengths[:, None]  # (B, T)
         scores = (best.double() * on).sum(1) + length_lp[:, 0].double()  # (B,)
@@ -112,9 +114,10 @@ class NATModel(PretrainedMixin, TranslationModel):
         fits = target_lengths <= limit  # (B,)
         lengths = torch.where(fits, target_lengths, torch.full_like(target_lengths, 2))
         encoder_out = self.encode(source)
-        length_lp = self.length_logprobs(encoder_out).gather(1, lengths[:, None])[:, 0]  # (B,)
+        length_lp = check_finite(self.length_logprobs(encoder_out), "length log-probabilities")
+        length_lp = length_lp.gather(1, lengths[:, None])[:, 0]  # (B,)
         logits = self.decode_logits(encoder_out, decoder_input(lengths))  # (B, T, V)
-        lp = torch.log_softmax(logits.float(), dim=-1)
+        lp = check_finite(torch.log_softmax(logits.float(), dim=-1), "token log-probabilities")
         width = lp.shape[1]
         gold = target[:, :width]  # (B, T)
         gold = torch.where(fits[:, None], gold, torch.full_like(gold, PAD_ID))

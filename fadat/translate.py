@@ -11,7 +11,9 @@ same pipeline for ``log P(y|x)`` of given pairs (paper Eq. 3 for DAT, the chain 
 Input problems are :class:`~fadat.errors.InputError` (``fadat`` prints one line and exits 2):
 invalid UTF-8 (the message names the file, line and byte offset), a missing or corrupt model
 directory, a sentencepiece model that does not match the model's vocabulary, an option that the
-chosen strategy does not take or an invalid option value. An empty (or all-blank) input line
+chosen strategy does not take or an invalid option value, and a model whose outputs for a line
+are NaN or infinite (:class:`~fadat.errors.NonFiniteOutputError`, naming the model directory and
+the line: corrupt weights, finite but extreme ones included). An empty (or all-blank) input line
 gives an empty output line without running the model.
 
 Only CPU was run; the code is device-agnostic (``--device``) but CUDA was not run.
@@ -31,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fadat.architectures import naming_inputs
 from fadat.data.contract import EOS_ID, pad_sequences
 from fadat.data.text import read_lines
 from fadat.errors import InputError
@@ -297,6 +300,8 @@ def translate_lines(
 
     Raises:
         InputError: as :func:`check_strategy`.
+        NonFiniteOutputError: the model's outputs for a line are NaN or infinite (an
+            InputError naming the model directory and the line).
     """
     return [
         hyps
@@ -373,7 +378,8 @@ def iter_translations(
             for batch in make_batches(costs, max_tokens, max_sentences):
                 rows = [todo[k] for k in batch]
                 source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
-                hyps = model.translate_batch(source, strategy, options, nbest)
+                with naming_inputs(model, [start + i + 1 for i in rows]):
+                    hyps = model.translate_batch(source, strategy, options, nbest)
                 for i, sentence_hyps in zip(rows, hyps, strict=True):
                     results[i] = [
                         Translation(detokenize(sp, tokens), tokens, score)
@@ -411,6 +417,7 @@ def score_pairs(
 
     Raises:
         InputError: different numbers of sources and targets.
+        NonFiniteOutputError: as :func:`translate_lines`.
     """
     from fadat.data.spm import encode_target
 
@@ -427,7 +434,8 @@ def score_pairs(
             source = pad_sequences([src_ids[i] for i in batch]).to(device)  # (B, S)
             target = pad_sequences([tgt_ids[i] for i in batch]).to(device)  # (B, T)
             target_lengths = torch.tensor([len(tgt_ids[i]) for i in batch], device=device)
-            scores = model.score_batch(source, target, target_lengths)
+            with naming_inputs(model, [i + 1 for i in batch]):
+                scores = model.score_batch(source, target, target_lengths)
             for k, i in enumerate(batch):
                 if scores.problems[k] is not None:
                     warn(f"line {i + 1}: {scores.problems[k]}")
@@ -525,6 +533,8 @@ class Translator:
         Raises:
             InputError: ``sentences`` is neither a string nor a sequence of strings; unknown
                 strategy or option, invalid value.
+            NonFiniteOutputError: (an InputError) the model's outputs for a sentence are NaN
+                or infinite: its weights are corrupt (finite but extreme ones included).
         """
         lines, single = _sentences(sentences, "sentences")
         results = translate_lines(
@@ -578,6 +588,7 @@ class Translator:
         Raises:
             InputError: a source or target that is not a string, one string against a
                 sequence, or different numbers of sources and targets.
+            NonFiniteOutputError: as :meth:`translate`.
         """
         src, single_src = _sentences(sources, "sources")
         tgt, single_tgt = _sentences(targets, "targets")

@@ -25,7 +25,7 @@ from test_translate import random_models, random_sentences
 
 import fadat
 from fadat import cli, outputs
-from fadat.errors import InputError
+from fadat.errors import InputError, NonFiniteOutputError
 from fadat.outputs import MARKER
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +92,23 @@ def paths(tmp_path_factory) -> dict[str, str]:
         shutil.copytree(p["dat"], target)
         damage(target, p)
         p[f"m-{name}"] = target
+    # Finite but extreme weights: loaded like any model, but the forward pass overflows fp32.
+    for arch in ("dat", "at"):
+        for name, scale in (("e15", 1e15), ("e30", 1e30)):
+            target = root / f"model-{arch}-{name}"
+            shutil.copytree(p[arch], target)
+            _scale_weights(target, scale)
+            p[f"{arch}-{name}"] = target
     return {k: str(v) for k, v in p.items()}
+
+
+def _scale_weights(d: Path, scale: float) -> None:
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(d / "model.safetensors"))
+    state = {k: v * scale if v.is_floating_point() else v for k, v in state.items()}
+    assert all(bool(torch.isfinite(v).all()) for v in state.values())  # finite in the file
+    save_file(state, str(d / "model.safetensors"))
 
 
 def _truncate(d: Path, p) -> None:
@@ -199,6 +215,10 @@ MODEL_CASES = [
     (["{m-cfgkey}"], ("config.json", "colour")),
 ]
 
+#: What a model with finite but extreme weights ({dat-e30}: × 1e30) gets: its outputs overflow.
+NON_FINITE_LINKS = ("model {dat-e30}", "non-finite link scores", "input line", "probably corrupt")
+NON_FINITE_AT = ("model {at-e30}", "non-finite token log-probabilities", "input line", "corrupt")
+
 TRANSLATE_CASES = [
     *[(["--input", "{in}", "--model", *a], n) for a, n in MODEL_CASES],
     (["--model", "{dat}", "--input", "{missing}"], ("{missing}", "cannot read")),
@@ -242,6 +262,30 @@ TRANSLATE_CASES = [
     (["--model", "{dat}", "--input", "{in}", "--device", "toaster"], ("toaster",)),
     (["--model", "{dat}", "--input", "{in}", "--nonsense"], ("--nonsense", "--help")),
     ([], ("--model", "required")),
+    # Finite but extreme weights: every decoder, precision and architecture.
+    *[
+        (["--model", "{dat-e30}", "--input", "{in}", "--strategy", s], NON_FINITE_LINKS)
+        for s in ("greedy", "lookahead", "viterbi", "joint-viterbi", "sample", "beam")
+    ],
+    (["--model", "{dat-e15}", "--input", "{in}"], NON_FINITE_LINKS[1:]),
+    (
+        ["--model", "{dat-e30}", "--input", "{in}", "--strategy", "sample", "--nbest", "3"],
+        NON_FINITE_LINKS,
+    ),
+    (["--model", "{dat-e30}", "--input", "{in}", "--prune-threshold", "0.5"], NON_FINITE_LINKS),
+    (["--model", "{dat-e30}", "--input", "{in}", "--precision", "bf16"], NON_FINITE_LINKS),
+    *[
+        (
+            ["--model", f"{{dat-{name}}}", "--input", "{in}", "--precision", "int8"],
+            (f"model {{dat-{name}}}", "non-finite activations (int8)", "lines 1, 2", "corrupt"),
+        )
+        for name in ("e15", "e30")
+    ],
+    *[
+        (["--model", "{at-e30}", "--input", "{in}", "--strategy", s], NON_FINITE_AT)
+        for s in ("greedy", "beam")
+    ],
+    (["--model", "{at-e15}", "--input", "{in}"], NON_FINITE_AT[1:]),
 ]
 
 
@@ -260,6 +304,9 @@ SCORE_CASES = [
     (["--model", "{dat}", "--source", "{one}", "--target", "{missing}"], ("{missing}",)),
     (["--model", "{dat}", "--input", "{pairs}", "--max-tokens", "-1"], ("--max-tokens",)),
     (["--model", "{dat}", "--input", "{pairs}", "--output", "{dir}"], ("--output", "directory")),
+    (["--model", "{dat-e30}", "--input", "{pairs}"], (*NON_FINITE_LINKS[:2], "input line 1:")),
+    (["--model", "{dat-e15}", "--input", "{pairs}"], NON_FINITE_LINKS[1:]),
+    (["--model", "{at-e30}", "--source", "{one}", "--target", "{one}"], NON_FINITE_AT),
 ]
 
 
@@ -585,6 +632,20 @@ def test_evaluate(argv, needles, paths, capsys, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.parametrize("model", ["dat", "at"])
+def test_evaluate_extreme_weights(model, paths, capsys, tmp_path):
+    """Found while translating, after evaluate's progress lines: the error is the last line."""
+    report = tmp_path / "r.json"
+    argv = ["evaluate", *EVAL_BASE, str(report), "--model", f"{{{model}-e30}}", "--data", "{data}"]
+    code = cli.main(_fill(argv, paths))
+    last = capsys.readouterr().err.splitlines()[-1]
+    needles = NON_FINITE_LINKS if model == "dat" else NON_FINITE_AT
+    assert code == 2 and last.startswith("fadat: error: ")
+    assert all(needle.format(**paths) in last for needle in needles), last
+    assert "for input lines 1, 2, 3 and 61 more:" in last  # evaluate's first batch of 64 lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 ANALYZE_CASES = [
     *[(["--data", "{data}", "--model", *a], n) for a, n in MODEL_CASES[:6]],
     (["--model", "{at}", "--data", "{data}"], ("AT model",)),
@@ -593,6 +654,7 @@ ANALYZE_CASES = [
     (["--model", "{dat}", "--data", "{data}", "--subset", "-1"], ("--subset",)),
     (["--model", "{dat}", "--data", "{data}", "--strategies", "nope"], ("'nope'",)),
     (["--model", "{dat}", "--data", "{data}", "--split", "nope"], ("nope",)),
+    (["--model", "{dat-e30}", "--data", "{data}"], NON_FINITE_LINKS),
 ]
 
 
@@ -610,6 +672,7 @@ SHOW_GRAPH_CASES = [
     (["ab cd", "--model", "{dat}", "--min-flow", "2"], ("--min-flow", "[0, 1]")),
     (["ab cd", "--model", "{dat}", "--min-passing", "nan"], ("--min-passing", "finite")),
     (["ab cd", "--model", "{dat}", "--strategy", "nope"], ("'nope'",)),
+    (["ab cd", "--model", "{dat-e30}"], (*NON_FINITE_LINKS[:2], "input line 1:")),
 ]
 
 
@@ -921,6 +984,30 @@ def test_disk_full_while_writing_output(verb, paths, capsys, tmp_path, monkeypat
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("verb", ["translate", "score"])
+def test_extreme_weights_leave_the_output_untouched(verb, paths, capsys, tmp_path):
+    out = tmp_path / "out.txt"
+    out.write_text("yesterday's output\n")
+    source = "{in}" if verb == "translate" else "{pairs}"
+    argv = [verb, "--model", "{dat-e30}", "--input", source, "--output", str(out)]
+    check(argv, NON_FINITE_LINKS, paths, capsys)
+    assert out.read_text() == "yesterday's output\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+@pytest.mark.parametrize("beam", ["1", "3"])
+def test_distill_with_extreme_weights(beam, paths, capsys, tmp_path):
+    """The teacher's outputs overflow: one line naming it and the training pairs (numbered
+    from 1; batches are longest first), exit 2."""
+    teacher = tmp_path / "teacher"  # the dataset's tokenizer, as a real teacher has
+    shutil.copytree(paths["at-e30"], teacher)
+    shutil.copy(Path(paths["data"]) / "spm.model", teacher / "spm.model")
+    argv = ["distill", "--model", str(teacher), "--data", "{data}", "--engine", "fadat"]
+    argv += ["--output", str(tmp_path / "kd"), "--beam", beam, "--no-progress-bar"]
+    needles = (f"model {teacher} produces non-finite token", "for input lines ", " and 61 more: ")
+    check(argv, needles, paths, capsys)
+
+
 def test_disk_full_while_saving_a_checkpoint(tmp_path, monkeypatch):
     import fadat.checkpoints as checkpoints
 
@@ -1184,6 +1271,112 @@ def test_api_from_pretrained(paths, directory, match):
         fadat.Translator.from_pretrained(directory, **kwargs)
     with pytest.raises(InputError, match="device"):
         fadat.Translator.from_pretrained(paths["dat"], device="toaster")
+
+
+EXTREME_API_CASES = [
+    ("dat-e30", "translate", (["ab cd", "ef"],), {}, "link scores for input lines 1, 2:"),
+    ("dat-e30", "translate", ("ab cd",), {"strategy": "beam"}, "link scores for input line 1:"),
+    ("dat-e15", "translate", ("ab cd",), {"strategy": "greedy"}, "link scores for input line 1:"),
+    ("dat-e30", "translate_nbest", ("ab", 3), {"strategy": "sample"}, "link scores for input"),
+    ("dat-e30", "score", (["ab", "cd"], ["ef", "gh"]), {}, "link scores for input lines 1, 2:"),
+    ("dat-e30|int8", "translate", ("ab cd",), {}, r"activations \(int8\) for the batch of"),
+    ("at-e30", "translate", ("ab cd",), {}, "token log-probabilities for input line 1:"),
+    ("at-e30", "translate", ("ab",), {"strategy": "greedy"}, "token log-probabilities for input"),
+    ("at-e30", "score", ("ab cd", "ef"), {}, "token log-probabilities for input line 1:"),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "method", "args", "kwargs", "match"),
+    EXTREME_API_CASES,
+    ids=[f"{c[0]}-{c[1]}-{c[3].get('strategy', '')}" for c in EXTREME_API_CASES],
+)
+def test_api_extreme_weights(paths, model, method, args, kwargs, match):
+    """A typed error (an InputError) naming the model directory and the input, not a decoder's
+    ValueError from deep inside or NaN scores."""
+    name, _, precision = model.partition("|")
+    translator = fadat.Translator.from_pretrained(paths[name], precision=precision or "fp32")
+    with pytest.raises(NonFiniteOutputError, match=match) as info:
+        getattr(translator, method)(*args, **kwargs)
+    assert isinstance(info.value, InputError)
+    assert str(info.value).startswith(f"model {paths[name]} produces non-finite ")
+    assert str(info.value).endswith(": its weights are probably corrupt")
+
+
+@pytest.mark.parametrize("how", ["lookahead", "sample", "score", "analysis"])
+def test_non_finite_outputs_name_the_input_line(paths, how, monkeypatch):
+    """Only the graph of line 4 is poisoned (NaN in its links); the batch is sorted by length,
+    and the error names line 4 alone."""
+    from fadat.analysis import model_outputs
+
+    translator = fadat.Translator.from_pretrained(paths["dat"])
+    model = translator.model
+    lines = ["ab", "ab cd ef gh", "", "ab cd", "ab cd ef"]  # distinct lengths: distinct graphs
+    poisoned = int(model.graph_lengths(torch.tensor([3]), decoding=True))  # "ab cd" </s>
+    real = model.links_head.forward
+
+    def forward(states, graph_lengths):
+        links = real(states, graph_lengths)  # (B, L, L)
+        links[graph_lengths == poisoned, 0, 1] = float("nan")
+        return links
+
+    monkeypatch.setattr(model.links_head, "forward", forward)
+    with pytest.raises(NonFiniteOutputError, match="link scores for input line 4: its") as info:
+        if how == "score":
+            translator.score(lines, lines)
+        elif how == "analysis":
+            list(model_outputs(model, translator.sp, lines))
+        else:
+            translator.translate(lines, how)
+    assert info.value.lines == [4]
+    assert translator.translate(lines[:3] + lines[4:], how if how == "sample" else "lookahead")
+
+
+def test_check_finite_allows_minus_inf_and_locates_rows():
+    from fadat.architectures import check_finite
+
+    ok = torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")], [-1.0, -2.0]])
+    assert check_finite(ok, "x") is ok  # -inf: what cannot happen; all -inf rows too
+    assert check_finite(torch.empty(0, 3), "x").numel() == 0
+    for bad in (float("nan"), float("inf")):
+        x = ok.clone()
+        x[2, 1] = bad
+        with pytest.raises(NonFiniteOutputError, match="^the model produces non-finite x for"):
+            check_finite(x, "x")
+        with pytest.raises(NonFiniteOutputError) as info:  # rows: a beam search's live sentences
+            check_finite(x.to(torch.bfloat16).reshape(3, 1, 2), "x", rows=[7, 8, 9])
+        assert info.value.rows == [9]
+        assert str(info.value.located("m", list(range(1, 11)))) == (
+            "model m produces non-finite x for input line 10: its weights are probably corrupt"
+        )
+    x = torch.full((5, 2), float("nan"))
+    with pytest.raises(NonFiniteOutputError) as info:
+        check_finite(x, "x")
+    assert info.value.rows == [0, 1, 2, 3, 4]
+    located = info.value.located(None, [3, 1, 2, 5, 4])
+    assert located.lines == [1, 2, 3, 4, 5]
+    assert str(located).startswith("the model produces non-finite x for input lines 1, 2, 3 and 2")
+
+
+@pytest.mark.parametrize("arch", ["nat", "ctc"])
+def test_nat_and_ctc_extreme_weights(arch):
+    """The NAT's and CTC's batch methods check their log-probabilities too."""
+    from test_baselines import tiny_config
+
+    from fadat.architectures import model_class
+
+    torch.manual_seed(0)
+    model = model_class(arch)(tiny_config(arch)).eval()
+    source = torch.tensor([[5, 6, 2], [7, 2, 1]])  # x </s>, right-padded
+    target = torch.tensor([[0, 7, 2], [0, 2, 1]])
+    with torch.inference_mode():
+        assert model.translate_batch(source, "argmax", {})  # sound weights: no error
+        for p in model.parameters():
+            p.mul_(1e30)
+        with pytest.raises(NonFiniteOutputError, match="non-finite .*log-probabilities"):
+            model.translate_batch(source, "argmax", {})
+        with pytest.raises(NonFiniteOutputError, match="non-finite .*log-probabilities"):
+            model.score_batch(source, target, torch.tensor([3, 2]))
 
 
 def test_case_counts():

@@ -34,6 +34,7 @@ from fadat.baseline import ATModel  # noqa: E402
 from fadat.data.spm import train_sentencepiece  # noqa: E402
 from fadat.decoding import decode  # noqa: E402
 from fadat.model import DATModel  # noqa: E402
+from fadat.model_dir import load_pretrained  # noqa: E402
 from fadat.serve.app import Limits, create_app  # noqa: E402
 from fadat.serve.batching import Batcher  # noqa: E402
 from fadat.serve.engine import Engine, confidence  # noqa: E402
@@ -352,6 +353,50 @@ def test_internal_error_hides_traceback(dat_engine: Engine, monkeypatch: pytest.
         monkeypatch.undo()
         r = c.post("/v1/translate", json={"text": ["ab cd"]})  # the batcher survived
         assert r.status_code == 200
+
+
+def _scale_weights(model: torch.nn.Module, scale: float) -> None:
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(scale)
+
+
+def test_model_with_extreme_weights_is_refused_at_start(
+    models: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    """Finite weights × 1e30 load, but the start-up probe's outputs are NaN: exit 2, no server."""
+    from fadat import cli
+    from fadat.errors import NonFiniteOutputError
+
+    for arch, what in (("dat", "link scores"), ("at", "token log-probabilities")):
+        model = load_pretrained(models[arch])
+        _scale_weights(model, 1e30)
+        broken = tmp_path / arch
+        model.save_pretrained(broken, spm_model=models[arch] / "spm.model")
+        with pytest.raises(NonFiniteOutputError, match=f"^model {broken} produces non-finite "):
+            Engine.from_directory(broken)
+        assert cli.main(["serve", "--model", str(broken), "--port", "0"]) == 2
+        err = capsys.readouterr().err
+        assert err == (
+            f"fadat: error: model {broken} produces non-finite {what}: its weights are probably "
+            "corrupt\n"
+        )
+
+
+def test_weights_broken_after_start_answer_500_naming_the_problem(models: dict[str, Path]):
+    engine = Engine.from_directory(models["dat"])
+    with TestClient(create_app(engine, max_wait_ms=2), raise_server_exceptions=False) as c:
+        assert c.post("/v1/translate", json={"text": ["ab cd"]}).status_code == 200
+        _scale_weights(engine.model, 1e30)
+        message = (
+            "model dat produces non-finite link scores: its weights are probably corrupt (a "
+            "problem of the server, not of the request)"
+        )
+        for route, body in (("/v1/translate", {"text": ["ab cd", "ef"]}), ("/v1/graph", {})):
+            r = c.post(route, json={"text": "ab cd", **body})
+            assert r.status_code == 500 and "Traceback" not in r.text
+            assert r.json() == {"error": {"status": 500, "message": message}}
+        assert c.get("/health").status_code == 200  # the server itself still answers
 
 
 def test_too_many_waiting_sentences_is_503(dat_engine: Engine):

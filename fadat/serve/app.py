@@ -14,9 +14,12 @@ Bad requests get a 4xx answer ``{"error": {"status": N, "message": "..."}}`` who
 the problem: 400 for a body that is not UTF-8 or not JSON, 413 for a body, sentence count or
 sentence length over the limits (:class:`Limits`), 422 for wrong types, a missing or empty
 ``text``, an unknown strategy or option, or a value out of range, 503 when too many sentences
-wait. An unexpected error is logged with its traceback on the server and answered 500 with a
-generic message (no traceback is sent). The request body is parsed here rather than by
-FastAPI, so that each of these problems gets its own status and message.
+wait. A model whose outputs are NaN or infinite for a request (corrupt weights that the
+start-up probe of :meth:`~fadat.serve.engine.Engine.from_directory` did not reveal) is answered
+500 with a message that says so. An unexpected error is logged with its traceback on the
+server and answered 500 with a generic message (no traceback is sent). The request body is
+parsed here rather than by FastAPI, so that each of these problems gets its own status and
+message.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fadat.errors import InputError
+from fadat.errors import InputError, NonFiniteOutputError
 from fadat.serve.batching import Batcher, Busy
 from fadat.serve.engine import Engine
 
@@ -428,6 +431,16 @@ def create_app(
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> JSONResponse:
         return _error(err.status, err.message)
+
+    @app.exception_handler(NonFiniteOutputError)
+    async def broken_model(request: Request, err: NonFiniteOutputError) -> JSONResponse:
+        # The model's fault, not the request's (its sentences would be fine with a sound model).
+        log.error("%s (%s %s)", err, request.method, request.url.path)
+        return _error(
+            500,
+            f"model {engine.name} produces non-finite {err.what}: its weights are probably "
+            "corrupt (a problem of the server, not of the request)",
+        )
 
     @app.exception_handler(InputError)
     async def input_error(request: Request, err: InputError) -> JSONResponse:

@@ -32,10 +32,13 @@ from typing import Any
 
 from torch import nn
 
-from fadat.errors import InputError
+from fadat.errors import InputError, NonFiniteOutputError
 from fadat.options import DECODING_OPTIONS
 
 log = logging.getLogger("fadat.serve")
+
+#: Translated once when a model is loaded (:meth:`Engine.from_directory`); any text will do.
+PROBE_SENTENCE = "This is a test."
 
 @dataclass(frozen=True)
 class Result:
@@ -93,15 +96,23 @@ class Engine:
 
     @classmethod
     def from_directory(cls, directory: str | Path, device: str = "cpu") -> Engine:
-        """Load a model directory.
+        """Load a model directory and translate :data:`PROBE_SENTENCE` once with the default
+        strategy, so that a model whose outputs are not finite (corrupt weights, finite ones
+        included) is refused before the server starts instead of answering 500.
 
         Raises:
             InputError: as :func:`fadat.translate.load_model`.
+            NonFiniteOutputError: the probe's outputs are NaN or infinite.
         """
         from fadat.model_dir import load_model
 
         model, sp = load_model(directory, device)
-        return cls(model, sp, name=Path(directory).name)
+        engine = cls(model, sp, name=Path(directory).name)
+        try:
+            engine.translate([PROBE_SENTENCE], engine.default_strategy, {})
+        except NonFiniteOutputError as err:
+            raise NonFiniteOutputError(err.what, model=str(directory)) from None
+        return engine
 
     # -- what the model offers ------------------------------------------------------------------
 
