@@ -92,3 +92,31 @@ def test_progress_bar_on_request(models, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ab cd\n")))
     assert cli.main(argv) == 0  # not a terminal: no bar by default
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("nbest", [1, 4])
+def test_nbest_progress_is_plain_translates(models, nbest):
+    """--nbest N reports progress as plain translate does: per chunk, its empty lines first, then
+    the lines of each batch as soon as the batch (its N draws) is done, before the chunk's
+    results come out."""
+    model, sp = load_model(models["dat"])
+    lines = random_sentences(7, 6, low=1, high=7)
+    lines[1] = ""
+    events: list = []
+    stream = iter_translations(
+        model,
+        sp,
+        lines,
+        strategy="sample",
+        options={"seed": 1},
+        nbest=nbest,
+        chunk_lines=3,
+        max_sentences=2,
+        progress=events.append,
+    )
+    for index, hyps in stream:
+        events.append(f"line {index}")
+        assert 1 <= len(hyps) <= nbest
+    chunk = [f"line {i}" for i in range(7)]
+    # chunk 1: an empty line, one batch of 2; chunk 2: batches of 2 and 1; chunk 3: one line
+    assert events == [1, 2, *chunk[:3], 2, 1, *chunk[3:6], 1, chunk[6]]
