@@ -66,7 +66,6 @@ MAX_POSITIONS_SHOWN = 10
 CHUNK_PAIRS = 20_000  # pairs encoded at a time: about 50 MB of Python objects
 SPM_SAMPLE_PAIRS = 1_000_000  # sentencepiece training sample (2M lines)
 SPM_SAMPLE_SEED = 20260101
-OWNER_FILE = ".fadat-prepare.pid"  # in a staging directory while its build runs
 
 
 @dataclass
@@ -862,30 +861,6 @@ def _write_valid_sets(out: Path, built: dict, valid_sets: dict, seed: int) -> No
         synth.write_valid_sets(path, sets, synth.SynthConfig.max_listed, rng)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale(out: Path) -> None:
-    """Remove the staging directories (``.NAME.tmp-*`` next to ``out``) of builds of ``out``
-    that were killed (SIGKILL, power loss): those whose ``OWNER_FILE`` names a process that no
-    longer runs. Anything else is left alone."""
-    for path in out.absolute().parent.glob(f".{out.name}.tmp-*"):
-        try:
-            pid = int((path / OWNER_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not _alive(pid):
-            log(f"removing {path} (left by an interrupted run)")
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def _read_meta(path: Path) -> dict:
     """``meta.json`` of an existing dataset, or ``{}`` when it cannot be read."""
     try:
@@ -964,11 +939,10 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     elif args.corpus == "synth-multimodal":
         corpus = synth_corpus(args)
     assert corpus is not None
-    remove_stale(out)
     valid_sets = corpus.extra.pop("valid_sets", None)
+    # Named .NAME.tmp-PID-*: if this process is killed, the next check of the output removes it
+    # (fadat.outputs.remove_stale, run by check_output_dir above).
     tmp = outputs.staging_dir(out)
-    owner = tmp / OWNER_FILE  # tells a later run whether this build is still going
-    owner.write_text(f"{os.getpid()}\n", encoding="utf-8")
     try:
         with terminate_as_interrupt():
             built = build(args, corpus, tmp)
@@ -1009,7 +983,6 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
             (tmp / "meta.json").write_text(
                 json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
             )
-        owner.unlink()
         outputs.replace_dir(tmp, out, "dataset", "--output")
     except OSError as err:
         # Disk full, the output's directory removed, ...; an input's read error names its own.

@@ -324,14 +324,14 @@ def test_interrupted_prepare_leaves_nothing_and_rerun_succeeds(files, tmp_path, 
     assert not out.exists() and list(out.parent.iterdir()) == []
     # A killed run (SIGKILL) cannot clean up: its staging directory is removed by the next run;
     # one whose process still runs, and anything else, is left alone.
+    # Staging directories are named .NAME.tmp-PID-* (fadat.outputs.staging_dir).
     proc = subprocess.Popen(["true"])  # noqa: S607 - a process id that is surely gone
     proc.wait()
-    stale, running, other = (out.parent / f".out.tmp-{k}" for k in ("dead", "alive", "user"))
-    for d, pid in ((stale, proc.pid), (running, os.getpid()), (other, None)):
+    names = (f"{proc.pid}-dead", f"{os.getpid()}-alive", "user")
+    stale, running, other = (out.parent / f".out.tmp-{name}" for name in names)
+    for d in (stale, running, other):
         d.mkdir()
         (d / "train.src.ids.npy").write_bytes(b"half")
-        if pid:
-            (d / ".fadat-prepare.pid").write_text(f"{pid}\n")
     assert main(argv(files, out, "--chunk-pairs", "20")) == 0
     assert not stale.exists() and running.exists() and other.exists()
     assert sorted(p.name for p in out.parent.iterdir()) == sorted(["out", running.name, other.name])
