@@ -253,8 +253,10 @@ def _probe_writable(directory: Path, what: str) -> None:
     """Create and remove a file in ``directory``; InputError naming ``what`` if that fails."""
     try:
         fd, name = tempfile.mkstemp(dir=directory, prefix=".fadat-probe-")
-        os.close(fd)
-        os.unlink(name)
+        try:
+            os.close(fd)
+        finally:
+            os.unlink(name)  # also when SIGTERM (a KeyboardInterrupt in fadat) lands here
     except OSError as err:
         raise InputError(f"{what}: cannot write in {directory} ({err.strerror or err})") from None
 

@@ -355,8 +355,22 @@ def test_sigterm_leaves_no_dataset(files, tmp_path):
         env=env,
         stderr=subprocess.PIPE,
     )
+
+    def building() -> bool:
+        """The build has written into its staging directory: the process is past the checks,
+        the probe file and the lock, inside the block that cleans up (a signal at the instant
+        the first file appears, as before, could land between a probe file's creation and its
+        removal on a busy machine)."""
+        for staging in out.parent.glob(".out.tmp-*"):
+            try:
+                if any(staging.iterdir()):
+                    return True
+            except FileNotFoundError:  # finished or removed meanwhile
+                pass
+        return False
+
     deadline = time.time() + 120
-    while not any((out.parent / n).exists() for n in os.listdir(out.parent)) and not out.exists():
+    while not building() and not out.exists():
         assert time.time() < deadline and proc.poll() is None
         time.sleep(0.01)
     if out.exists():
