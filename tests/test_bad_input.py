@@ -1387,15 +1387,22 @@ def test_case_counts():
     for argv, _ in OVERLAP_CASES:
         overlap[argv[0]] = overlap.get(argv[0], 0) + 1
     counts = {
-        "translate": len(TRANSLATE_CASES) + overlap["translate"] + 3,  # disk full, rmdir, SIGTERM
-        "score": len(SCORE_CASES) + overlap["score"] + 1,
+        # disk full, rmdir, SIGTERM, stdout, extreme weights with --output
+        "translate": len(TRANSLATE_CASES) + overlap["translate"] + 5,
+        "score": len(SCORE_CASES) + overlap["score"] + 2,
         "prepare": len(PREPARE_CASES) + len(PREPARE_OWN_CASES) + overlap["prepare"] + 2,
         "train": len(TRAIN_CASES) + 3 + overlap["train"] + 3,  # 2 divergence, checkpoint disk
         "average": len(AVERAGE_CASES) + overlap["average"] + 2,
-        "evaluate": len(EVALUATE_CASES) + overlap["evaluate"] + 1,
+        "evaluate": len(EVALUATE_CASES) + overlap["evaluate"] + 1 + 2,  # extreme weights
         "analyze": len(ANALYZE_CASES) + overlap["analyze"],
         "show-graph": len(SHOW_GRAPH_CASES) + 1 + overlap["show-graph"] + 1,
         "python API": len(API_CASES) + 2 * len(FROM_PRETRAINED_CASES) + 1 + 4,
+        # finite but extreme weights: typed error, line attribution (4), check_finite, NAT/CTC (2)
+        "python API, model outputs": len(EXTREME_API_CASES) + 4 + 1 + 2,
     }
     assert min(counts.values()) >= 10, counts
+    extreme = {"translate": TRANSLATE_CASES, "score": SCORE_CASES, "analyze": ANALYZE_CASES}
+    extreme["show-graph"] = SHOW_GRAPH_CASES
+    for verb, table in extreme.items():  # every verb that runs a model meets a broken one
+        assert any("non-finite" in " ".join(needles) for _, needles in table), verb
     assert overlap["distill"] >= 2 and overlap["export"] >= 1
