@@ -305,6 +305,8 @@ def naming_inputs(model: nn.Module, lines: list[int]) -> Iterator[None]:
     try:
         yield
     except NonFiniteOutputError as err:
+        if err.lines is not None:  # located by an inner batch loop already
+            raise
         raise err.located(where, lines) from None
     except RuntimeError as err:
         if "ChooseQuantizationParams" not in str(err):
