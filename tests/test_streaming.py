@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import sys
 
+import pytest
 from test_translate import random_sentences
 
 from fadat import cli
