@@ -85,24 +85,31 @@ class Row:
     dat: dict = field(default_factory=dict)  # model, strategy, shortlist, prune (for "cover")
 
 
-def dat_translate(model, strategy: str, shortlist, prune: float | None) -> Translate:
+def dat_translate(
+    model, strategy: str, shortlist, prune: float | None, ratio: float | None = None
+) -> Translate:
     def run(sources):
         top1, links, lengths = graph_top1(
-            model, pad_sequences(sources), strategy == "greedy", shortlist, prune
+            model,
+            pad_sequences(sources),
+            strategy == "greedy",
+            shortlist,
+            prune,
+            upsample_ratio=ratio,
         )
         return [h.tokens for h in decode(top1, links, lengths, strategy)]
 
     return run
 
 
-def coverage(model, strategy, shortlist, prune, sources, size) -> float:
+def coverage(model, strategy, shortlist, prune, sources, size, ratio=None) -> float:
     """Share of sentences whose full-head path tokens are in the shortlist and whose full-head
     path stays on the vertices pruning keeps."""
     good = 0
     for k in range(0, len(sources), size):
         batch = sources[k : k + size]
         source = pad_sequences(batch)
-        top1, links, lengths = graph_top1(model, source, strategy == "greedy")
+        top1, links, lengths = graph_top1(model, source, strategy == "greedy", upsample_ratio=ratio)
         keep = kept_vertices(links, lengths, prune) if prune is not None else None
         for row, h in enumerate(decode(top1, links, lengths, strategy)):
             ok = True
@@ -224,9 +231,9 @@ def main(argv: list[str] | None = None) -> dict:
     target_lang = (read_model_metadata(args.dat).get("data") or {}).get("target_lang", "es")
 
     dat, sp_dat = load_model(args.dat, "cpu")
-    dat_models = {None: dat}
+    dat_models = {None: dat}  # λ → model: one model, λ passed to each call
     for ratio in args.upsample_ratios:
-        dat_models[ratio] = load_model(args.dat, "cpu", ratio)[0]
+        dat_models[ratio] = dat
     sp_at = spm.SentencePieceProcessor(model_file=str(spm_model_path(args.at)))
     src_dat = [encode_source(sp_dat, x) for x in lines]
     src_at = [encode_source(sp_at, x) for x in lines]
@@ -274,8 +281,8 @@ def main(argv: list[str] | None = None) -> dict:
                     )
                     sl = shortlist if use_sl else None
 
-                    def settings(t, m=model, s=strategy, sl=sl, pr=prune):
-                        return [(f"torch {t}", lambda: dat_translate(m, s, sl, pr))]
+                    def settings(t, m=model, s=strategy, sl=sl, pr=prune, r=ratio):
+                        return [(f"torch {t}", lambda: dat_translate(m, s, sl, pr, r))]
 
                     rows.append(
                         Row(
@@ -284,7 +291,13 @@ def main(argv: list[str] | None = None) -> dict:
                             command + " --threads T",
                             settings,
                             baseline=base_name if name != base_name else None,
-                            dat={"model": model, "strategy": strategy, "sl": sl, "prune": prune},
+                            dat={
+                                "model": model,
+                                "strategy": strategy,
+                                "sl": sl,
+                                "prune": prune,
+                                "ratio": ratio,
+                            },
                         )
                     )
     ct2_variants = [("", {}, True), (" =ref len", {"forced": True}, False)]
@@ -370,7 +383,7 @@ def main(argv: list[str] | None = None) -> dict:
             results[r.name]["same_as_full"] = same / len(mine)
             d = r.dat
             results[r.name]["cover"] = coverage(
-                d["model"], d["strategy"], d["sl"], d["prune"], src_dat, args.batch_size
+                d["model"], d["strategy"], d["sl"], d["prune"], src_dat, args.batch_size, d["ratio"]
             )
 
     print()

@@ -206,12 +206,9 @@ def vertex_density(
 
 
 def load_dat_model(
-    directory: str | Path,
-    device: str | torch.device | None = "cpu",
-    upsample_ratio: float | None = None,
+    directory: str | Path, device: str | torch.device | None = "cpu"
 ) -> tuple[Any, Any]:
-    """Load a DAT model directory and its sentencepiece model (:func:`fadat.model_dir.load_model`,
-    ``upsample_ratio`` the decoding λ).
+    """Load a DAT model directory and its sentencepiece model (:func:`fadat.model_dir.load_model`).
 
     Raises:
         InputError: as :func:`fadat.model_dir.load_model`, or the directory holds an AT model
@@ -219,7 +216,7 @@ def load_dat_model(
     """
     from fadat.model_dir import load_model
 
-    model, sp = load_model(directory, device, upsample_ratio)
+    model, sp = load_model(directory, device)
     if not model.has_graph:
         raise InputError(
             f"{directory}: holds a {model.config.model_type.upper()} model; "
@@ -234,6 +231,7 @@ def model_outputs(
     lines: Sequence[str],
     max_tokens: int | None = None,
     warn: Callable[[str], None] | None = None,
+    upsample_ratio: float | None = None,
 ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The DAT's raw outputs for raw text lines, batch by batch.
 
@@ -248,6 +246,7 @@ def model_outputs(
         lines: raw source sentences.
         max_tokens: batch budget in padded graph vertices; default translate's.
         warn: receives truncation warnings; default :func:`warnings.warn`.
+        upsample_ratio: the decoding λ; ``None`` = the model's.
 
     Yields:
         ``(rows, token_logprobs (B, L, V) fp32, links (B, L, L) fp32, graph_lengths (B,) int64)``
@@ -263,13 +262,13 @@ def model_outputs(
     budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     encoded = encode_sources(sp, lines, model.config.max_source_positions, warn)
     todo = [i for i, ids in enumerate(encoded) if ids is not None]
-    costs = [model.batch_cost(len(encoded[i])) for i in todo]
+    costs = [model.batch_cost(len(encoded[i]), upsample_ratio) for i in todo]
     device = model_device(model)
     for batch in make_batches(costs, budget):
         rows = [todo[k] for k in batch]
         with torch.inference_mode(), naming_inputs(model, [i + 1 for i in rows]):
             source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
-            token_logprobs, links, graph_lengths = model.graph_outputs(source)
+            token_logprobs, links, graph_lengths = model.graph_outputs(source, upsample_ratio)
         yield rows, token_logprobs, links, graph_lengths
 
 
@@ -348,6 +347,7 @@ def analyze_model(
     options: dict[str, dict[str, Any]] | None = None,
     max_tokens: int | None = None,
     warn: Callable[[str], None] | None = None,
+    upsample_ratio: float | None = None,
 ) -> ModelReport:
     """Run one DAT model over a split and collect Table 3, Figure 1 and Table 5.
 
@@ -367,6 +367,7 @@ def analyze_model(
         options: per strategy, its keyword options (default: the decoders' defaults).
         max_tokens: batch budget in graph vertices (see :func:`model_outputs`).
         warn: receives truncation warnings.
+        upsample_ratio: the decoding λ; ``None`` = the model's.
 
     Returns:
         :class:`ModelReport`.
@@ -393,7 +394,7 @@ def analyze_model(
     texts: dict[str, list[str]] = {s: [""] * len(sources) for s in strategies}
     passing, max_token = [], []
     for rows, token_logprobs, links, graph_lengths in model_outputs(
-        model, sp, sources, max_tokens, warn
+        model, sp, sources, max_tokens, warn, upsample_ratio
     ):
         p, m = vertex_confidence(token_logprobs, links, graph_lengths)
         passing.append(p.numpy())
@@ -622,7 +623,7 @@ def run(args: argparse.Namespace) -> int:
     _, target_lang = read_languages(args.data)
     reports = []
     for directory, name in zip(args.model, names, strict=True):
-        model, sp = load_dat_model(directory, args.device, args.upsample_ratio)
+        model, sp = load_dat_model(directory, args.device)
         accepted = strategy_options(model)
         # Every strategy takes the user's flags that it accepts (as fadat evaluate does).
         options = {
@@ -646,6 +647,7 @@ def run(args: argparse.Namespace) -> int:
                 options=options,
                 max_tokens=args.max_tokens,
                 warn=stderr_warner(f"{args.data} {args.split}"),
+                upsample_ratio=args.upsample_ratio,
             )
         )
     outputs.mark_dir(out, "analysis")

@@ -38,8 +38,24 @@ ARCHITECTURES: dict[str, str] = {
     "ctc": "fadat.ctc:CTCModel",
 }
 
-#: One hypothesis: ``(token ids without <s>/</s>/<pad>, score in nats)``.
-Scored = tuple[list[int], float]
+
+class Scored(NamedTuple):
+    """One hypothesis of :meth:`TranslationModel.translate_batch`.
+
+    Attributes:
+        tokens: output token ids without ``<s>``/``</s>``/``<pad>``.
+        score: the strategy's score in nats.
+        log_prob: ``log P(y|x)`` of ``tokens`` in nats, as :meth:`TranslationModel.score_batch`
+            gives it, computed from the same forward pass as the translation; ``None`` unless
+            ``translate_batch`` was asked for it (``with_log_prob``), or where the model cannot
+            give it from that pass (see each model's ``translate_batch``).
+        covers: the number of tokens ``log_prob`` covers (:attr:`BatchScores.tokens`).
+    """
+
+    tokens: list[int]
+    score: float
+    log_prob: float | None
+    covers: int
 
 
 class BatchScores(NamedTuple):
@@ -139,18 +155,26 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
         (:meth:`fadat.transformer.Encoder.forward`)."""
         return self.encoder(source)
 
-    def graph_lengths(self, source_lengths: Tensor, decoding: bool = False) -> Tensor:
+    def graph_lengths(
+        self, source_lengths: Tensor, decoding: bool = False, upsample_ratio: float | None = None
+    ) -> Tensor:
         """Decoder sizes ``L_b = clip(int(λ·|x </s>|), 2, max_target_positions)``
         (docs/reference-behaviour.md, "Graph size"; :func:`fadat.data.contract.graph_size`).
 
         Args:
             source_lengths: ``(B,)`` int64 source lengths including ``</s>``.
             decoding: use ``decode_upsample_ratio`` instead of ``upsample_ratio``.
+            upsample_ratio: λ given by the caller (``--upsample-ratio``), used instead of
+                either of the config's; ``None`` = the config's.
 
         Returns:
             ``(B,)`` int64 on the device of ``source_lengths``.
+
+        Raises:
+            ValueError: ``upsample_ratio <= 0`` (:func:`fadat.data.contract.graph_size`).
         """
         ratio = self.config.decoding_upsample_ratio if decoding else self.config.upsample_ratio
+        ratio = ratio if upsample_ratio is None else upsample_ratio
         sizes = graph_size(source_lengths, ratio, max_positions=self.config.max_target_positions)
         return sizes.to(source_lengths.device) if isinstance(source_lengths, Tensor) else sizes
 
@@ -192,32 +216,49 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def translate_batch(
-        self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
+        self,
+        source: Tensor,
+        strategy: str,
+        options: dict[str, Any],
+        nbest: int = 1,
+        *,
+        upsample_ratio: float | None = None,
+        with_log_prob: bool = False,
     ) -> list[list[Scored]]:
-        """Decode a batch: per sentence up to ``nbest`` ``(tokens, score)``, best first.
+        """Decode a batch: per sentence up to ``nbest`` :class:`Scored`, best first.
+
+        ``upsample_ratio``: the decoding λ of a model whose decoder length is ``λ·|x|``
+        (``None`` = the model's; others ignore it). ``with_log_prob``: fill
+        :attr:`Scored.log_prob` from the same pass (opt-in: it may cost more than the
+        translation, e.g. the full token head of a DAT's fast path).
 
         Raises :class:`~fadat.errors.NonFiniteOutputError` (:func:`check_finite`) when the
-        network's outputs for a row are NaN or +inf, before any decoder reads them."""
+        network's outputs for a row are NaN or +inf, before any decoder or the ``log P(y|x)``
+        of the outputs reads them."""
 
     @abc.abstractmethod
-    def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
-        """``log P(y|x)`` of each pair of the batch (``target_lengths`` ``(B,)`` int64 = T_b).
+    def score_batch(
+        self,
+        source: Tensor,
+        target: Tensor,
+        target_lengths: Tensor,
+        *,
+        upsample_ratio: float | None = None,
+    ) -> BatchScores:
+        """``log P(y|x)`` of each pair of the batch (``target_lengths`` ``(B,)`` int64 = T_b), on
+        the decoder that translation runs at λ = ``upsample_ratio``.
 
         Raises :class:`~fadat.errors.NonFiniteOutputError` as :meth:`translate_batch`."""
 
     # ---- batching
 
-    def batch_cost(self, source_length: int) -> int:
+    def batch_cost(self, source_length: int, upsample_ratio: float | None = None) -> int:
         """Padded positions one sentence of ``source_length`` tokens (with ``</s>``) occupies in
-        an inference batch (the budget of ``--max-tokens``); default: its decoding size ``L``
-        (the ``(B, L, V)`` log-probs dominate memory)."""
-        return int(
-            graph_size(
-                source_length,
-                self.config.decoding_upsample_ratio,
-                self.config.max_target_positions,
-            )
-        )
+        an inference batch (the budget of ``--max-tokens``) at λ = ``upsample_ratio``
+        (``None`` = the model's decoding λ); default: its decoding size ``L`` (the
+        ``(B, L, V)`` log-probs dominate memory)."""
+        ratio = self.config.decoding_upsample_ratio if upsample_ratio is None else upsample_ratio
+        return int(graph_size(source_length, ratio, self.config.max_target_positions))
 
     def length_budget(self) -> tuple[float, int | None]:
         """``(ratio, max positions)`` that training's token budget counts a sentence with:

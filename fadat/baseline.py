@@ -285,18 +285,48 @@ class ATModel(PretrainedMixin, TranslationModel):
             raise ValueError(f"beam size must be >= 1, got {options['beam_size']}")
 
     def translate_batch(
-        self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
+        self,
+        source: Tensor,
+        strategy: str,
+        options: dict[str, Any],
+        nbest: int = 1,
+        *,
+        upsample_ratio: float | None = None,
+        with_log_prob: bool = False,
     ) -> list[list[Scored]]:
-        """:meth:`greedy` or :meth:`beam_search` (default beam size 5); one hypothesis each."""
+        """:meth:`greedy` or :meth:`beam_search` (default beam size 5); one hypothesis each.
+
+        ``upsample_ratio`` is ignored (no graph). With ``with_log_prob``, each output's
+        ``log P(y|x)``: the sum of its token log-probs over ``y </s>`` that the search kept
+        (as :meth:`score_batch` computes it teacher-forced); else ``None``.
+        """
         if strategy == "greedy":
             hyps = self.greedy(source, **options)
         else:
             hyps = self.beam_search(source, **{"beam_size": 5, **options})
-        return [[(list(h.tokens), float(h.score))] for h in hyps]
+        return [
+            [
+                Scored(
+                    list(h.tokens),
+                    float(h.score),
+                    float(h.log_prob) if with_log_prob else None,
+                    len(h.tokens) + 1,
+                )
+            ]
+            for h in hyps
+        ]
 
-    def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
+    def score_batch(
+        self,
+        source: Tensor,
+        target: Tensor,
+        target_lengths: Tensor,
+        *,
+        upsample_ratio: float | None = None,
+    ) -> BatchScores:
         """Teacher-forced ``Σ_t log P(y_t | y_<t, x)`` over ``y </s>`` (``|y </s>|`` tokens); NaN
-        for a target longer than ``max_target_positions`` (the decoder reads ``<s> y``)."""
+        for a target longer than ``max_target_positions`` (the decoder reads ``<s> y``).
+        ``upsample_ratio`` is ignored."""
         limit = self.config.max_target_positions
         lengths = [int(t) for t in target_lengths]
         log_probs = [math.nan] * len(lengths)
@@ -321,8 +351,8 @@ class ATModel(PretrainedMixin, TranslationModel):
                 log_probs[row] = float(sums[k])
         return BatchScores(log_probs, [t - 1 for t in lengths], problems)
 
-    def batch_cost(self, source_length: int) -> int:
-        """The source length."""
+    def batch_cost(self, source_length: int, upsample_ratio: float | None = None) -> int:
+        """The source length (``upsample_ratio`` is ignored)."""
         return source_length
 
     def length_budget(self) -> tuple[float, int | None]:

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
-from fadat.data.contract import PAD_ID
+from fadat.data.contract import PAD_ID, pad_sequences
 from fadat.model_dir import PretrainedMixin
 from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert, decoder_input
 
@@ -81,23 +81,63 @@ class CTCModel(PretrainedMixin, TranslationModel):
     # ---- the translation-model interface (fadat.architectures.TranslationModel)
 
     def translate_batch(
-        self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
+        self,
+        source: Tensor,
+        strategy: str,
+        options: dict[str, Any],
+        nbest: int = 1,
+        *,
+        upsample_ratio: float | None = None,
+        with_log_prob: bool = False,
     ) -> list[list[Scored]]:
-        """Best-path decoding; score = the best path's ``Σ_t max_c log p_t(c)`` (nats)."""
-        lengths = self.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
+        """Best-path decoding; score = the best path's ``Σ_t max_c log p_t(c)`` (nats).
+
+        ``upsample_ratio`` is the decoding λ (``None`` = the model's). With ``with_log_prob``,
+        ``log P(y|x)`` of each output: the log-sum over all its alignments (``ctc_loss``, as
+        :meth:`score_batch`) on the same (checked) log-probs; else ``None``.
+        """
+        source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
+        lengths = self.graph_lengths(source_lengths, True, upsample_ratio)  # (B,)
         lp = check_finite(self(source, lengths), "token log-probabilities")  # (B, L, V+1)
         best, classes = lp.max(dim=-1)  # (B, L), (B, L)
         on = torch.arange(best.shape[1], device=best.device)[None, :] < lengths[:, None]
         scores = (best.double() * on).sum(1)  # (B,)
+        outputs = [
+            collapse(row[:n], self.blank)
+            for row, n in zip(classes.tolist(), lengths.tolist(), strict=True)
+        ]
+        log_probs: list[float | None] = [None] * len(outputs)
+        if with_log_prob:
+            content = pad_sequences([y or [PAD_ID] for y in outputs]).to(source.device)  # (B, U)
+            content_lengths = torch.tensor([len(y) for y in outputs], device=source.device)
+            nll = F.ctc_loss(
+                lp.transpose(0, 1),
+                content,
+                lengths,
+                content_lengths,
+                blank=self.blank,
+                reduction="none",
+                zero_infinity=False,
+            )  # (B,)
+            log_probs = (-nll.double()).tolist()
         return [
-            [(collapse(row[:n], self.blank), float(s))]
-            for row, n, s in zip(classes.tolist(), lengths.tolist(), scores.tolist(), strict=True)
+            [Scored(y, float(s), lp, len(y))]
+            for y, s, lp in zip(outputs, scores.tolist(), log_probs, strict=True)
         ]
 
-    def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
+    def score_batch(
+        self,
+        source: Tensor,
+        target: Tensor,
+        target_lengths: Tensor,
+        *,
+        upsample_ratio: float | None = None,
+    ) -> BatchScores:
         """``log P(y|x)``: the log-sum over every alignment (``ctc_loss``) of ``y`` (without
-        ``<s>``/``</s>``) on the decoding positions; ``-inf`` when no alignment fits."""
-        lengths = self.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
+        ``<s>``/``</s>``) on the decoding positions (λ = ``upsample_ratio``, ``None`` = the
+        model's decoding λ); ``-inf`` when no alignment fits."""
+        source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
+        lengths = self.graph_lengths(source_lengths, True, upsample_ratio)  # (B,)
         lp = check_finite(self(source, lengths), "token log-probabilities")  # (B, L, V+1)
         content, content_lengths = content_targets(target, target_lengths)
         nll = F.ctc_loss(

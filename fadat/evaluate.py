@@ -93,6 +93,7 @@ class System:
         model, sp: the loaded model and its sentencepiece processor.
         strategy: a name of :func:`fadat.translate.strategy_options`.
         options: the strategy's keyword options.
+        upsample_ratio: the decoding λ (``--upsample-ratio``); ``None`` = the model's.
     """
 
     name: str
@@ -101,6 +102,7 @@ class System:
     sp: Any
     strategy: str
     options: dict[str, Any] = field(default_factory=dict)
+    upsample_ratio: float | None = None
 
     @property
     def model_type(self) -> str:
@@ -120,6 +122,7 @@ class System:
             max_sentences=max_sentences,
             warn=_quiet,
             check=False,
+            upsample_ratio=self.upsample_ratio,
         )
         return [hyps[0].text for hyps in results]
 
@@ -279,13 +282,15 @@ def build_systems(
     at_beam_size: int,
     at_length_penalty: float,
     at_options: dict[str, Any] | None = None,
+    upsample_ratio: float | None = None,
 ) -> list[System]:
     """Systems in report order, per model in the given order.
 
     An autoregressive model (the paper's AT baseline) runs each of its strategies (greedy and
     beam search) with ``length_penalty``, ``beam_size`` (beam only) and ``at_options``
     (``max_len_a/b``). A non-autoregressive model runs each of ``strategies`` that it supports,
-    with the options ``options_for(model, strategy)`` that the strategy takes.
+    with the options ``options_for(model, strategy)`` that the strategy takes. Every system
+    decodes at λ = ``upsample_ratio`` (``None``: each model's own).
 
     Raises:
         InputError: a strategy that no non-autoregressive model supports, a model that supports
@@ -304,7 +309,7 @@ def build_systems(
                 if "beam_size" in options:
                     name += str(at_beam_size)
                 check_strategy(model, strategy, options, cli=True)
-                systems.append(System(name, label, model, sp, strategy, options))
+                systems.append(System(name, label, model, sp, strategy, options, upsample_ratio))
             continue
         chosen = [s for s in strategies if s in accepted]
         if not chosen:
@@ -317,7 +322,8 @@ def build_systems(
                 k: v for k, v in options_for(model, strategy).items() if k in accepted[strategy]
             }
             check_strategy(model, strategy, options, cli=True)
-            systems.append(System(f"{label}:{strategy}", label, model, sp, strategy, options))
+            name = f"{label}:{strategy}"
+            systems.append(System(name, label, model, sp, strategy, options, upsample_ratio))
     run = {s.strategy for s in systems if not s.model.autoregressive}
     missing = [s for s in strategies if s not in run]
     if missing and any(not model.autoregressive for _, model, _ in models):
@@ -438,7 +444,7 @@ def _load_systems(
     sources each model truncates."""
     models = []
     for label, directory in zip(model_labels(args.model), args.model, strict=True):
-        model, sp = load_model(directory, device, args.upsample_ratio)
+        model, sp = load_model(directory, device)
         if model.reduced_head:  # only such models take --shortlist / --prune-threshold
             model = apply_reduced_head(model, directory, args.shortlist, args.prune_threshold)
         models.append((label, model, sp))
@@ -453,6 +459,7 @@ def _load_systems(
         args.at_length_penalty,
         # --max-len-a/--max-len-b apply to the AT decoders too.
         {k: getattr(args, k) for k in ("max_len_a", "max_len_b") if getattr(args, k) is not None},
+        args.upsample_ratio,
     )
     names = [s.name for s in systems]
     baseline = args.baseline or next(

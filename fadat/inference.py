@@ -243,7 +243,9 @@ def graph_top1(
     path_only: bool = False,
     shortlist: Shortlist | None = None,
     prune_threshold: float | None = None,
-) -> tuple[VertexTop1, Tensor, Tensor]:
+    return_states: bool = False,
+    upsample_ratio: float | None = None,
+) -> tuple[VertexTop1, Tensor, Tensor] | tuple[VertexTop1, Tensor, Tensor, Tensor]:
     """One decoder pass on the decoding graph, reduced to what the top-1 decoders read.
 
     Args:
@@ -256,10 +258,13 @@ def graph_top1(
         prune_threshold: compute the token head only on :func:`kept_vertices` (passing
             probability ≥ τ); the others get ``s = −inf`` and ``<pad>``. Ignored with
             ``path_only``, which computes less.
+        return_states: also return the decoder states ``(B, L, d)`` (for
+            :func:`output_match`: ``log P(y|x)`` of the outputs from this same pass).
+        upsample_ratio: the decoding λ; ``None`` = the model's (``decoding_upsample_ratio``).
 
     Returns:
         ``(top1, links, graph_lengths)``: :class:`VertexTop1` ``(B, L)``, ``(B, L, L)`` fp32
-        links, ``(B,)`` int64 graph sizes.
+        links, ``(B,)`` int64 graph sizes; then the states when ``return_states``.
 
     Raises:
         ValueError: ``prune_threshold`` outside ``[0, 1]``; a shortlist for another vocabulary.
@@ -271,7 +276,8 @@ def graph_top1(
             f"{model.config.vocab_size}"
         )
     with torch.inference_mode(), precision_autocast(model):
-        graph_lengths = model.graph_lengths(source.ne(PAD_ID).sum(dim=1), decoding=True)  # (B,)
+        source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
+        graph_lengths = model.graph_lengths(source_lengths, True, upsample_ratio)  # (B,)
         decoder_tokens = model.decoder_input_tokens(graph_lengths)  # (B, L)
         states = model.decoder_states(model.encode(source), decoder_tokens)  # (B, L, d)
         links = check_finite(model.links_head(states, graph_lengths), "link scores")  # (B, L, L)
@@ -297,4 +303,41 @@ def graph_top1(
                 rows = wanted[row]  # (L,)
                 s[row, rows], tok[row, rows] = vertex_top1_of_states(model, states[row, rows], cand)
         check_finite(s, "token log-probabilities")
+    if return_states:
+        return VertexTop1(s, tok), links, graph_lengths, states
     return VertexTop1(s, tok), links, graph_lengths
+
+
+def output_match(model: nn.Module, states: Tensor, targets: Tensor) -> Tensor:
+    """``match[b, t, v] = log p_v(y_t)`` of the full model for given outputs, from the states
+    of one decoder pass (the input of :func:`fadat.dag.dag_log_likelihood_from_match`).
+
+    Exact whatever shortlist or pruning the decoder used: the log-softmax normaliser of each
+    vertex runs over the full vocabulary (:func:`_logits`, in blocks of
+    :data:`TOP1_BLOCK_ROWS` vertices, fp32), so the result is the ``log P(y|x)`` that
+    ``fadat score`` computes (paper Eq. 3), at the cost of the full token head once.
+
+    Args:
+        model: a :class:`fadat.model.DATModel`, possibly converted by :func:`with_precision`.
+        states: ``(B, L, d)`` decoder states (:func:`graph_top1` with ``return_states``).
+        targets: ``(B, T)`` int64 ``<s> y </s>`` right-padded with ``<pad>``.
+
+    Returns:
+        ``(B, T, L)`` fp32; padded target positions hold the ``<pad>`` log-prob (ignored by the
+        DP past ``T_b``).
+
+    Raises:
+        NonFiniteOutputError: NaN or +inf log-probs (:func:`fadat.architectures.check_finite`;
+            a NaN or +inf logit anywhere in a vertex's row makes its normaliser, and so every
+            gathered entry of that vertex, NaN).
+    """
+    b, size, d = states.shape
+    flat = states.reshape(b * size, d)  # (B·L, d)
+    owner = torch.arange(b, device=states.device).repeat_interleave(size)  # (B·L,)
+    match = torch.empty(b * size, targets.shape[1], dtype=torch.float32, device=states.device)
+    for start in range(0, b * size, TOP1_BLOCK_ROWS):
+        stop = start + TOP1_BLOCK_ROWS
+        block = torch.log_softmax(_logits(model, flat[start:stop]).float(), dim=-1)  # (rows, V)
+        match[start:stop] = block.gather(1, targets[owner[start:stop]])  # (rows, T)
+    match = match.view(b, size, -1).transpose(1, 2)  # (B, T, L)
+    return check_finite(match, "token log-probabilities")

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fadat.architectures import BatchScores, Scored, TranslationModel
-from fadat.data.contract import PAD_ID
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, pad_sequences
 from fadat.inference import PRECISIONS
 from fadat.model_dir import PretrainedMixin
 from fadat.transformer import (
@@ -320,11 +320,15 @@ class DATModel(PretrainedMixin, TranslationModel):
         except (TypeError, ImportError) as err:
             raise ValueError(str(err)) from err
 
-    def graph_outputs(self, source: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def graph_outputs(
+        self, source: Tensor, upsample_ratio: float | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
         """One decoder pass on the graph that decoding uses (sizes from the decoding λ).
 
         Args:
             source: ``(B, S)`` int64 ``x </s>`` right-padded.
+            upsample_ratio: the decoding λ; ``None`` = the model's
+                (``config.decoding_upsample_ratio``).
 
         Returns:
             ``(token_logprobs (B, L, V) fp32, links (B, L, L) fp32, graph_lengths (B,) int64)``.
@@ -336,14 +340,21 @@ class DATModel(PretrainedMixin, TranslationModel):
         from fadat.architectures import check_finite
 
         source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
-        graph_lengths = self.graph_lengths(source_lengths, decoding=True)  # (B,)
+        graph_lengths = self.graph_lengths(source_lengths, True, upsample_ratio)  # (B,)
         token_logprobs, links = self(source, graph_lengths)  # (B, L, V), (B, L, L)
         check_finite(links, "link scores")
         check_finite(token_logprobs, "token log-probabilities")
         return token_logprobs, links, graph_lengths
 
     def translate_batch(
-        self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
+        self,
+        source: Tensor,
+        strategy: str,
+        options: dict[str, Any],
+        nbest: int = 1,
+        *,
+        upsample_ratio: float | None = None,
+        with_log_prob: bool = False,
     ) -> list[list[Scored]]:
         """One decoder pass and ``nbest`` decodes of the graph (:func:`fadat.decoding.decode`).
 
@@ -353,31 +364,55 @@ class DATModel(PretrainedMixin, TranslationModel):
         full ``(B, L, V)`` path). n-best (``sample`` only) by repeated draws: draw k uses
         ``seed + k`` so the list is reproducible; duplicates are merged (keeping the best
         score) and the rest ranked.
+
+        Args:
+            source: ``(B, S)`` int64 ``x </s>`` right-padded.
+            strategy, options, nbest: see :class:`fadat.architectures.TranslationModel`.
+            upsample_ratio: the decoding λ (graph size ``L = λ·|x </s>|``); ``None`` = the
+                model's (``config.decoding_upsample_ratio``).
+            with_log_prob: also give each output's ``log P(y|x)`` (paper Eq. 3 over
+                ``|<s> y </s>|`` tokens, as :meth:`score_batch` computes it) from this same
+                pass. On the fast path that costs the full token head once
+                (:func:`fadat.inference.output_match`: full-vocabulary normalisers, so exact with
+                a shortlist or pruning too), which the fast path otherwise avoids; off, the
+                hypotheses carry ``log_prob=None``.
         """
         from fadat.decoding import decode
-        from fadat.inference import graph_top1, precision_autocast, reads_top1_only
+        from fadat.inference import graph_top1, output_match, precision_autocast, reads_top1_only
 
         if nbest == 1 and reads_top1_only(strategy, options):
-            top1, links, lengths = graph_top1(
+            top1, links, lengths, states = graph_top1(
                 self,
                 source,
                 path_only=strategy == "greedy",
                 shortlist=getattr(self, "inference_shortlist", None),
                 prune_threshold=getattr(self, "inference_prune_threshold", None),
+                return_states=True,
+                upsample_ratio=upsample_ratio,
             )
             hyps = decode(top1, links, lengths, strategy, **options)
-            return [[(list(h.tokens), float(h.score))] for h in hyps]
+            outputs = [list(h.tokens) for h in hyps]
+            log_probs: list[float | None] = [None] * len(outputs)
+            if with_log_prob:
+                from fadat.dag import dag_log_likelihood_from_match
+
+                targets, target_lengths = _bos_eos_rows(outputs, source.device)  # (B, T), (B,)
+                with torch.inference_mode(), precision_autocast(self):
+                    match = output_match(self, states, targets)  # (B, T, L)
+                log_probs = dag_log_likelihood_from_match(
+                    match, links, lengths, target_lengths
+                ).tolist()
+            return [
+                [Scored(y, float(h.score), lp, len(y) + 2)]
+                for y, h, lp in zip(outputs, hyps, log_probs, strict=True)
+            ]
         with torch.inference_mode(), precision_autocast(self):
-            token_logprobs, links, graph_lengths = self.graph_outputs(source)
-        if nbest == 1:
-            hyps = decode(token_logprobs, links, graph_lengths, strategy, **options)
-            return [[(list(h.tokens), float(h.score))] for h in hyps]
-        seed = options.get("seed")
+            token_logprobs, links, graph_lengths = self.graph_outputs(source, upsample_ratio)
         draws = []
         for k in range(nbest):
             opts = dict(options)
-            if seed is not None:
-                opts["seed"] = int(seed) + k
+            if nbest > 1 and options.get("seed") is not None:
+                opts["seed"] = int(options["seed"]) + k
             draws.append(decode(token_logprobs, links, graph_lengths, strategy, **opts))
         out = []
         for b in range(source.shape[0]):
@@ -386,17 +421,34 @@ class DATModel(PretrainedMixin, TranslationModel):
                 h = draw[b]
                 key = tuple(h.tokens)
                 unique[key] = max(unique.get(key, -math.inf), float(h.score))
-            ranked = sorted(unique.items(), key=lambda kv: -kv[1])
+            ranked = sorted(unique.items(), key=lambda kv: -kv[1]) if nbest > 1 else unique.items()
             out.append([(list(tokens), score) for tokens, score in ranked])
-        return out
+        owner = [b for b, hyps in enumerate(out) for _ in hyps]
+        flat = [tokens for hyps in out for tokens, _ in hyps]
+        log_probs = [None] * len(flat)
+        if with_log_prob:  # one DP over every listed output, on this pass's log-probs
+            log_probs = outputs_log_prob(token_logprobs, links, graph_lengths, owner, flat)
+        found = iter(log_probs)
+        return [
+            [Scored(tokens, score, next(found), len(tokens) + 2) for tokens, score in hyps]
+            for hyps in out
+        ]
 
-    def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
+    def score_batch(
+        self,
+        source: Tensor,
+        target: Tensor,
+        target_lengths: Tensor,
+        *,
+        upsample_ratio: float | None = None,
+    ) -> BatchScores:
         """``log P(y|x)`` by paper Eq. 3 (:func:`fadat.dag.dag_log_likelihood`) on the graph that
-        translation decodes, over ``|<s> y </s>|`` tokens; ``-inf`` when the target has more
-        tokens than the graph has vertices."""
+        translation decodes (λ = ``upsample_ratio``, ``None`` = the model's decoding λ), over
+        ``|<s> y </s>|`` tokens; ``-inf`` when the target has more tokens than the graph has
+        vertices."""
         from fadat.dag import dag_log_likelihood
 
-        token_logprobs, links, graph_lengths = self.graph_outputs(source)
+        token_logprobs, links, graph_lengths = self.graph_outputs(source, upsample_ratio)
         log_probs = dag_log_likelihood(
             token_logprobs, links, target, graph_lengths, target_lengths
         )  # (B,)
@@ -409,3 +461,42 @@ class DATModel(PretrainedMixin, TranslationModel):
         return BatchScores(
             [float(v) for v in log_probs], [int(t) for t in target_lengths], problems
         )
+
+
+def outputs_log_prob(
+    token_logprobs: Tensor,
+    links: Tensor,
+    graph_lengths: Tensor,
+    owner: list[int],
+    outputs: list[list[int]],
+) -> list[float]:
+    """``log P(y|x)`` (paper Eq. 3) of given outputs on graphs already computed: the DP of
+    :meth:`DATModel.score_batch` without its decoder pass.
+
+    Args:
+        token_logprobs: ``(B, L, V)`` fp32, links ``(B, L, L)`` fp32, graph_lengths ``(B,)``
+            int64: :meth:`DATModel.graph_outputs`.
+        owner: per output, the batch row whose graph scores it.
+        outputs: per output, its token ids without ``<s>``/``</s>`` (``|<s> y </s>|`` tokens
+            are scored; ``-inf`` where that exceeds the graph's vertices).
+
+    Returns:
+        One float per output, in nats.
+    """
+    from fadat.dag import dag_log_likelihood_from_match, gather_match
+
+    if not outputs:
+        return []
+    index = torch.tensor(owner, device=token_logprobs.device)  # (N,)
+    targets, target_lengths = _bos_eos_rows(outputs, token_logprobs.device)  # (N, T), (N,)
+    match = gather_match(token_logprobs[index], targets)  # (N, T, L)
+    return dag_log_likelihood_from_match(
+        match, links[index], graph_lengths[index], target_lengths
+    ).tolist()
+
+
+def _bos_eos_rows(outputs: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
+    """Token lists ``y`` → ``(<s> y </s>`` right-padded ``(N, T)`` int64, lengths ``(N,)``)."""
+    rows = [[BOS_ID, *tokens, EOS_ID] for tokens in outputs]
+    lengths = torch.tensor([len(r) for r in rows], device=device)  # (N,)
+    return pad_sequences(rows).to(device), lengths

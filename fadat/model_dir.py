@@ -9,7 +9,6 @@ for every architecture of :data:`fadat.architectures.ARCHITECTURES` by one imple
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shutil
@@ -293,16 +292,12 @@ def resolve_device(name: str | torch.device | None) -> torch.device:
 def load_model(
     directory: str | Path,
     device: str | torch.device | None = "cpu",
-    upsample_ratio: float | None = None,
 ) -> tuple[TranslationModel, Any]:
     """Load a model directory (DAT or AT, by config.json's ``model_type``) and its tokenizer.
 
     Args:
         directory: written by ``save_pretrained`` (config.json + model.safetensors + spm.model).
         device: device for the weights.
-        upsample_ratio: λ at decoding (``decode_upsample_ratio``; DA-Transformer's
-            ``--decode-upsample-scale``) instead of the one stored; architectures without a
-            graph ignore it.
 
     Returns:
         ``(model in eval mode, sentencepiece processor)``.
@@ -310,17 +305,12 @@ def load_model(
     Raises:
         InputError: missing or corrupt directory or files (from
             :func:`load_pretrained`), no sentencepiece model, or a sentencepiece
-            model whose size or special ids disagree with the model (vocabulary mismatch),
-            or ``upsample_ratio <= 0``.
+            model whose size or special ids disagree with the model (vocabulary mismatch).
     """
     from fadat.data.spm import load_sentencepiece
 
-    if upsample_ratio is not None and not upsample_ratio > 0:
-        raise InputError(f"--upsample-ratio must be > 0, got {upsample_ratio}")
     device = resolve_device(device)
     model = load_pretrained(directory, map_location=device)
-    if upsample_ratio is not None:
-        model.config = dataclasses.replace(model.config, decode_upsample_ratio=upsample_ratio)
     path = spm_model_path(directory)
     if path is None:
         raise InputError(f"{directory}: the model directory has no sentencepiece model")

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
-from fadat.data.contract import PAD_ID, UNK_ID
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.model_dir import PretrainedMixin
 from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert, decoder_input
 
@@ -88,9 +88,24 @@ class NATModel(PretrainedMixin, TranslationModel):
     # ---- the translation-model interface (fadat.architectures.TranslationModel)
 
     def translate_batch(
-        self, source: Tensor, strategy: str, options: dict[str, Any], nbest: int = 1
+        self,
+        source: Tensor,
+        strategy: str,
+        options: dict[str, Any],
+        nbest: int = 1,
+        *,
+        upsample_ratio: float | None = None,
+        with_log_prob: bool = False,
     ) -> list[list[Scored]]:
-        """Argmax decoding; score = ``log P(T̂|x) + Σ_t max_y log p_t(y)`` (nats)."""
+        """Argmax decoding; score = ``log P(T̂|x) + Σ_t max_y log p_t(y)`` (nats).
+
+        ``upsample_ratio`` is ignored (the length is predicted, not ``λ·|x|``). With
+        ``with_log_prob``, ``log P(y|x)`` of the output, as :meth:`score_batch` computes it,
+        from the same pass: ``log P(T̂|x) + log p_0(<s>) + Σ_{0<t<T̂−1} log p_t(y_t) +
+        log p_{T̂−1}(</s>)``; ``None`` when not asked, or when an argmax token is ``<pad>``
+        (dropped from the output, whose length is then not ``T̂``: its probability needs a
+        decoder pass of another length).
+        """
         encoder_out = self.encode(source)
         length_lp = check_finite(self.length_logprobs(encoder_out), "length log-probabilities")
         lengths = self.predict_lengths(encoder_out)  # (B,)
@@ -99,17 +114,34 @@ class NATModel(PretrainedMixin, TranslationModel):
         lp = check_finite(torch.log_softmax(logits.float(), dim=-1), "token log-probabilities")
         best, tokens = lp.max(dim=-1)  # (B, T)
         width = tokens.shape[1]
-        on = torch.arange(width, device=tokens.device)[None, :] < lengths[:, None]  # (B, T)
+        pos = torch.arange(width, device=tokens.device)[None, :]  # (1, T)
+        on = pos < lengths[:, None]  # (B, T)
         scores = (best.double() * on).sum(1) + length_lp[:, 0].double()  # (B,)
+        gold = torch.where(pos == 0, BOS_ID, tokens)
+        gold = torch.where(pos == lengths[:, None] - 1, EOS_ID, gold)  # (B, T) <s> y </s>
+        gold_lp = lp.gather(2, gold[..., None])[..., 0]  # (B, T)
+        log_probs = (gold_lp.double() * on).sum(1) + length_lp[:, 0].double()  # (B,)
         out = []
-        for row, n, score in zip(tokens.tolist(), lengths.tolist(), scores.tolist(), strict=True):
-            out.append([([t for t in row[1 : n - 1] if t != PAD_ID], float(score))])
+        for row, n, score, log_prob in zip(
+            tokens.tolist(), lengths.tolist(), scores.tolist(), log_probs.tolist(), strict=True
+        ):
+            kept = [t for t in row[1 : n - 1] if t != PAD_ID]
+            exact = with_log_prob and len(kept) == n - 2
+            out.append([Scored(kept, float(score), float(log_prob) if exact else None, n)])
         return out
 
-    def score_batch(self, source: Tensor, target: Tensor, target_lengths: Tensor) -> BatchScores:
+    def score_batch(
+        self,
+        source: Tensor,
+        target: Tensor,
+        target_lengths: Tensor,
+        *,
+        upsample_ratio: float | None = None,
+    ) -> BatchScores:
         """``log P(y|x) = log P(T|x) + Σ_t log p_t(y_t)`` over the ``T`` positions of
         ``<s> y </s>`` (the positions are independent given ``x`` and ``T``); ``-inf`` for a
-        target longer than the length classes or the decoder's positions."""
+        target longer than the length classes or the decoder's positions. ``upsample_ratio``
+        is ignored."""
         limit = min(MAX_LENGTH_CLASSES - 1, self.config.max_target_positions)
         fits = target_lengths <= limit  # (B,)
         lengths = torch.where(fits, target_lengths, torch.full_like(target_lengths, 2))
@@ -131,8 +163,9 @@ class NATModel(PretrainedMixin, TranslationModel):
         ]
         return BatchScores(total.tolist(), [int(t) for t in target_lengths], problems)
 
-    def batch_cost(self, source_length: int) -> int:
-        """An estimate of the decoder length before it is predicted: ``2·|x| + 2`` positions."""
+    def batch_cost(self, source_length: int, upsample_ratio: float | None = None) -> int:
+        """An estimate of the decoder length before it is predicted: ``2·|x| + 2`` positions
+        (``upsample_ratio`` is ignored)."""
         return min(2 * source_length + 2, self.config.max_target_positions)
 
     def length_budget(self) -> tuple[float, int | None]:

@@ -89,10 +89,16 @@ def run(args: argparse.Namespace) -> int:
             ("--model", args.model),
         ],
     )
-    model, sp = load_model(args.model, args.device, args.upsample_ratio)
+    model, sp = load_model(args.model, args.device)
     sources, targets, name = read_pairs(args)
     scores = score_pairs(
-        model, sp, sources, targets, max_tokens=args.max_tokens, warn=stderr_warner(name)
+        model,
+        sp,
+        sources,
+        targets,
+        max_tokens=args.max_tokens,
+        warn=stderr_warner(name),
+        upsample_ratio=args.upsample_ratio,
     )
     with open_output(args.output) as out:
         for s in scores:

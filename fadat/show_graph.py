@@ -315,11 +315,15 @@ def run(args: argparse.Namespace) -> int:
     for name in ("min_passing", "min_flow"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise InputError(f"--{name.replace('_', '-')} must be in [0, 1]")
-    model, sp = load_dat_model(args.model, args.device, args.upsample_ratio)
+    model, sp = load_dat_model(args.model, args.device)
     options = decoding_options(args, model, args.strategy)
     check_strategy(model, args.strategy, options, cli=True)
     ((_, token_logprobs, links, graph_lengths),) = model_outputs(
-        model, sp, [args.sentence], warn=stderr_warner("sentence")
+        model,
+        sp,
+        [args.sentence],
+        warn=stderr_warner("sentence"),
+        upsample_ratio=args.upsample_ratio,
     )
     (hyp,) = decode(token_logprobs, links, graph_lengths, args.strategy, **options)
     size = int(graph_lengths[0])

@@ -66,11 +66,18 @@ class Translation:
         score: the strategy's score in nats: DAT ``Hypothesis.score`` (``log P(a|x)`` plus the
             path tokens' log-probabilities, see :mod:`fadat.decoding`); AT the length-normalised
             beam score ``log P(y|x) / (|y|+1)^α``. NaN for an empty input line (not scored).
+        log_prob: ``log P(y|x)`` of ``tokens`` in nats from the translating pass
+            (:class:`fadat.architectures.Scored`) when asked for (``with_log_prob``); NaN for
+            an empty input line; ``None`` when not asked or where the model cannot give it
+            from that pass.
+        covers: the number of tokens ``log_prob`` covers (as :attr:`PairScore.tokens`).
     """
 
     text: str
     tokens: list[int]
     score: float
+    log_prob: float | None = math.nan
+    covers: int = 1
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,23 @@ def check_option_values(options: dict[str, Any]) -> None:
             raise InputError(f"option {name}: {err}") from None
 
 
+def check_upsample_ratio(upsample_ratio: Any) -> None:
+    """Check a decoding λ given by a caller (``None`` = the model's own).
+
+    Raises:
+        InputError: not ``None`` nor a finite number > 0.
+    """
+    if upsample_ratio is not None and (
+        isinstance(upsample_ratio, bool)
+        or not isinstance(upsample_ratio, int | float)
+        or not math.isfinite(upsample_ratio)
+        or upsample_ratio <= 0
+    ):
+        raise InputError(
+            f"upsample_ratio must be None or a finite number > 0, got {upsample_ratio!r}"
+        )
+
+
 # ----------------------------------------------------------------------------------------------
 # Encoding, batching
 
@@ -269,6 +293,8 @@ def translate_lines(
     max_sentences: int | None = None,
     warn: Warn | None = None,
     check: bool = True,
+    upsample_ratio: float | None = None,
+    with_log_prob: bool = False,
 ) -> list[list[Translation]]:
     """Translate raw text lines: encode → batch → model → decode → detokenise, in input order.
 
@@ -293,13 +319,18 @@ def translate_lines(
         warn: receives warnings (over-long lines); default :func:`warnings.warn`.
         check: validate strategy and options first (:func:`check_strategy`); callers that
             already did may skip it.
+        upsample_ratio: the decoding λ (``--upsample-ratio``: graph size ``λ·|x </s>|`` of a
+            DAT, decoder length of a CTC); ``None`` = the model's. The model is not changed.
+        with_log_prob: fill each :attr:`Translation.log_prob` from the translating pass
+            (:meth:`~fadat.architectures.TranslationModel.translate_batch`; it can cost more
+            than the translation, so it is off unless asked for).
 
     Returns:
         For each line, a list of :class:`Translation` (best first; exactly one when
         ``nbest == 1``; one empty translation with NaN score for an empty line).
 
     Raises:
-        InputError: as :func:`check_strategy`.
+        InputError: as :func:`check_strategy` and :func:`check_upsample_ratio`.
         NonFiniteOutputError: the model's outputs for a line are NaN or infinite (an
             InputError naming the model directory and the line).
     """
@@ -316,6 +347,8 @@ def translate_lines(
             max_sentences=max_sentences,
             warn=warn,
             check=check,
+            upsample_ratio=upsample_ratio,
+            with_log_prob=with_log_prob,
         )
     ]
 
@@ -334,6 +367,8 @@ def iter_translations(
     warn: Warn | None = None,
     check: bool = True,
     progress: Callable[[int], None] | None = None,
+    upsample_ratio: float | None = None,
+    with_log_prob: bool = False,
 ) -> Iterator[tuple[int, list[Translation]]]:
     """:func:`translate_lines` as a stream: ``(line index, hypotheses)`` in input order, one
     chunk at a time, as soon as the chunk is done.
@@ -344,8 +379,8 @@ def iter_translations(
     batch sentences of similar length better.
 
     Args:
-        model, sp, lines, strategy, options, nbest, max_tokens, max_sentences, warn, check:
-            as :func:`translate_lines`.
+        model, sp, lines, strategy, options, nbest, max_tokens, max_sentences, warn, check,
+        upsample_ratio, with_log_prob: as :func:`translate_lines`.
         chunk_lines: lines per chunk (``None`` or 0: all).
         progress: called with the number of lines each finished batch (or empty line) covers.
 
@@ -353,7 +388,8 @@ def iter_translations(
         ``(index, hypotheses)`` for every line, ``index`` = 0, 1, 2, ….
 
     Raises:
-        InputError: as :func:`check_strategy`, or ``chunk_lines < 0``.
+        InputError: as :func:`check_strategy` and :func:`check_upsample_ratio`, or
+            ``chunk_lines < 0``.
     """
     from fadat.data.spm import decode as detokenize
 
@@ -361,6 +397,7 @@ def iter_translations(
     options = dict(options or {})
     if check:
         check_strategy(model, strategy, options, nbest)
+        check_upsample_ratio(upsample_ratio)
     if chunk_lines is not None and chunk_lines < 0:
         raise InputError(f"chunk_lines must be >= 0, got {chunk_lines}")
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
@@ -373,17 +410,26 @@ def iter_translations(
         todo = [i for i, ids in enumerate(encoded) if ids is not None]
         if progress is not None and len(chunk) > len(todo):
             progress(len(chunk) - len(todo))  # empty lines: nothing to translate
-        costs = [model.batch_cost(len(encoded[i])) for i in todo]
+        costs = [model.batch_cost(len(encoded[i]), upsample_ratio) for i in todo]
         with torch.inference_mode():
             for batch in make_batches(costs, max_tokens, max_sentences):
                 rows = [todo[k] for k in batch]
                 source = pad_sequences([encoded[i] for i in rows]).to(device)  # (B, S)
                 with naming_inputs(model, [start + i + 1 for i in rows]):
-                    hyps = model.translate_batch(source, strategy, options, nbest)
+                    hyps = model.translate_batch(
+                        source,
+                        strategy,
+                        options,
+                        nbest,
+                        upsample_ratio=upsample_ratio,
+                        with_log_prob=with_log_prob,
+                    )
                 for i, sentence_hyps in zip(rows, hyps, strict=True):
                     results[i] = [
-                        Translation(detokenize(sp, tokens), tokens, score)
-                        for tokens, score in sentence_hyps
+                        Translation(
+                            detokenize(sp, h.tokens), h.tokens, h.score, h.log_prob, h.covers
+                        )
+                        for h in sentence_hyps
                     ]
                 if progress is not None:
                     progress(len(rows))
@@ -398,6 +444,7 @@ def score_pairs(
     *,
     max_tokens: int | None = DEFAULT_MAX_TOKENS,
     warn: Warn | None = None,
+    upsample_ratio: float | None = None,
 ) -> list[PairScore]:
     """``log P(y|x)`` of (source, target) pairs, in input order.
 
@@ -411,23 +458,25 @@ def score_pairs(
         sources, targets: raw text, equally many.
         max_tokens: per-batch budget (the model's ``batch_cost`` of the source).
         warn: receives warnings (truncated sources, targets the model cannot score).
+        upsample_ratio: the decoding λ (as :func:`translate_lines`); ``None`` = the model's.
 
     Returns:
         One :class:`PairScore` per pair.
 
     Raises:
-        InputError: different numbers of sources and targets.
+        InputError: different numbers of sources and targets; as :func:`check_upsample_ratio`.
         NonFiniteOutputError: as :func:`translate_lines`.
     """
     from fadat.data.spm import encode_target
 
     if len(sources) != len(targets):
         raise InputError(f"{len(sources)} source lines but {len(targets)} target lines")
+    check_upsample_ratio(upsample_ratio)
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
     src_ids = encode_sources(sp, sources, model.config.max_source_positions, warn, keep_empty=True)
     tgt_ids = [list(encode_target(sp, line)) for line in targets]  # <s> y </s>
     results: list[PairScore] = [PairScore(math.nan, 1)] * len(sources)
-    costs = [model.batch_cost(len(ids)) for ids in src_ids]
+    costs = [model.batch_cost(len(ids), upsample_ratio) for ids in src_ids]
     device = model_device(model)
     with torch.inference_mode():
         for batch in make_batches(costs, max_tokens):
@@ -435,7 +484,9 @@ def score_pairs(
             target = pad_sequences([tgt_ids[i] for i in batch]).to(device)  # (B, T)
             target_lengths = torch.tensor([len(tgt_ids[i]) for i in batch], device=device)
             with naming_inputs(model, [i + 1 for i in batch]):
-                scores = model.score_batch(source, target, target_lengths)
+                scores = model.score_batch(
+                    source, target, target_lengths, upsample_ratio=upsample_ratio
+                )
             for k, i in enumerate(batch):
                 if scores.problems[k] is not None:
                     warn(f"line {i + 1}: {scores.problems[k]}")
@@ -458,12 +509,19 @@ class Translator:
     Attributes:
         model: the loaded DAT or AT model (eval mode).
         sp: its sentencepiece processor.
+        upsample_ratio: the decoding λ every call decodes and scores with (``None`` = the
+            model's); passed as an argument, the model's config is not changed.
+
+    Raises:
+        InputError: as :func:`check_vocabulary` and :func:`check_upsample_ratio`.
     """
 
-    def __init__(self, model: nn.Module, sp: Any) -> None:
+    def __init__(self, model: nn.Module, sp: Any, upsample_ratio: float | None = None) -> None:
         check_vocabulary(sp, model)
+        check_upsample_ratio(upsample_ratio)
         self.model = model
         self.sp = sp
+        self.upsample_ratio = upsample_ratio
 
     @classmethod
     def from_pretrained(
@@ -475,16 +533,16 @@ class Translator:
         shortlist: bool | str | Path | None = None,
         prune_threshold: float | None = None,
     ) -> Translator:
-        """Load a model directory (DAT or AT) onto ``device``; ``upsample_ratio`` replaces the
-        decoding λ of a DAT (see :func:`fadat.model_dir.load_model`); a DAT can run in
+        """Load a model directory (DAT or AT) onto ``device``; ``upsample_ratio`` is the
+        decoding λ the translator passes to the model (:attr:`upsample_ratio`); a DAT can run in
         ``precision`` ``fp32``, ``bf16`` or ``int8`` weights on the CPU
         (:func:`fadat.inference.with_precision`), with a vocabulary ``shortlist`` (``True``:
         the directory's ``shortlist.safetensors``, or a path) and with the token head pruned
         to vertices of passing probability ≥ ``prune_threshold`` (:func:`apply_reduced_head`).
 
         Raises:
-            InputError: as :func:`load_model`, :func:`apply_precision` and
-                :func:`apply_reduced_head`.
+            InputError: as :func:`load_model`, :func:`apply_precision`,
+                :func:`apply_reduced_head` and :func:`check_upsample_ratio`.
         """
         if not isinstance(directory, str | Path):
             raise InputError(
@@ -495,18 +553,11 @@ class Translator:
                 name == "precision" and not isinstance(value, str)
             ):
                 raise InputError(f"{name} must be a string, got {type(value).__name__}")
-        if upsample_ratio is not None and (
-            isinstance(upsample_ratio, bool)
-            or not isinstance(upsample_ratio, int | float)
-            or not math.isfinite(upsample_ratio)
-            or upsample_ratio <= 0
-        ):
-            raise InputError(
-                f"upsample_ratio must be None or a finite number > 0, got {upsample_ratio!r}"
-            )
-        model, sp = load_model(directory, device, upsample_ratio)
+        check_upsample_ratio(upsample_ratio)
+        model, sp = load_model(directory, device)
         model = apply_precision(model, precision)
-        return cls(apply_reduced_head(model, directory, shortlist, prune_threshold), sp)
+        model = apply_reduced_head(model, directory, shortlist, prune_threshold)
+        return cls(model, sp, upsample_ratio)
 
     @property
     def model_type(self) -> str:
@@ -544,6 +595,7 @@ class Translator:
             strategy=strategy,
             options=options,
             max_tokens=_max_tokens(max_tokens),
+            upsample_ratio=self.upsample_ratio,
         )
         texts = [hyps[0].text for hyps in results]
         return texts[0] if single else texts
@@ -572,6 +624,7 @@ class Translator:
             options=options,
             nbest=nbest,
             max_tokens=_max_tokens(max_tokens),
+            upsample_ratio=self.upsample_ratio,
         )
         return results[0] if single else results
 
@@ -594,7 +647,14 @@ class Translator:
         tgt, single_tgt = _sentences(targets, "targets")
         if single_src != single_tgt:
             raise InputError("give sources and targets both as strings or both as sequences")
-        scores = score_pairs(self.model, self.sp, src, tgt, max_tokens=_max_tokens(max_tokens))
+        scores = score_pairs(
+            self.model,
+            self.sp,
+            src,
+            tgt,
+            max_tokens=_max_tokens(max_tokens),
+            upsample_ratio=self.upsample_ratio,
+        )
         return scores[0] if single_src else scores
 
 
@@ -770,7 +830,7 @@ def run(args: argparse.Namespace) -> int:
     """
     apply_threads(args.threads)
     check_output(args.output, [("--input", args.input), ("--model", args.model)])
-    model, sp = load_model(args.model, args.device, args.upsample_ratio)
+    model, sp = load_model(args.model, args.device)
     model = apply_precision(model, args.precision)
     model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)
     strategy = args.strategy or model.default_strategy
@@ -793,6 +853,7 @@ def run(args: argparse.Namespace) -> int:
         warn=stderr_warner(args.input or "<stdin>"),
         check=False,
         progress=bar.update,
+        upsample_ratio=args.upsample_ratio,
     )
     try:
         with open_output(args.output) as out:

@@ -110,4 +110,4 @@ def _translate(model: TranslationModel, batch: Batch, cfg: TrainConfig) -> list[
     β = ``decode_beta`` for DAT, greedy for AT, argmax for NAT and CTC)."""
     options = {name: getattr(cfg, field) for name, field in model.validation_options.items()}
     hyps = model.translate_batch(batch.source, model.validation_strategy, options)
-    return [tokens for ((tokens, _score),) in hyps]
+    return [hyp.tokens for (hyp,) in hyps]

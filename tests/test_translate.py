@@ -540,28 +540,36 @@ def test_copy_model_reproduces_heldout_inputs(copy_model, capsys, monkeypatch, t
 
 def test_decode_upsample_ratio_changes_the_graph(models, capsys, monkeypatch):
     """--upsample-ratio / Translator.from_pretrained(upsample_ratio=) set the decoding λ (the
-    reference's --decode-upsample-scale): the graph size and the scores follow it, the stored
-    training λ does not change; AT models ignore it; λ <= 0 is bad input."""
+    reference's --decode-upsample-scale) as an argument: the graph size and the scores follow
+    it, the loaded model's config does not change; AT models ignore it; λ <= 0 is bad input."""
     from fadat.data.contract import PAD_ID
     from fadat.data.spm import encode_source
 
     default = Translator.from_pretrained(models["dat"])
     wide = Translator.from_pretrained(models["dat"], upsample_ratio=6.0)
-    assert wide.model.config.decoding_upsample_ratio == 6.0
-    assert wide.model.config.upsample_ratio == default.model.config.upsample_ratio
+    assert wide.upsample_ratio == 6.0 and default.upsample_ratio is None
+    assert wide.model.config == default.model.config
+    assert wide.model.config.decoding_upsample_ratio != 6.0
     source = torch.tensor([list(encode_source(wide.sp, "ab cd ef"))])
-    assert wide.model.batch_cost(source.shape[1]) == int(6.0 * source.shape[1])
-    _, _, graph_lengths = wide.model.graph_outputs(source)
+    assert wide.model.batch_cost(source.shape[1], 6.0) == int(6.0 * source.shape[1])
+    _, _, graph_lengths = wide.model.graph_outputs(source, 6.0)
     assert int(graph_lengths[0]) == int(6.0 * int(source.ne(PAD_ID).sum()))
     scores = [t.translate_nbest(["ab cd"], 1)[0][0].score for t in (default, wide)]
     assert scores[0] != scores[1]
+    config = wide.model.config
+    assert wide.model.config is config  # the calls above left it alone
+    lines = ["ab cd", "ef ab cd", "cd"]
     code, out, err = run_cli(
-        ["translate", "--model", str(models["dat"]), "--upsample-ratio", "6"],
+        ["translate", "--model", str(models["dat"]), "--upsample-ratio", "6", "--print-scores"],
         capsys,
         monkeypatch,
-        b"ab cd\n",
+        "".join(line + "\n" for line in lines).encode(),
     )
-    assert code == 0 and out.count("\n") == 1
+    assert code == 0, err
+    # the verb decodes at λ = 6 too: the scores of Translator(upsample_ratio=6), not the default
+    want = [f"{h[0].score:.4f}\t{h[0].text}" for h in wide.translate_nbest(lines, 1)]
+    assert out.splitlines() == want
+    assert [f"{h[0].score:.4f}\t{h[0].text}" for h in default.translate_nbest(lines, 1)] != want
     at = Translator.from_pretrained(models["at"], upsample_ratio=6.0)
     assert at.translate(["ab cd"]) == Translator.from_pretrained(models["at"]).translate(["ab cd"])
     code, _, err = run_cli(
