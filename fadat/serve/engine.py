@@ -11,11 +11,21 @@ one sentence's translation as plain numbers (:meth:`Engine.graph`, DA-Transforme
 
 **Confidence** (:func:`confidence`): the geometric mean of the model's probability of each
 token of its own output, ``exp(log P(y|x) / T)``, where ``log P(y|x)`` is the model's score of
-the output text re-encoded by sentencepiece (paper Eq. 3 for a DAT: every path of the graph;
-the chain rule for an AT) and ``T`` the number of tokens that score covers
-(:class:`fadat.translate.PairScore`: ``|<s> y </s>|`` for DAT, ``|y </s>|`` for AT). It is in
-``(0, 1]``; 1 means the model is sure of every token. Its use as a quality estimate is measured
-in ``bench/qe_confidence.py``.
+its output tokens (paper Eq. 3 for a DAT: every path of the graph; the chain rule for an AT),
+taken from the pass that translated them
+(:meth:`~fadat.architectures.TranslationModel.translate_batch` with ``with_log_prob``), and
+``T`` the number of tokens that score covers (:class:`fadat.architectures.Scored`:
+``|<s> y </s>|`` for DAT, ``|y </s>|`` for AT). It is in ``(0, 1]``; 1 means the model is sure of
+every token. Its use as a quality estimate is measured in ``bench/qe_confidence.py``.
+
+Until issue 33 the server scored the detokenised output in a second forward pass
+(:func:`fadat.translate.score_pairs`). The one-pass value is the same wherever sentencepiece
+re-encodes the text to the decoded tokens (``tests/test_serve.py`` compares both to 1e-5);
+where it does not (a non-canonical segmentation, an ``<unk>``), it is the probability of the
+tokens the model produced rather than of another segmentation of their text. A model that
+cannot score its output from the translating pass (a vanilla NAT that dropped a ``<pad>``: the
+output is shorter than the predicted length) has that sentence scored by
+:func:`~fadat.translate.score_pairs`, a second pass for that sentence only.
 
 Not thread-safe: the server calls :meth:`Engine.translate` and :meth:`Engine.graph` from one
 worker thread (:mod:`fadat.serve.batching`).
@@ -212,8 +222,8 @@ class Engine:
         """Translate and score sentences (options already :meth:`check`-ed), in input order.
 
         One call of :func:`fadat.translate.translate_lines` (``max_tokens`` its batch budget;
-        ``None`` = one batch) and one of :func:`fadat.translate.score_pairs` for ``log P(y|x)``
-        of the outputs.
+        ``None`` = one batch) with ``log P(y|x)`` of the outputs from the same forward pass
+        (see the module docstring for the one exception).
         """
         from fadat.translate import score_pairs, translate_lines
 
@@ -226,24 +236,30 @@ class Engine:
             max_tokens=max_tokens,
             warn=log.warning,
             check=False,
+            with_log_prob=True,
         )
         best = [hyps[0] for hyps in results]
         rows = [i for i, s in enumerate(sentences) if s.strip()]
-        pairs = score_pairs(
-            self.model,
-            self.sp,
-            [sentences[i] for i in rows],
-            [best[i].text for i in rows],
-            max_tokens=max_tokens,
-            warn=log.warning,
-        )
+        scored = {i: (best[i].log_prob, best[i].covers) for i in rows}
+        unscored = [i for i in rows if best[i].log_prob is None]
+        if unscored:  # the model could not score these outputs from the translating pass
+            pairs = score_pairs(
+                self.model,
+                self.sp,
+                [sentences[i] for i in unscored],
+                [best[i].text for i in unscored],
+                max_tokens=max_tokens,
+                warn=log.warning,
+            )
+            scored.update((i, (p.log_prob, p.tokens)) for i, p in zip(unscored, pairs, strict=True))
         out = [Result("", None, None, None) for _ in sentences]
-        for i, pair in zip(rows, pairs, strict=True):
+        for i in rows:
+            log_prob, tokens = scored[i]
             out[i] = Result(
                 text=best[i].text,
                 score=_finite(best[i].score),
-                log_prob=_finite(pair.log_prob),
-                confidence=confidence(pair.log_prob, pair.tokens),
+                log_prob=_finite(log_prob),
+                confidence=confidence(log_prob, tokens),
             )
         return out
 
@@ -283,8 +299,8 @@ class Engine:
         from fadat.analysis import model_outputs
         from fadat.data.spm import decode as detokenize
         from fadat.decoding import decode
+        from fadat.model import outputs_log_prob
         from fadat.show_graph import graph_view
-        from fadat.translate import score_pairs
 
         if not self.has_graph:
             raise InputError(f"a {self.model_type.upper()} model has no graph to show")
@@ -296,7 +312,9 @@ class Engine:
         size = int(graph_lengths[0])
         hyps = [decode(token_logprobs, links, graph_lengths, s)[0] for s in strategies]
         texts = [detokenize(self.sp, h.tokens) for h in hyps]
-        pairs = score_pairs(self.model, self.sp, [sentence] * len(texts), texts, warn=log.warning)
+        outputs = [list(h.tokens) for h in hyps]
+        # log P(y|x) of every drawn path's output on the graph just computed: no second pass
+        log_probs = outputs_log_prob(token_logprobs, links, graph_lengths, [0] * len(hyps), outputs)
         view = graph_view(
             token_logprobs[0, :size],
             links[0, :size, :size],
@@ -330,9 +348,11 @@ class Engine:
                     "vertices": list(h.path),
                     "text": text,
                     "score": _finite(h.score),
-                    "log_prob": _finite(pair.log_prob),
-                    "confidence": confidence(pair.log_prob, pair.tokens),
+                    "log_prob": _finite(log_prob),
+                    "confidence": confidence(log_prob, len(y) + 2),  # |<s> y </s>|
                 }
-                for s, h, text, pair in zip(strategies, hyps, texts, pairs, strict=True)
+                for s, h, text, y, log_prob in zip(
+                    strategies, hyps, texts, outputs, log_probs, strict=True
+                )
             ],
         }
