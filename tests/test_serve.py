@@ -267,6 +267,28 @@ def test_serve_answers_from_one_forward_pass(request: pytest.FixtureRequest, kin
             assert passes.count == 1
 
 
+def test_outputs_the_pass_cannot_score_are_scored_alone(
+    dat_engine: Engine, monkeypatch: pytest.MonkeyPatch
+):
+    """A model that gives no ``log P(y|x)`` for some outputs (a NAT that dropped a ``<pad>``)
+    has those sentences, and only those, scored by :func:`score_pairs`; the answers are the
+    two-pass ones."""
+    model = dat_engine.model
+    real = type(model).translate_batch
+
+    def without_some(self, source, *args, **kwargs):  # every other sentence unscored
+        hyps = real(self, source, *args, **kwargs)
+        return [[h._replace(log_prob=None) if b % 2 else h for h in s] for b, s in enumerate(hyps)]
+
+    monkeypatch.setattr(type(model), "translate_batch", without_some)
+    lines = sentences(6, 9)
+    with _Passes(model) as passes:
+        got = dat_engine.translate(lines, "lookahead", {}, max_tokens=None)
+    assert passes.count == 2  # the translation, then one batch of the unscored sentences
+    want = expected(dat_engine, lines, "lookahead")
+    assert_translations([vars(r) for r in got], want)
+
+
 RELEASED = REPO / "models" / "bible-en-es-fadat-cpu-small"
 
 
