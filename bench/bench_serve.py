@@ -124,8 +124,10 @@ async def drive(
 
 
 def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else (
-        values[0] if values else float("nan")
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else (values[0] if values else float("nan"))
     )
 
 
@@ -161,7 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         "no batching": ["--max-batch-tokens", "0"],
         "batching (T 4096, W 5 ms)": ["--max-batch-tokens", "4096", "--max-wait-ms", "5"],
         "batching, one model batch": [
-            "--max-batch-tokens", "4096", "--max-wait-ms", "5", "--max-tokens", "100000",
+            "--max-batch-tokens",
+            "4096",
+            "--max-wait-ms",
+            "5",
+            "--max-tokens",
+            "100000",
         ],  # fmt: skip
     }
     rows = []

@@ -50,9 +50,7 @@ def _module(path: str) -> str:
     return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
-def imports(
-    module: str, tree: ast.Module, known: set[str], type_only: bool = True
-) -> set[str]:
+def imports(module: str, tree: ast.Module, known: set[str], type_only: bool = True) -> set[str]:
     """The ``fadat`` modules ``module`` imports (``from fadat import dag`` counts as fadat.dag);
     with ``type_only=False`` without those under ``if TYPE_CHECKING:``."""
     found = set()

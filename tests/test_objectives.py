@@ -490,7 +490,10 @@ def test_options_come_from_the_objectives_options_dataclasses():
     assert fuzzy["ngram_order"].flag == "--ngram-order"
     assert [o.name for o in OBJECTIVES["nat"].options] == []
     assert [o.name for o in all_options()] == [
-        "force_emit", "dag_backend", "ngram_order", "label_smoothing"
+        "force_emit",
+        "dag_backend",
+        "ngram_order",
+        "label_smoothing",
     ]
     with pytest.raises(dataclasses.FrozenInstanceError):
         NLLOptions().force_emit = False

@@ -77,9 +77,7 @@ def _decode_block(name: str, data: bytes, line: int, offset: int) -> list[str]:
     nul = data.find(b"\x00")
     if nul >= 0:
         at = line + data.count(b"\n", 0, nul) + 1
-        raise InputError(
-            f"{name}:{at}: NUL byte at byte offset {offset + nul} (not a text file?)"
-        )
+        raise InputError(f"{name}:{at}: NUL byte at byte offset {offset + nul} (not a text file?)")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -50,6 +50,7 @@ log = logging.getLogger("fadat.serve")
 #: Translated once when a model is loaded (:meth:`Engine.from_directory`); any text will do.
 PROBE_SENTENCE = "This is a test."
 
+
 @dataclass(frozen=True)
 class Result:
     """One sentence's translation.
