@@ -26,7 +26,7 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
     "train": ("fadat.train", "train a DA-Transformer (--arch dat) or the AT baseline (--arch at)"),
     "average": ("fadat.average", "average the best checkpoints of a run into a model directory"),
-    "translate": ("fadat.translate", "translate raw text with a DAT or AT model directory"),
+    "translate": ("fadat.translate_cli", "translate raw text with a DAT or AT model directory"),
     "score": ("fadat.score", "log P(y|x) and per-token NLL of source/target pairs"),
     "evaluate": ("fadat.evaluate", "BLEU, chrF, tokenized BLEU, latency and throughput of models"),
     "analyze": ("fadat.analysis", "confidence tables and vertex density plot of DAT models (§4.4)"),

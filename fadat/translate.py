@@ -1,5 +1,5 @@
-"""``fadat translate`` and the translation core shared by ``translate``, ``score``, ``evaluate``
-and :class:`Translator`.
+"""The translation core shared by ``fadat translate`` (:mod:`fadat.translate_cli`), ``score``,
+``evaluate``, ``serve`` and the Python API (:class:`fadat.translator.Translator`).
 
 Data flow (one function, :func:`translate_lines`): raw text lines → sentencepiece ids ``x </s>``
 (truncated to the model's ``max_source_positions`` with a warning) → token-budget batches of
@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Set
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,25 +34,10 @@ from torch import nn
 
 from fadat.architectures import naming_inputs
 from fadat.data.contract import EOS_ID, pad_sequences
-from fadat.data.text import read_lines
 from fadat.errors import InputError
-from fadat.model_dir import check_vocabulary, load_model, model_device
-from fadat.options import DECODING_OPTIONS, nonnegative_int, positive_int
-from fadat.verbs import (
-    DEFAULT_MAX_TOKENS,
-    Warn,
-    add_common_arguments,
-    add_decoding_arguments,
-    add_head_arguments,
-    apply_threads,
-    check_output,
-    decoding_options,
-    open_output,
-    stderr_warner,
-)
-
-#: ``fadat translate``: lines translated (and written) at a time (see :func:`iter_translations`).
-DEFAULT_CHUNK_LINES = 128
+from fadat.model_dir import model_device
+from fadat.options import DECODING_OPTIONS
+from fadat.verbs import DEFAULT_MAX_TOKENS, Warn
 
 
 @dataclass(frozen=True)
@@ -299,10 +283,10 @@ def translate_lines(
     """Translate raw text lines: encode → batch → model → decode → detokenise, in input order.
 
     The one translation pipeline of fadat (``fadat translate``, ``fadat evaluate`` and
-    :class:`Translator` all call it, through :func:`iter_translations`). Sentences are sorted by
-    length into batches under a budget (:func:`make_batches`, cost ``model.batch_cost``) and the
-    results are put back in input order. The model runs under ``torch.inference_mode`` on the
-    device of its parameters.
+    :class:`~fadat.translator.Translator` all call it, through :func:`iter_translations`).
+    Sentences are sorted by length into batches under a budget (:func:`make_batches`, cost
+    ``model.batch_cost``) and the results are put back in input order. The model runs under
+    ``torch.inference_mode`` on the device of its parameters.
 
     Args:
         model: a DAT or AT model (eval mode).
@@ -495,257 +479,7 @@ def score_pairs(
 
 
 # ----------------------------------------------------------------------------------------------
-# Python API
-
-
-class Translator:
-    """Translate and score with a model directory from Python.
-
-    Example::
-
-        translator = fadat.Translator.from_pretrained("runs/fa-dat/model")
-        translator.translate(["Hola mundo."], strategy="lookahead")
-
-    Attributes:
-        model: the loaded DAT or AT model (eval mode).
-        sp: its sentencepiece processor.
-        upsample_ratio: the decoding λ every call decodes and scores with (``None`` = the
-            model's); passed as an argument, the model's config is not changed.
-
-    Raises:
-        InputError: as :func:`check_vocabulary` and :func:`check_upsample_ratio`.
-    """
-
-    def __init__(self, model: nn.Module, sp: Any, upsample_ratio: float | None = None) -> None:
-        check_vocabulary(sp, model)
-        check_upsample_ratio(upsample_ratio)
-        self.model = model
-        self.sp = sp
-        self.upsample_ratio = upsample_ratio
-
-    @classmethod
-    def from_pretrained(
-        cls,
-        directory: str | Path,
-        device: str = "cpu",
-        upsample_ratio: float | None = None,
-        precision: str = "fp32",
-        shortlist: bool | str | Path | None = None,
-        prune_threshold: float | None = None,
-    ) -> Translator:
-        """Load a model directory (DAT or AT) onto ``device``; ``upsample_ratio`` is the
-        decoding λ the translator passes to the model (:attr:`upsample_ratio`); a DAT can run in
-        ``precision`` ``fp32``, ``bf16`` or ``int8`` weights on the CPU
-        (:func:`fadat.inference.with_precision`), with a vocabulary ``shortlist`` (``True``:
-        the directory's ``shortlist.safetensors``, or a path) and with the token head pruned
-        to vertices of passing probability ≥ ``prune_threshold`` (:func:`apply_reduced_head`).
-
-        Raises:
-            InputError: as :func:`load_model`, :func:`apply_precision`,
-                :func:`apply_reduced_head` and :func:`check_upsample_ratio`.
-        """
-        if not isinstance(directory, str | Path):
-            raise InputError(
-                f"directory must be a path (str or pathlib.Path), got {type(directory).__name__}"
-            )
-        for name, value in (("device", device), ("precision", precision)):
-            if not isinstance(value, str | torch.device) or (
-                name == "precision" and not isinstance(value, str)
-            ):
-                raise InputError(f"{name} must be a string, got {type(value).__name__}")
-        check_upsample_ratio(upsample_ratio)
-        model, sp = load_model(directory, device)
-        model = apply_precision(model, precision)
-        model = apply_reduced_head(model, directory, shortlist, prune_threshold)
-        return cls(model, sp, upsample_ratio)
-
-    @property
-    def model_type(self) -> str:
-        """``"dat"`` or ``"at"``."""
-        return self.model.model_type
-
-    def translate(
-        self,
-        sentences: str | Sequence[str],
-        strategy: str | None = None,
-        *,
-        max_tokens: int | None = DEFAULT_MAX_TOKENS,
-        **options: Any,
-    ) -> str | list[str]:
-        """Translate raw sentences; one detokenised string per sentence, in order.
-
-        Args:
-            sentences: one sentence (a ``str``: its translation is returned as a ``str``) or a
-                sequence of sentences (a list of translations is returned).
-            strategy: see :func:`strategy_options`; default lookahead (DAT) or beam (AT).
-            max_tokens: per-batch budget (see :func:`translate_lines`).
-            **options: the strategy's options, e.g. ``beta=1.0``, ``length_penalty=1.1``.
-
-        Raises:
-            InputError: ``sentences`` is neither a string nor a sequence of strings; unknown
-                strategy or option, invalid value.
-            NonFiniteOutputError: (an InputError) the model's outputs for a sentence are NaN
-                or infinite: its weights are corrupt (finite but extreme ones included).
-        """
-        lines, single = _sentences(sentences, "sentences")
-        results = translate_lines(
-            self.model,
-            self.sp,
-            lines,
-            strategy=strategy,
-            options=options,
-            max_tokens=_max_tokens(max_tokens),
-            upsample_ratio=self.upsample_ratio,
-        )
-        texts = [hyps[0].text for hyps in results]
-        return texts[0] if single else texts
-
-    def translate_nbest(
-        self,
-        sentences: str | Sequence[str],
-        nbest: int,
-        strategy: str | None = None,
-        *,
-        max_tokens: int | None = DEFAULT_MAX_TOKENS,
-        **options: Any,
-    ) -> list[Translation] | list[list[Translation]]:
-        """Up to ``nbest`` :class:`Translation` per sentence (DAT ``sample`` for ``nbest > 1``);
-        for one sentence given as a ``str``, its list alone.
-
-        Raises:
-            InputError: as :meth:`translate`, or ``nbest`` is not an integer >= 1.
-        """
-        lines, single = _sentences(sentences, "sentences")
-        results = translate_lines(
-            self.model,
-            self.sp,
-            lines,
-            strategy=strategy,
-            options=options,
-            nbest=nbest,
-            max_tokens=_max_tokens(max_tokens),
-            upsample_ratio=self.upsample_ratio,
-        )
-        return results[0] if single else results
-
-    def score(
-        self,
-        sources: str | Sequence[str],
-        targets: str | Sequence[str],
-        *,
-        max_tokens: int | None = DEFAULT_MAX_TOKENS,
-    ) -> PairScore | list[PairScore]:
-        """``log P(y|x)`` of each pair (see :func:`score_pairs`); one :class:`PairScore` for a
-        source and a target given as strings.
-
-        Raises:
-            InputError: a source or target that is not a string, one string against a
-                sequence, or different numbers of sources and targets.
-            NonFiniteOutputError: as :meth:`translate`.
-        """
-        src, single_src = _sentences(sources, "sources")
-        tgt, single_tgt = _sentences(targets, "targets")
-        if single_src != single_tgt:
-            raise InputError("give sources and targets both as strings or both as sequences")
-        scores = score_pairs(
-            self.model,
-            self.sp,
-            src,
-            tgt,
-            max_tokens=_max_tokens(max_tokens),
-            upsample_ratio=self.upsample_ratio,
-        )
-        return scores[0] if single_src else scores
-
-
-def _sentences(value: Any, name: str) -> tuple[list[str], bool]:
-    """``(lines, was_one_string)`` from a string or a sequence of strings.
-
-    Raises:
-        InputError: anything else (bytes, None, a number, a sequence holding a non-string).
-    """
-    if isinstance(value, str):
-        return [value], True
-    if isinstance(value, Mapping | Set):  # its keys, in no meaningful order: not sentences
-        raise InputError(
-            f"{name} must be a string or a sequence of strings, got {type(value).__name__}"
-        )
-    if isinstance(value, bytes | bytearray) or not isinstance(value, Iterable):
-        raise InputError(
-            f"{name} must be a string or a sequence of strings, got {type(value).__name__}"
-        )
-    lines = list(value)
-    for i, item in enumerate(lines):
-        if not isinstance(item, str):
-            raise InputError(f"{name}[{i}] is a {type(item).__name__}, expected a string")
-    return lines, False
-
-
-def _max_tokens(value: Any) -> int | None:
-    """``max_tokens`` of the Python API: ``None`` or an integer >= 0 (0 = unlimited).
-
-    Raises:
-        InputError: another type or a negative value.
-    """
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise InputError(f"max_tokens must be None or an integer >= 0, got {value!r}")
-    return value
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``fadat translate``."""
-    parser.description = (
-        "Translate raw text (one sentence per line) with a DAT or AT model directory. "
-        "Output: one detokenised line per input line (with --nbest N > 1: up to N lines per "
-        "input line, 'LINE<TAB>[SCORE<TAB>]TEXT' with the 1-based input line number)."
-    )
-    parser.add_argument("--model", required=True, help="model directory (save_pretrained)")
-    parser.add_argument("--input", default=None, help="input file (default: stdin)")
-    parser.add_argument("--output", default=None, help="output file (default: stdout)")
-    parser.add_argument(
-        "--strategy",
-        default=None,
-        help="DAT: greedy, lookahead (default), viterbi, joint-viterbi, sample, beam; "
-        "AT: greedy, beam (default)",
-    )
-    parser.add_argument(
-        "--nbest",
-        type=positive_int,
-        default=1,
-        help="hypotheses per line (> 1: DAT sample only)",
-    )
-    parser.add_argument(
-        "--chunk-lines",
-        type=nonnegative_int,
-        default=DEFAULT_CHUNK_LINES,
-        help="translate and write the input this many lines at a time, each chunk sorted by "
-        f"length into batches (0 = all at once; default {DEFAULT_CHUNK_LINES})",
-    )
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="progress bar on stderr (default: when stderr is a terminal)",
-    )
-    parser.add_argument(
-        "--print-scores",
-        action="store_true",
-        help="prefix each output with its score (nats) and a tab",
-    )
-    parser.add_argument(
-        "--precision",
-        default="fp32",
-        choices=("fp32", "bf16", "int8"),
-        help="DAT on CPU: weights in fp32 (default), bf16 or int8 (fadat.inference; test BLEU "
-        "of each in RESULTS.md)",
-    )
-    add_head_arguments(parser)
-    add_common_arguments(parser)
-    add_decoding_arguments(parser)
+# Precision and a reduced token head (of a loaded model)
 
 
 def apply_precision(model: nn.Module, precision: str) -> nn.Module:
@@ -806,62 +540,3 @@ def apply_reduced_head(
         return with_reduced_head(model, loaded, prune_threshold)
     except ValueError as err:
         raise InputError(str(err)) from err
-
-
-def format_translations(
-    hyps: list[Translation], number: int, nbest: int, scores: bool
-) -> list[str]:
-    """Output lines of one input line (see :func:`add_arguments` for the format)."""
-    lines = []
-    for h in hyps:
-        text = h.text.replace("\n", " ")
-        fields = [f"{h.score:.4f}"] if scores else []
-        if nbest > 1:
-            fields.insert(0, str(number))
-        lines.append("\t".join([*fields, text]))
-    return lines
-
-
-def run(args: argparse.Namespace) -> int:
-    """``fadat translate``: read, translate, write; returns the exit code.
-
-    Output goes out one chunk (``--chunk-lines``) at a time: to stdout as soon as the chunk is
-    done (Ctrl-C keeps the finished chunks there), to an ``--output`` file all-or-nothing.
-    """
-    apply_threads(args.threads)
-    check_output(args.output, [("--input", args.input), ("--model", args.model)])
-    model, sp = load_model(args.model, args.device)
-    model = apply_precision(model, args.precision)
-    model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)
-    strategy = args.strategy or model.default_strategy
-    options = decoding_options(args, model, strategy)
-    check_strategy(model, strategy, options, args.nbest, cli=True)
-    lines = read_lines(args.input, stdin=True)
-    show = args.progress if args.progress is not None else sys.stderr.isatty()
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(lines), unit="line", desc="translate", disable=not show, file=sys.stderr)
-    stream = iter_translations(
-        model,
-        sp,
-        lines,
-        strategy=strategy,
-        options=options,
-        nbest=args.nbest,
-        max_tokens=args.max_tokens,
-        chunk_lines=args.chunk_lines,
-        warn=stderr_warner(args.input or "<stdin>"),
-        check=False,
-        progress=bar.update,
-        upsample_ratio=args.upsample_ratio,
-    )
-    try:
-        with open_output(args.output) as out:
-            for index, hyps in stream:
-                for line in format_translations(hyps, index + 1, args.nbest, args.print_scores):
-                    out.write(line + "\n")
-                if out is sys.stdout:
-                    out.flush()  # a finished line is the user's, whatever happens next
-    finally:
-        bar.close()
-    return 0

@@ -1066,9 +1066,9 @@ def test_disk_full_while_writing_a_report(verb, paths, capsys, tmp_path, monkeyp
 
 
 def test_output_directory_removed_during_translation(paths, capsys, tmp_path, monkeypatch):
-    import fadat.translate
+    import fadat.translate_cli
 
-    real = fadat.translate.format_translations
+    real = fadat.translate_cli.format_translations
     folder = tmp_path / "results"
     folder.mkdir()
 
@@ -1076,7 +1076,7 @@ def test_output_directory_removed_during_translation(paths, capsys, tmp_path, mo
         shutil.rmtree(folder, ignore_errors=True)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fadat.translate, "format_translations", remove_folder)
+    monkeypatch.setattr(fadat.translate_cli, "format_translations", remove_folder)
     out = folder / "out.txt"
     argv = ["translate", "--model", "{dat}", "--input", "{in}", "--output", str(out)]
     check(argv, (f"--output {out}", "No such file or directory", "removed"), paths, capsys)
@@ -1086,15 +1086,15 @@ def test_output_directory_removed_during_translation(paths, capsys, tmp_path, mo
 def test_sigterm_removes_the_temporary_and_the_next_run_removes_stale_ones(
     paths, capsys, tmp_path, monkeypatch
 ):
-    import fadat.translate
+    import fadat.translate_cli
 
-    real = fadat.translate.format_translations
+    real = fadat.translate_cli.format_translations
 
     def terminated(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fadat.translate, "format_translations", terminated)
+    monkeypatch.setattr(fadat.translate_cli, "format_translations", terminated)
     out = tmp_path / "out.txt"
     argv = ["translate", "--model", paths["dat"], "--input", paths["in"], "--output", str(out)]
     assert cli.main(argv) == 130

@@ -27,7 +27,7 @@ from fadat.evaluate import (
     paired_bootstrap,
     tokenized_bleu_metric,
 )
-from fadat.translate import Translator
+from fadat.translator import Translator
 
 
 @pytest.fixture(autouse=True, scope="module")

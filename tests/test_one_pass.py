@@ -25,7 +25,7 @@ from fadat.decoding import STRATEGIES
 from fadat.inference import with_reduced_head
 from fadat.nat import NATModel
 from fadat.transformer import make_config
-from fadat.translate import Translator
+from fadat.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "bible-en-es-fadat-cpu-small"

@@ -313,11 +313,11 @@ def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch)
     import fadat.analysis
     import fadat.evaluate
     import fadat.score
-    import fadat.translate
+    import fadat.translate_cli
 
     folder = foreign_dir(tmp_path / "folder")
     blocker = user_file(tmp_path / "blocker")
-    no_work(monkeypatch, fadat.translate, "load_model", "read_lines")
+    no_work(monkeypatch, fadat.translate_cli, "load_model", "read_lines")
     no_work(monkeypatch, fadat.score, "load_model", "read_pairs")
     no_work(monkeypatch, fadat.analysis, "load_dat_model")
     no_work(monkeypatch, fadat.evaluate, "load_split", "read_languages", "load_model")
@@ -341,7 +341,7 @@ def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch)
 
 
 def test_translate_file_output_is_all_or_nothing(tmp_path, capsys, models, monkeypatch):
-    import fadat.translate as translate
+    import fadat.translate_cli as translate
 
     src = tmp_path / "in.txt"
     src.write_text("ab cd\nef gh\n")

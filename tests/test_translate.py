@@ -25,8 +25,10 @@ from fadat.data.text import read_lines
 from fadat.decoding import decode
 from fadat.errors import InputError
 from fadat.model import DATModel
+from fadat.model_dir import load_model
 from fadat.transformer import make_config
-from fadat.translate import Translator, load_model, make_batches, score_pairs
+from fadat.translate import make_batches, score_pairs
+from fadat.translator import Translator
 
 WORDS = "ab cd ef gh ij kl mn op qr st uv wx".split()
 
@@ -432,7 +434,7 @@ def test_read_lines_reads_stdin_only_when_asked(tmp_path, monkeypatch):
 def test_lazy_translator_export():
     code = (
         "import sys, fadat; assert 'torch' not in sys.modules; "
-        "T = fadat.Translator; assert T.__module__ == 'fadat.translate'; print('ok')"
+        "T = fadat.Translator; assert T.__module__ == 'fadat.translator'; print('ok')"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
     assert proc.stdout.strip() == b"ok", proc.stderr

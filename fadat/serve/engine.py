@@ -112,7 +112,7 @@ class Engine:
         included) is refused before the server starts instead of answering 500.
 
         Raises:
-            InputError: as :func:`fadat.translate.load_model`.
+            InputError: as :func:`fadat.model_dir.load_model`.
             NonFiniteOutputError: the probe's outputs are NaN or infinite.
         """
         from fadat.model_dir import load_model

@@ -1,0 +1,143 @@
+"""``fadat translate``: the command line (arguments, reading the input, writing the output);
+the translation itself is :func:`fadat.translate.iter_translations`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fadat.data.text import read_lines
+from fadat.model_dir import load_model
+from fadat.options import nonnegative_int, positive_int
+from fadat.translate import (
+    Translation,
+    apply_precision,
+    apply_reduced_head,
+    check_strategy,
+    iter_translations,
+)
+from fadat.verbs import (
+    add_common_arguments,
+    add_decoding_arguments,
+    add_head_arguments,
+    apply_threads,
+    check_output,
+    decoding_options,
+    open_output,
+    stderr_warner,
+)
+
+#: ``fadat translate``: lines translated (and written) at a time (see :func:`iter_translations`).
+DEFAULT_CHUNK_LINES = 128
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of ``fadat translate``."""
+    parser.description = (
+        "Translate raw text (one sentence per line) with a DAT or AT model directory. "
+        "Output: one detokenised line per input line (with --nbest N > 1: up to N lines per "
+        "input line, 'LINE<TAB>[SCORE<TAB>]TEXT' with the 1-based input line number)."
+    )
+    parser.add_argument("--model", required=True, help="model directory (save_pretrained)")
+    parser.add_argument("--input", default=None, help="input file (default: stdin)")
+    parser.add_argument("--output", default=None, help="output file (default: stdout)")
+    parser.add_argument(
+        "--strategy",
+        default=None,
+        help="DAT: greedy, lookahead (default), viterbi, joint-viterbi, sample, beam; "
+        "AT: greedy, beam (default)",
+    )
+    parser.add_argument(
+        "--nbest",
+        type=positive_int,
+        default=1,
+        help="hypotheses per line (> 1: DAT sample only)",
+    )
+    parser.add_argument(
+        "--chunk-lines",
+        type=nonnegative_int,
+        default=DEFAULT_CHUNK_LINES,
+        help="translate and write the input this many lines at a time, each chunk sorted by "
+        f"length into batches (0 = all at once; default {DEFAULT_CHUNK_LINES})",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
+    parser.add_argument(
+        "--print-scores",
+        action="store_true",
+        help="prefix each output with its score (nats) and a tab",
+    )
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        choices=("fp32", "bf16", "int8"),
+        help="DAT on CPU: weights in fp32 (default), bf16 or int8 (fadat.inference; test BLEU "
+        "of each in RESULTS.md)",
+    )
+    add_head_arguments(parser)
+    add_common_arguments(parser)
+    add_decoding_arguments(parser)
+
+
+def format_translations(
+    hyps: list[Translation], number: int, nbest: int, scores: bool
+) -> list[str]:
+    """Output lines of one input line (see :func:`add_arguments` for the format)."""
+    lines = []
+    for h in hyps:
+        text = h.text.replace("\n", " ")
+        fields = [f"{h.score:.4f}"] if scores else []
+        if nbest > 1:
+            fields.insert(0, str(number))
+        lines.append("\t".join([*fields, text]))
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """``fadat translate``: read, translate, write; returns the exit code.
+
+    Output goes out one chunk (``--chunk-lines``) at a time: to stdout as soon as the chunk is
+    done (Ctrl-C keeps the finished chunks there), to an ``--output`` file all-or-nothing.
+    """
+    apply_threads(args.threads)
+    check_output(args.output, [("--input", args.input), ("--model", args.model)])
+    model, sp = load_model(args.model, args.device)
+    model = apply_precision(model, args.precision)
+    model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)
+    strategy = args.strategy or model.default_strategy
+    options = decoding_options(args, model, strategy)
+    check_strategy(model, strategy, options, args.nbest, cli=True)
+    lines = read_lines(args.input, stdin=True)
+    show = args.progress if args.progress is not None else sys.stderr.isatty()
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(lines), unit="line", desc="translate", disable=not show, file=sys.stderr)
+    stream = iter_translations(
+        model,
+        sp,
+        lines,
+        strategy=strategy,
+        options=options,
+        nbest=args.nbest,
+        max_tokens=args.max_tokens,
+        chunk_lines=args.chunk_lines,
+        warn=stderr_warner(args.input or "<stdin>"),
+        check=False,
+        progress=bar.update,
+        upsample_ratio=args.upsample_ratio,
+    )
+    try:
+        with open_output(args.output) as out:
+            for index, hyps in stream:
+                for line in format_translations(hyps, index + 1, args.nbest, args.print_scores):
+                    out.write(line + "\n")
+                if out is sys.stdout:
+                    out.flush()  # a finished line is the user's, whatever happens next
+    finally:
+        bar.close()
+    return 0
