@@ -219,7 +219,9 @@ def test_prepare_never_replaces_a_foreign_folder_or_file(tmp_path, capsys, monke
     fails_with_one_line([*argv, "--output", str(f), *force], capsys, "not a directory")
     assert f.read_text() == "a user's file\n"
     # A built-in corpus: the output is checked before its input files are looked at.
-    no_work(monkeypatch, prepare, "bible_files")
+    import fadat.data.corpora as corpora
+
+    no_work(monkeypatch, corpora, "bible_files")
     fails_with_one_line(
         ["prepare", "bible-en-es", "--output", str(folder), *force], capsys, "did not create"
     )

@@ -293,7 +293,7 @@ def test_same_dataset_in_one_chunk_or_many(files, tmp_path, sample):
 
 
 def test_spm_sample_is_seeded_and_uniform():
-    from fadat.data.prepare import spm_sample
+    from fadat.data.build import spm_sample
 
     a, b = spm_sample(10_000, 2_000), spm_sample(10_000, 2_000)
     assert (a == b).all() and len(np.unique(a)) == 2_000 and (np.diff(a) > 0).all()

@@ -1,0 +1,340 @@
+"""The build of a dataset directory (``fadat prepare``'s work once the corpus is chosen): check
+and filter the pairs, train or reuse the sentencepiece model, encode and append the ids to the
+split's ``.npy`` files, the raw valid/test text to ``raw/``; the fingerprint of everything the
+output depends on. Steps: :func:`build`; the command line and ``meta.json``:
+:mod:`fadat.data.prepare`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from fadat.data import binarized, spm
+from fadat.data.contract import BOS_ID, EOS_ID, UNK_ID
+from fadat.data.corpora import Corpus, PairSource, SplitText, synth_config
+from fadat.errors import InputError
+
+FORMAT_VERSION = 1
+MAX_POSITIONS_SHOWN = 10
+SPM_SAMPLE_SEED = 20260101
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file's bytes.
+
+    Raises:
+        InputError: missing or unreadable file.
+    """
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as err:  # the same message as fadat.data.text's reader
+        raise InputError(f"{path}: cannot read ({err.strerror or err})") from err
+    return h.hexdigest()
+
+
+def fingerprint(args: argparse.Namespace, corpus_name: str, files: list[dict]) -> str:
+    """sha256 of everything the output depends on (inputs, options, format version); not the
+    options that change only speed and memory (``--chunk-pairs``, ``--threads``)."""
+    spm_sha = sha256_file(Path(args.spm_model)) if args.spm_model else None
+    # The code that builds the data is an input too: a changed cleaner must not be "up to date".
+    code = hashlib.sha256()
+    modules = (
+        "prepare",
+        "corpora",
+        "build",
+        "bible",
+        "lohelp",
+        "synth",
+        "spm",
+        "binarized",
+        "contract",
+    )
+    for module in modules:
+        code.update((Path(__file__).parent / f"{module}.py").read_bytes())
+    key = {
+        "format": FORMAT_VERSION,
+        "code": code.hexdigest(),
+        "corpus": corpus_name,
+        "direction": args.direction,
+        "langs": [args.source_lang, args.target_lang] if corpus_name == "parallel-text" else None,
+        "files": [f["sha256"] for f in files],
+        "spm_model": spm_sha,
+        "vocab_size": args.vocab_size,
+        "model_type": args.model_type,
+        "spm_sample_pairs": None if args.spm_model else args.spm_sample_pairs,
+        "max_positions": [args.max_source_positions, args.max_target_positions],
+        "strict": args.strict,
+    }
+    if corpus_name == "synth-multimodal":
+        key["synth"] = synth_config(args).__dict__
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def _stats(lengths: list[int] | np.ndarray) -> dict:
+    a = np.asarray(lengths, dtype=np.float64)
+    if len(a) == 0:
+        return {"mean": 0.0, "median": 0.0, "p95": 0.0, "max": 0}
+    return {
+        "mean": round(float(a.mean()), 2),
+        "median": float(np.median(a)),
+        "p95": round(float(np.percentile(a, 95)), 2),
+        "max": int(a.max()),
+    }
+
+
+class _Drops:
+    """Dropped pairs per reason: count and the first positions."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+        self.reasons: dict[str, dict] = {}
+
+    def add(self, reason: str, where: str, detail: str) -> None:
+        if self.strict:
+            raise InputError(f"{where}: {detail} (--strict)")
+        entry = self.reasons.setdefault(reason, {"count": 0, "first": []})
+        entry["count"] += 1
+        if len(entry["first"]) < MAX_POSITIONS_SHOWN:
+            entry["first"].append(where)
+
+
+def _nonempty(chunk: SplitText, drops: _Drops | None = None) -> list[int]:
+    """Positions of the chunk's pairs with text on both sides; the others go to ``drops``."""
+    keep = []
+    for i, (s, t) in enumerate(zip(chunk.source, chunk.target, strict=True)):
+        if s.strip() and t.strip():
+            keep.append(i)
+        elif drops is not None:
+            side = "source" if not s.strip() else "target"
+            drops.add("empty", chunk.where[i], f"empty {side}")
+    return keep
+
+
+def spm_sample(n_pairs: int, sample_pairs: int) -> np.ndarray | None:
+    """Sorted positions (among the non-empty training pairs) of the pairs sentencepiece is
+    trained on: ``sample_pairs`` drawn uniformly without replacement with the fixed seed
+    ``SPM_SAMPLE_SEED``; ``None`` (every pair) when the corpus is not larger."""
+    if sample_pairs <= 0 or n_pairs <= sample_pairs:
+        return None
+    rng = np.random.default_rng(SPM_SAMPLE_SEED)
+    return np.sort(rng.choice(n_pairs, size=sample_pairs, replace=False))
+
+
+def _training_lines(part: PairSource, sample: np.ndarray | None, chunk_pairs: int) -> Iterator[str]:
+    """Source and target line of each sampled non-empty pair, pair by pair, in corpus order."""
+    k = 0  # position among the non-empty pairs
+    j = 0  # next entry of sample
+    for chunk in part.chunks(chunk_pairs):
+        for i in _nonempty(chunk):
+            if sample is None or (j < len(sample) and sample[j] == k):
+                yield chunk.source[i]
+                yield chunk.target[i]
+                j += 1
+            k += 1
+
+
+def _add_specials(
+    flat: np.ndarray, lengths: np.ndarray, bos: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` → ``x </s>`` (or ``<s> x </s>`` with ``bos``) for concatenated sentences
+    ``flat`` ``(Σ n_i,)`` with ``lengths`` ``(N,)``."""
+    ends = np.cumsum(lengths)  # (N,)
+    n = len(lengths)
+    if bos:
+        # <s>_i, </s>_i in sentence order: at a position shared by </s>_i and <s>_{i+1}
+        # (or by <s>_i and </s>_i of an empty sentence) np.insert keeps this order.
+        where = np.stack([ends - lengths, ends], axis=1).reshape(-1)  # (2N,)
+        values = np.tile([BOS_ID, EOS_ID], n)
+    else:
+        where, values = ends, np.full(n, EOS_ID)
+    return np.insert(flat, where, values.astype(flat.dtype)), lengths + (2 if bos else 1)
+
+
+class _SplitOutput:
+    """One split's writers (ids, raw text) and running statistics."""
+
+    def __init__(self, out: Path, split: str, vocab_size: int, n_refs: int) -> None:
+        self.writer = binarized.SplitWriter(out, split, vocab_size)
+        self.raw = []
+        if split != "train":
+            (out / "raw").mkdir(exist_ok=True)
+            names = [f"{split}.src.txt", f"{split}.ref.txt"]
+            names += [f"{split}.ref{k}.txt" for k in range(2, 2 + n_refs)]
+            self.raw = [open(out / "raw" / n, "w", encoding="utf-8", newline="\n") for n in names]  # noqa: SIM115
+        self.lengths: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("source_tokens", "target_tokens", "source_words", "target_words")
+        }
+        self.unk = 0
+
+    def close(self) -> None:
+        self.writer.close()
+        for f in self.raw:
+            f.close()
+
+
+def _encode_chunk(
+    sp, chunk: SplitText, args: argparse.Namespace, drops: _Drops, dest: _SplitOutput, threads: int
+) -> None:
+    keep = _nonempty(chunk)
+    if not keep:
+        return
+    src_ids = spm.encode_many(sp, [chunk.source[i] for i in keep], threads)
+    tgt_ids = spm.encode_many(sp, [chunk.target[i] for i in keep], threads)
+    dtype = dest.writer.dtype
+    src_flat, src_len = binarized.flatten(src_ids, dtype)
+    tgt_flat, tgt_len = binarized.flatten(tgt_ids, dtype)
+    too_long_src = src_len + 1 > args.max_source_positions  # (n,)
+    too_long_tgt = tgt_len + 2 > args.max_target_positions  # (n,)
+    bad = too_long_src | too_long_tgt
+    for j in np.flatnonzero(bad):
+        where = chunk.where[keep[j]]
+        if too_long_src[j]:
+            n, flag, limit = src_len[j] + 1, "--max-source-positions", args.max_source_positions
+            drops.add("too_long", where, f"source has {n} tokens > {flag} {limit}")
+        else:
+            n, flag, limit = tgt_len[j] + 2, "--max-target-positions", args.max_target_positions
+            drops.add("too_long", where, f"target has {n} tokens > {flag} {limit}")
+    if bad.any():
+        ok = np.flatnonzero(~bad)
+        src_flat, src_len = binarized.flatten([src_ids[j] for j in ok], dtype)
+        tgt_flat, tgt_len = binarized.flatten([tgt_ids[j] for j in ok], dtype)
+        keep = [keep[j] for j in ok]
+    if not keep:
+        return
+    dest.writer.append(
+        *_add_specials(src_flat, src_len, False), *_add_specials(tgt_flat, tgt_len, True)
+    )
+    dest.unk += int(np.count_nonzero(src_flat == UNK_ID) + np.count_nonzero(tgt_flat == UNK_ID))
+    sources = [chunk.source[i] for i in keep]
+    targets = [chunk.target[i] for i in keep]
+    dest.lengths["source_tokens"].append(src_len)
+    dest.lengths["target_tokens"].append(tgt_len)
+    dest.lengths["source_words"].append(_word_counts(sources))
+    dest.lengths["target_words"].append(_word_counts(targets))
+    if dest.raw:
+        streams = [sources, targets] + [[r[i] for i in keep] for r in chunk.extra_refs]
+        for f, lines in zip(dest.raw, streams, strict=True):
+            _write_lines(f, lines)
+
+
+def _word_counts(lines: Sequence[str]) -> np.ndarray:
+    return np.fromiter((len(x.split()) for x in lines), dtype=np.int32, count=len(lines))
+
+
+def build(args: argparse.Namespace, corpus: Corpus, out: Path) -> dict:
+    """Check, filter, tokenize and write ``corpus`` into the (empty) directory ``out``, chunk by
+    chunk (``args.chunk_pairs`` pairs); return the part of meta.json it measured.
+
+    Three passes over the text: (1) check every split (UTF-8, line counts, columns; empty pairs
+    are dropped and counted), (2) train sentencepiece on a seeded sample of the non-empty
+    training pairs (:func:`spm_sample`), (3) encode each chunk with ``args.threads``
+    sentencepiece threads, drop over-long pairs and append the rest to the ``.npy`` files. The
+    output does not depend on the chunk size or the thread count.
+    """
+    drops = _Drops(args.strict)
+    chunk_pairs = args.chunk_pairs
+    threads = max(1, args.threads)
+    # 1. Check everything before the long work; count the non-empty pairs.
+    nonempty: dict[str, int] = {}
+    for split, part in corpus.splits.items():
+        nonempty[split] = sum(len(_nonempty(c, drops)) for c in part.chunks(chunk_pairs))
+    if not nonempty["train"]:
+        raise InputError("empty corpus: no training pairs left")
+
+    # 2. Sentencepiece.
+    t0 = time.time()
+    sample = None
+    if args.spm_model:
+        sp = spm.load_sentencepiece(args.spm_model)
+        shutil.copyfile(args.spm_model, out / "spm.model")
+        vocab_file = Path(args.spm_model).with_suffix(".vocab")
+        if vocab_file.is_file():
+            shutil.copyfile(vocab_file, out / "spm.vocab")
+    else:
+        sample = spm_sample(nonempty["train"], args.spm_sample_pairs)
+        sp = spm.train_sentencepiece(
+            _training_lines(corpus.splits["train"], sample, chunk_pairs),
+            out / "spm",
+            args.vocab_size,
+            args.model_type,
+        )
+    spm_seconds = time.time() - t0
+    vocab_size = sp.get_piece_size()
+
+    # 3. Encode, drop over-long pairs, write.
+    t0 = time.time()
+    splits_meta: dict[str, dict] = {}
+    for split, part in corpus.splits.items():
+        n_refs = 0
+        dest = None
+        try:
+            for chunk in part.chunks(chunk_pairs):
+                if dest is None:
+                    n_refs = len(chunk.extra_refs)
+                    dest = _SplitOutput(out, split, vocab_size, n_refs)
+                _encode_chunk(sp, chunk, args, drops, dest, threads)
+        finally:
+            if dest is not None:
+                dest.close()
+        pairs = dest.writer.pairs if dest is not None else 0
+        if not pairs:
+            if split == "train":
+                raise InputError("empty corpus: no training pairs left after filtering")
+            for f in out.glob(f"{split}.*.npy"):
+                f.unlink()
+            for f in (out / "raw").glob(f"{split}.*"):
+                f.unlink()
+            continue
+        lengths = {k: np.concatenate(v) for k, v in dest.lengths.items()}
+        splits_meta[split] = {
+            "pairs": pairs,
+            "references": 1 + n_refs if split != "train" else 1,
+            **{k: _stats(v) for k, v in lengths.items()},
+            "unk_tokens": dest.unk,
+        }
+    return {
+        "vocab_size": vocab_size,
+        "ids_dtype": str(binarized.ids_dtype(vocab_size)),
+        "splits": splits_meta,
+        "dropped": drops.reasons,
+        "spm_seconds": round(spm_seconds, 2),
+        "encode_seconds": round(time.time() - t0, 2),
+        "spm_sample": {
+            "pairs": int(len(sample)) if sample is not None else nonempty["train"],
+            "of": nonempty["train"],
+            "seed": SPM_SAMPLE_SEED,
+        }
+        if not args.spm_model
+        else None,
+    }
+
+
+def _write_lines(f: TextIO, lines: Sequence[str]) -> None:
+    for line in lines:
+        # A raw line must stay one line: newlines inside TSV fields cannot occur, but a
+        # stray carriage return or line separator would shift every later line.
+        f.write(" ".join(line.splitlines()) + "\n")
+
+
+def _write_valid_sets(out: Path, built: dict, valid_sets: dict, seed: int) -> None:
+    """``raw/{split}.validset.jsonl`` of a generated corpus, aligned with ``raw/{split}.*.txt``."""
+    from fadat.data import synth
+
+    for k, (split, sets) in enumerate(valid_sets.items()):
+        if len(sets) != built["splits"][split]["pairs"]:
+            raise InputError(f"{split}: pairs were dropped, the valid sets no longer align")
+        rng = np.random.default_rng([seed, 10 + k])
+        path = out / "raw" / f"{split}.{synth.VALIDSET_SUFFIX}"
+        synth.write_valid_sets(path, sets, synth.SynthConfig.max_listed, rng)
