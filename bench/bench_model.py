@@ -56,7 +56,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size  # noqa: E402
 from fadat.model import DATModel  # noqa: E402
-from fadat.transformer import make_config  # noqa: E402
+from fadat.model_config import make_config  # noqa: E402
 
 STAGES = ("encoder", "decoder", "token_head", "links_head", "objective", "backward", "optimizer")
 VARIANTS = ("fp32-eager", "bf16-eager", "bf16-fused", "fp32-compile", "bf16-compile")

@@ -28,7 +28,8 @@ from fadat.data.contract import graph_size
 from fadat.errors import InputError, NonFiniteOutputError
 
 if TYPE_CHECKING:
-    from fadat.transformer import EncoderOut, ModelConfig
+    from fadat.model_config import ModelConfig
+    from fadat.transformer import EncoderOut
 
 #: ``model_type`` → ``"module:Class"`` of the network that implements :class:`TranslationModel`.
 ARCHITECTURES: dict[str, str] = {
@@ -90,7 +91,7 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
     ``<s> y </s>`` right-padded.
 
     Attributes:
-        config: the model's :class:`~fadat.transformer.ModelConfig`.
+        config: the model's :class:`~fadat.model_config.ModelConfig`.
         metadata: the non-config entries of config.json (after loading), else ``{}``.
         model_type: the registry name (``ARCHITECTURES`` key).
         default_strategy: the strategy used when none is given.

@@ -20,8 +20,9 @@ from torch import Tensor
 
 from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
+from fadat.model_config import ModelConfig
 from fadat.model_dir import PretrainedMixin
-from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert
+from fadat.transformer import Decoder, Encoder, EncoderOut, _init_bert
 
 #: Strategies of the AT and their keyword options.
 STRATEGIES: dict[str, tuple[str, ...]] = {
@@ -53,7 +54,7 @@ class ATModel(PretrainedMixin, TranslationModel):
     """Encoder–decoder Transformer with a causal decoder and a tied output projection.
 
     Attributes:
-        config: the :class:`~fadat.transformer.ModelConfig` (``model_type == "at"``).
+        config: the :class:`~fadat.model_config.ModelConfig` (``model_type == "at"``).
         decoder: the causal :class:`~fadat.transformer.Decoder`.
         metadata: the non-config entries of config.json after :meth:`from_pretrained`, else ``{}``.
     """

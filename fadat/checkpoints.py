@@ -398,7 +398,7 @@ def write_averaged_model(
     Raises:
         InputError: as :func:`average_checkpoints`, or a missing data directory / spm model.
     """
-    from fadat.transformer import ModelConfig
+    from fadat.model_config import ModelConfig
 
     state, meta = average_checkpoints(paths)
     config = ModelConfig.from_dict(dict(meta["model_config"]))

@@ -35,8 +35,9 @@ from torch import Tensor, nn
 
 from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import PAD_ID, pad_sequences
+from fadat.model_config import ModelConfig
 from fadat.model_dir import PretrainedMixin
-from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert, decoder_input
+from fadat.transformer import Decoder, Encoder, EncoderOut, _init_bert, decoder_input
 
 NEG_INF = float("-inf")
 
@@ -45,7 +46,7 @@ class CTCModel(PretrainedMixin, TranslationModel):
     """Encoder, upsampled non-autoregressive decoder, tied token output layer plus a blank class.
 
     Attributes:
-        config: the :class:`~fadat.transformer.ModelConfig` (``model_type == "ctc"``;
+        config: the :class:`~fadat.model_config.ModelConfig` (``model_type == "ctc"``;
             ``upsample_ratio`` / ``decode_upsample_ratio`` size the decoder; ``link_heads``
             and ``copy_source`` are unused: the copy is always on).
         metadata: the non-config entries of config.json after loading, else ``{}``.

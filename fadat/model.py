@@ -34,12 +34,12 @@ from torch import Tensor, nn
 from fadat.architectures import BatchScores, Scored, TranslationModel
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, pad_sequences
 from fadat.inference import PRECISIONS
+from fadat.model_config import ModelConfig
 from fadat.model_dir import PretrainedMixin
 from fadat.transformer import (
     Decoder,
     Encoder,
     EncoderOut,
-    ModelConfig,
     _init_bert,
     decoder_input,
 )

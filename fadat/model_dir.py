@@ -22,7 +22,7 @@ from torch import nn
 from fadat import outputs
 from fadat.architectures import ARCHITECTURES, TranslationModel, model_class
 from fadat.errors import InputError
-from fadat.transformer import ModelConfig
+from fadat.model_config import ModelConfig
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"

@@ -51,8 +51,8 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> TranslationModel:
         InputError: bad preset/overrides, or an ``--init-from`` model of the other architecture
             or another vocabulary.
     """
+    from fadat.model_config import make_config
     from fadat.model_dir import load_pretrained
-    from fadat.transformer import make_config
 
     if cfg.init_from:
         model = load_pretrained(cfg.init_from)

@@ -33,8 +33,9 @@ from torch import Tensor, nn
 
 from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from fadat.model_config import ModelConfig
 from fadat.model_dir import PretrainedMixin
-from fadat.transformer import Decoder, Encoder, EncoderOut, ModelConfig, _init_bert, decoder_input
+from fadat.transformer import Decoder, Encoder, EncoderOut, _init_bert, decoder_input
 
 #: Classes of the length predictor (lengths 0 … 255, fairseq's NAT).
 MAX_LENGTH_CLASSES = 256
@@ -48,7 +49,7 @@ class NATModel(PretrainedMixin, TranslationModel):
     """Vanilla NAT: encoder, length predictor, non-autoregressive decoder, tied output layer.
 
     Attributes:
-        config: the :class:`~fadat.transformer.ModelConfig` (``model_type == "nat"``; the
+        config: the :class:`~fadat.model_config.ModelConfig` (``model_type == "nat"``; the
             DAT-only fields ``upsample_ratio``, ``link_heads``, ``copy_source`` are unused).
         metadata: the non-config entries of config.json after loading, else ``{}``.
     """

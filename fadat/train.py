@@ -204,7 +204,7 @@ class Trainer:
         if self._resume_state is not None:
             # A resumed run rebuilds the architecture it saved (an --init-from model need not
             # match --preset) and then loads checkpoint_last's weights.
-            from fadat.transformer import ModelConfig
+            from fadat.model_config import ModelConfig
 
             try:
                 model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))

@@ -615,7 +615,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     if not cfg.init_from:
         # The preset and the YAML's model section, checked before any data is read (the
         # vocabulary size is a placeholder: the data's is used later).
-        from fadat.transformer import make_config
+        from fadat.model_config import make_config
 
         try:
             make_config(cfg.preset, 8, model_type=cfg.arch, dropout=cfg.dropout, **cfg.model)

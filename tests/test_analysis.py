@@ -220,7 +220,7 @@ def setup(tmp_path_factory):
     """A `fadat prepare`d directory (test split of 14 pairs) and two tiny DAT model directories."""
     from fadat.cli import main
     from fadat.model import DATModel
-    from fadat.transformer import make_config
+    from fadat.model_config import make_config
 
     root = tmp_path_factory.mktemp("analysis")
     rng = np.random.default_rng(0)

@@ -11,8 +11,9 @@ import torch
 from fadat.architectures import ARCHITECTURES, BatchScores, TranslationModel, model_class
 from fadat.data.contract import EOS_ID, PAD_ID
 from fadat.errors import InputError
+from fadat.model_config import make_config
 from fadat.train_config import TrainConfig
-from fadat.transformer import Decoder, Encoder, decoder_input, make_config
+from fadat.transformer import Decoder, Encoder, decoder_input
 
 
 def tiny(model_type: str) -> TranslationModel:

@@ -14,8 +14,8 @@ from fadat.baseline import ATHypothesis, ATModel
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
 from fadat.errors import InputError
 from fadat.model import DATModel
+from fadat.model_config import make_config
 from fadat.model_dir import load_pretrained
-from fadat.transformer import make_config
 
 V = 30
 

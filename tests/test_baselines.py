@@ -10,9 +10,10 @@ import torch
 
 from fadat.ctc import CTCModel, best_alignment, collapse
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID, make_batch
+from fadat.model_config import make_config
 from fadat.nat import NATModel
 from fadat.objectives import OBJECTIVES, ObjectiveConfig
-from fadat.transformer import copy_positions, decoder_input, make_config
+from fadat.transformer import copy_positions, decoder_input
 
 NEG_INF = float("-inf")
 

@@ -40,9 +40,9 @@ from fadat.decoding import STRATEGIES, decode
 from fadat.inference import graph_top1
 from fadat.kernels import triton_dag
 from fadat.model import DATModel
+from fadat.model_config import make_config
 from fadat.model_dir import load_pretrained
 from fadat.objectives import ObjectiveConfig, compute_loss
-from fadat.transformer import make_config
 
 DEVICE = torch.device(os.environ.get("FADAT_TEST_DEVICE", "cuda"))
 ON_CUDA = DEVICE.type == "cuda"

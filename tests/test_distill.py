@@ -24,7 +24,7 @@ from fadat.data.binarized import BinarizedDataset, read_meta
 from fadat.data.contract import BOS_ID, EOS_ID
 from fadat.distill import PARTIAL, distill
 from fadat.errors import InputError
-from fadat.transformer import make_config
+from fadat.model_config import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 

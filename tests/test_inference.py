@@ -118,7 +118,7 @@ def test_low_precision_refuses_a_model_off_the_cpu():
     on another device (here "meta", as a CUDA one would be) is a clear error, not a copy that
     fails later inside autocast or quantization; fp32 returns the model itself."""
     from fadat.model import DATModel
-    from fadat.transformer import make_config
+    from fadat.model_config import make_config
 
     model = DATModel(make_config("tiny", 16)).to("meta")
     for precision in ("bf16", "int8"):

@@ -96,7 +96,7 @@ def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
         restore_rng_state,
     )
     from fadat.distributed import DistInfo
-    from fadat.transformer import ModelConfig
+    from fadat.model_config import ModelConfig
 
     path = LEGACY / f"{name}.checkpoint_last.pt"
     state = load_checkpoint(path)

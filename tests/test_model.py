@@ -17,8 +17,8 @@ from fadat.architectures import model_class
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
 from fadat.model import DATModel, LinksHead, transition_log_probs
+from fadat.model_config import PRESETS, ModelConfig, make_config
 from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
-from fadat.transformer import PRESETS, ModelConfig, make_config
 
 V = 40
 

@@ -32,9 +32,9 @@ from fadat.losses import (
     target_logprobs,
 )
 from fadat.model import DATModel
+from fadat.model_config import make_config
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.objectives.at import LabelSmoothedCEOptions
-from fadat.transformer import make_config
 
 # ---------------------------------------------------------------------------------- schedule
 

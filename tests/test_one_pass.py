@@ -23,8 +23,8 @@ from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size, pad_sequence
 from fadat.data.spm import encode_source
 from fadat.decoding import STRATEGIES
 from fadat.inference import with_reduced_head
+from fadat.model_config import make_config
 from fadat.nat import NATModel
-from fadat.transformer import make_config
 from fadat.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent

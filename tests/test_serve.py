@@ -34,13 +34,13 @@ from fadat.baseline import ATModel  # noqa: E402
 from fadat.data.spm import train_sentencepiece  # noqa: E402
 from fadat.decoding import decode  # noqa: E402
 from fadat.model import DATModel  # noqa: E402
+from fadat.model_config import make_config  # noqa: E402
 from fadat.model_dir import load_pretrained  # noqa: E402
 from fadat.serve.app import Limits, create_app  # noqa: E402
 from fadat.serve.batching import Batcher  # noqa: E402
 from fadat.serve.engine import Engine, confidence  # noqa: E402
 from fadat.serve.quality import average_ranks, spearman  # noqa: E402
 from fadat.show_graph import graph_view  # noqa: E402
-from fadat.transformer import make_config  # noqa: E402
 from fadat.translate import score_pairs, translate_lines  # noqa: E402
 
 WORDS = "ab cd ef gh ij kl mn op qr st uv wx".split()

@@ -22,6 +22,7 @@ from fadat.checkpoints import (
 )
 from fadat.errors import InputError
 from fadat.model import DATModel
+from fadat.model_config import make_config
 from fadat.objectives.dat import FuzzyOptions
 from fadat.train import inverse_sqrt_lr
 from fadat.train_config import (
@@ -34,7 +35,6 @@ from fadat.train_config import (
     resolve_config,
     validate_config,
 )
-from fadat.transformer import make_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -25,8 +25,8 @@ from fadat.data.text import read_lines
 from fadat.decoding import decode
 from fadat.errors import InputError
 from fadat.model import DATModel
+from fadat.model_config import make_config
 from fadat.model_dir import load_model
-from fadat.transformer import make_config
 from fadat.translate import make_batches, score_pairs
 from fadat.translator import Translator
 

@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 
 from fadat.architectures import model_class
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
-from fadat.transformer import make_config
+from fadat.model_config import make_config
 
 VOCAB = 12
 SIZES = dict(
