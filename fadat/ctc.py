@@ -111,20 +111,28 @@ class CTCModel(PretrainedMixin, TranslationModel):
         if with_log_prob:
             content = pad_sequences([y or [PAD_ID] for y in outputs]).to(source.device)  # (B, U)
             content_lengths = torch.tensor([len(y) for y in outputs], device=source.device)
-            nll = F.ctc_loss(
-                lp.transpose(0, 1),
-                content,
-                lengths,
-                content_lengths,
-                blank=self.blank,
-                reduction="none",
-                zero_infinity=False,
-            )  # (B,)
-            log_probs = (-nll.double()).tolist()
+            log_probs = self._log_prob(lp, lengths, content, content_lengths).tolist()
         return [
             [Scored(y, float(s), lp, len(y))]
             for y, s, lp in zip(outputs, scores.tolist(), log_probs, strict=True)
         ]
+
+    def _log_prob(
+        self, lp: Tensor, lengths: Tensor, content: Tensor, content_lengths: Tensor
+    ) -> Tensor:
+        """``log P(y|x)`` (float64, ``(B,)``) of the contents ``(B, U)`` (``content_lengths``
+        ``(B,)``) on the log-probs ``lp`` ``(B, L, V+1)`` of ``lengths`` ``(B,)`` positions: minus
+        ``ctc_loss`` without reduction; ``-inf`` where no alignment fits."""
+        nll = F.ctc_loss(
+            lp.transpose(0, 1),
+            content,
+            lengths,
+            content_lengths,
+            blank=self.blank,
+            reduction="none",
+            zero_infinity=False,
+        )  # (B,)
+        return -nll.double()
 
     def score_batch(
         self,
@@ -141,16 +149,7 @@ class CTCModel(PretrainedMixin, TranslationModel):
         lengths = self.graph_lengths(source_lengths, True, upsample_ratio)  # (B,)
         lp = check_finite(self(source, lengths), "token log-probabilities")  # (B, L, V+1)
         content, content_lengths = content_targets(target, target_lengths)
-        nll = F.ctc_loss(
-            lp.transpose(0, 1),
-            content,
-            lengths,
-            content_lengths,
-            blank=self.blank,
-            reduction="none",
-            zero_infinity=False,
-        )  # (B,)
-        log_probs = (-nll.double()).tolist()
+        log_probs = self._log_prob(lp, lengths, content, content_lengths).tolist()
         problems = [
             None if np.isfinite(v) else f"no alignment of {int(u)} tokens on {int(n)} positions"
             for v, u, n in zip(log_probs, content_lengths.tolist(), lengths.tolist(), strict=True)
