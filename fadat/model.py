@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored, TranslationModel
+from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, pad_sequences
 from fadat.inference import PRECISIONS
 from fadat.model_config import ModelConfig
@@ -337,8 +337,6 @@ class DATModel(PretrainedMixin, TranslationModel):
             NonFiniteOutputError: NaN or +inf links or token log-probabilities
                 (:func:`fadat.architectures.check_finite`).
         """
-        from fadat.architectures import check_finite
-
         source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
         graph_lengths = self.graph_lengths(source_lengths, True, upsample_ratio)  # (B,)
         token_logprobs, links = self(source, graph_lengths)  # (B, L, V), (B, L, L)
