@@ -134,14 +134,20 @@ TEST_50_ES = ROOT / "tests" / "data" / "bible-en-es-test-50.es"
 
 
 @pytest.fixture(scope="module")
-def small_shortlist(released):
-    """A shortlist from the 50 test pairs themselves, small (5 candidates per source token, 30
-    frequent), so that some sentences' path tokens fall outside it."""
+def small_shortlist(released, tmp_path_factory):
+    """A small shortlist (10 candidates per source token, 100 frequent) built from the 50 test
+    sources paired with the model's own greedy translations (a shortlist "from the model's own
+    outputs"), so that some sentences' path tokens fall outside it and others do not (with the
+    released model 7–8 of the first 21 sentences are covered, per strategy). One built from the
+    50 references covers none: the model's outputs use pieces the references do not."""
     from fadat.shortlist import build_shortlist, text_pairs
 
     translator = Translator.from_pretrained(MODEL)
-    pairs = text_pairs(translator.sp, TEST_50, TEST_50_ES)
-    return build_shortlist(pairs, translator.model.config.vocab_size, top_k=5, frequent=30)
+    sources = TEST_50.read_text(encoding="utf-8").splitlines()
+    own = tmp_path_factory.mktemp("shortlist") / "own-greedy.es"
+    own.write_text("\n".join(translator.translate(sources, strategy="greedy")) + "\n", "utf-8")
+    pairs = text_pairs(translator.sp, TEST_50, own)
+    return build_shortlist(pairs, translator.model.config.vocab_size, top_k=10, frequent=100)
 
 
 def _full(model, source):
