@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import asdict, dataclass
 from importlib.resources import files
 from typing import Any
@@ -404,15 +404,6 @@ def create_app(
         model_batch_tokens=model_batch_tokens,
         threads=threads,
     )
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        await batcher.start()
-        try:
-            yield
-        finally:
-            await batcher.stop()
-
     app = FastAPI(
         title="fadat",
         version=_version(),
@@ -422,11 +413,45 @@ def create_app(
             f"{limits.max_chars} characters per sentence, {limits.max_body_bytes} bytes per "
             'body (413 above). Errors: `{"error": {"status": N, "message": "..."}}`.'
         ),
-        lifespan=lifespan,
+        lifespan=_lifespan(batcher),
     )
     app.state.engine = engine
     app.state.batcher = batcher
     app.state.limits = limits
+    _add_error_handlers(app, engine)
+    batching = {
+        "max_batch_tokens": max_batch_tokens,
+        "max_wait_ms": max_wait_ms,
+        "model_batch_tokens": model_batch_tokens,
+    }
+    # Routes are matched in the order they are added: the page and /static last.
+    _add_health(app, engine, batcher, limits, batching)
+    _add_translate(app, engine, batcher, limits)
+    _add_graph(app, engine, batcher, limits)
+    _add_page(app)
+    return app
+
+
+def _lifespan(batcher: Batcher) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the batcher's worker runs while the server does."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await batcher.start()
+        try:
+            yield
+        finally:
+            await batcher.stop()
+
+    return lifespan
+
+
+def _add_error_handlers(app: FastAPI, engine: Engine) -> None:
+    """Every error as ``{"error": {"status", "message"}}``: :class:`ApiError` with its status,
+    :class:`~fadat.errors.InputError` 422, :class:`~fadat.serve.batching.Busy` 503, FastAPI's
+    own HTTP errors (404, 405) with theirs, a model with non-finite outputs 500 naming the
+    problem, any other exception 500 with a generic message (the traceback is logged, not
+    sent)."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> JSONResponse:
@@ -459,6 +484,13 @@ def create_app(
         log.error("internal error on %s %s", request.method, request.url.path, exc_info=err)
         return _error(500, "internal error (logged on the server)")
 
+
+def _add_health(
+    app: FastAPI, engine: Engine, batcher: Batcher, limits: Limits, batching: dict[str, Any]
+) -> None:
+    """``GET /health``: the model, its strategies, the limits, the batching settings
+    (``batching``) and the batcher's statistics at the time of the request."""
+
     @app.get("/health", summary="Server and model status")
     async def health() -> dict[str, Any]:
         return {
@@ -469,13 +501,12 @@ def create_app(
             "default_strategy": engine.default_strategy,
             "graph": engine.has_graph,
             "limits": asdict(limits),
-            "batching": {
-                "max_batch_tokens": max_batch_tokens,
-                "max_wait_ms": max_wait_ms,
-                "model_batch_tokens": model_batch_tokens,
-                **batcher.stats.as_dict(),
-            },
+            "batching": {**batching, **batcher.stats.as_dict()},
         }
+
+
+def _add_translate(app: FastAPI, engine: Engine, batcher: Batcher, limits: Limits) -> None:
+    """``POST /v1/translate``: the sentences translated through the batcher, in input order."""
 
     @app.post(
         "/v1/translate",
@@ -504,6 +535,11 @@ def create_app(
             "model": engine.name,
         }
 
+
+def _add_graph(app: FastAPI, engine: Engine, batcher: Batcher, limits: Limits) -> None:
+    """``POST /v1/graph``: the graph behind one sentence's translation
+    (:meth:`fadat.serve.engine.Engine.graph`, run on the batcher's worker thread)."""
+
     @app.post(
         "/v1/graph",
         summary="The graph behind the translation of one sentence",
@@ -514,30 +550,46 @@ def create_app(
     )
     async def graph(request: Request) -> dict[str, Any]:
         req = validate(GraphRequest, await read_json(request, limits.max_body_bytes))
-        check_sentences([req.text], limits)
-        if not req.text.strip():
-            raise ApiError(422, "text: the sentence is blank")
-        if not engine.has_graph:
-            raise ApiError(
-                422, f"this {engine.model_type.upper()} model has no graph; use /v1/translate"
-            )
-        names = req.strategies if req.strategies is not None else [engine.default_strategy]
-        if not names:
-            raise ApiError(422, "strategies: the list is empty")
-        if len(set(names)) != len(names):
-            raise ApiError(422, "strategies: a strategy is named twice")
-        for name in names:
-            engine.check(name, {})
+        names = check_graph_request(req, engine, limits)
         return await batcher.call(
             engine.graph, req.text, names, req.top_k, req.min_passing, req.min_flow
         )
+
+
+def check_graph_request(req: GraphRequest, engine: Engine, limits: Limits) -> list[str]:
+    """The strategies whose paths ``req`` asks for (the engine's default strategy when it
+    names none), after checking the request against the limits and the model.
+
+    Raises:
+        ApiError: 413 a sentence over ``limits.max_chars``; 422 a blank sentence, a model
+            without a graph (AT), an empty list of strategies, a strategy named twice, or
+            (from :meth:`~fadat.serve.engine.Engine.check`) an unknown one.
+    """
+    check_sentences([req.text], limits)
+    if not req.text.strip():
+        raise ApiError(422, "text: the sentence is blank")
+    if not engine.has_graph:
+        raise ApiError(
+            422, f"this {engine.model_type.upper()} model has no graph; use /v1/translate"
+        )
+    names = req.strategies if req.strategies is not None else [engine.default_strategy]
+    if not names:
+        raise ApiError(422, "strategies: the list is empty")
+    if len(set(names)) != len(names):
+        raise ApiError(422, "strategies: a strategy is named twice")
+    for name in names:
+        engine.check(name, {})
+    return names
+
+
+def _add_page(app: FastAPI) -> None:
+    """``GET /``: the web page; ``/static``: its scripts and styles (``static/``)."""
 
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         return FileResponse(str(STATIC / "index.html"), media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
-    return app
 
 
 def _error(status: int, message: str) -> JSONResponse:
