@@ -52,6 +52,7 @@ from fadat.data.corpora import (
     BUILTIN,
     SPLITS,
     SWORD_DIR,
+    Corpus,
     bible_corpus,
     generic_corpus,
     lohelp_corpus,
@@ -68,12 +69,29 @@ SPM_SAMPLE_PAIRS = 1_000_000  # sentencepiece training sample (2M lines)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``fadat prepare``."""
+    """Arguments of ``fadat prepare``, in the order ``--help`` lists them (the order of
+    :meth:`~argparse.ArgumentParser.add_argument` calls is the order of the usage line)."""
     parser.add_argument(
         "corpus", nargs="?", choices=BUILTIN, help="a built-in corpus (else give text files)"
     )
     parser.add_argument("--output", "-o", required=True, help="output directory")
     parser.add_argument("--direction", help="built-in corpora: e.g. en-es or es-en")
+    _add_text_arguments(parser)
+    s = _add_spm_arguments(parser)
+    _add_synth_arguments(parser)
+    # Listed under "sentencepiece and filtering" but added after the synth group, so that they
+    # stay last on the usage line.
+    s.add_argument("--sword-dir", default=None, help=f"bible-en-es: SWORD modules ({SWORD_DIR})")
+    s.add_argument(
+        "--cache-dir",
+        default=None,
+        help="lohelp: where .deb files are downloaded (default ~/.cache/fadat/debs)",
+    )
+
+
+def _add_text_arguments(parser: argparse.ArgumentParser) -> None:
+    """The "parallel text" group: per split source/target files or a TSV, extra references of
+    valid/test, and the language codes."""
     g = parser.add_argument_group("parallel text")
     for split in SPLITS:
         prefix = "" if split == "train" else f"{split}-"
@@ -89,6 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             )
     g.add_argument("--source-lang", help="source language code")
     g.add_argument("--target-lang", help="target language code")
+
+
+def _add_spm_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
+    """The "sentencepiece and filtering" group (vocabulary, length filter, ``--strict``,
+    ``--force``, chunk size and threads); returns the group."""
     s = parser.add_argument_group("sentencepiece and filtering")
     s.add_argument("--spm-model", help="reuse this sentencepiece model instead of training one")
     s.add_argument(
@@ -137,6 +160,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=min(4, os.cpu_count() or 1),
         help="sentencepiece encoding threads (the output is the same; default: cores, at most 4)",
     )
+    return s
+
+
+def _add_synth_arguments(parser: argparse.ArgumentParser) -> None:
+    """The "synth-multimodal" group: the options of :class:`fadat.data.synth.SynthConfig`."""
     from fadat.data.synth import SynthConfig
 
     # Defaults are None so that a flag given with another corpus is an error, not ignored
@@ -167,12 +195,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for split in SPLITS:
         default = getattr(d, f"{split}_size")
         y.add_argument(f"--{split}-size", type=int, default=None, help=f"{split} pairs ({default})")
-    s.add_argument("--sword-dir", default=None, help=f"bible-en-es: SWORD modules ({SWORD_DIR})")
-    s.add_argument(
-        "--cache-dir",
-        default=None,
-        help="lohelp: where .deb files are downloaded (default ~/.cache/fadat/debs)",
-    )
 
 
 def _input_flags(args: argparse.Namespace) -> list[tuple[str, str | None]]:
@@ -249,8 +271,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
+    """The stages of ``fadat prepare``: check the options, claim the output (under a lock held
+    by ``stack``), fingerprint the inputs, stop if the output is up to date, build the corpus
+    and the dataset, report. Returns 0."""
     start = time.time()
     out = Path(args.output)
+    _check_options(args)
+    existing = _claim_output(args, out, stack)
+    corpus, files, fp = _fingerprint_inputs(args)
+    if existing and _up_to_date(args, out, fp):
+        log(f"{out} is up to date (same inputs and options); nothing to do")
+        return 0
+    if corpus is None:
+        corpus = _builtin_corpus(args)
+    meta = _build_dataset(args, corpus, out, fp, files, start)
+    _log_summary(out, meta, start)
+    return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Option values and combinations, checked before any file is touched.
+
+    Raises:
+        InputError: naming the flag and the problem (a value out of range, a ``--spm-model``
+            that is not a file, a built-in corpus together with input files, ``--direction``
+            without a built-in corpus, an option of another corpus).
+    """
     if args.vocab_size < 5 and not args.spm_model:
         raise InputError(f"--vocab-size must be at least 5, got {args.vocab_size}")
     if args.chunk_pairs < 1:
@@ -272,79 +318,91 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     if args.corpus is None and args.direction:
         raise InputError("--direction is for built-in corpora; use --source-lang/--target-lang")
     _refuse_inapplicable(args)
-    # Before any work: the output must be new, empty or a fadat dataset whose files are all
-    # fadat's own (fadat.outputs), and its location writable.
+
+
+def _claim_output(args: argparse.Namespace, out: Path, stack: contextlib.ExitStack) -> bool:
+    """Check ``out`` and take its lock (held until ``stack`` closes); returns whether it holds a
+    dataset already.
+
+    Before any work: the output must be new, empty or a fadat dataset whose files are all
+    fadat's own (:mod:`fadat.outputs`), not an input, and its location writable.
+
+    Raises:
+        InputError: from :mod:`fadat.outputs`, naming ``--output`` and the problem.
+    """
     outputs.check_not_input(out, _input_flags(args), "--output")
     outputs.check_output_dir(out, "dataset", "--output")
     stack.enter_context(outputs.output_lock(out, "--output"))
-    existing = outputs.check_output_dir(out, "dataset", "--output")  # as it is under the lock
-    # Built-in corpora: fingerprint their input files first, so an up-to-date output is
-    # recognised without rebuilding the corpus.
+    return outputs.check_output_dir(out, "dataset", "--output")  # as it is under the lock
+
+
+def _fingerprint_inputs(args: argparse.Namespace) -> tuple[Corpus | None, list[dict], str]:
+    """``(corpus, files, fingerprint)``: the parallel-text corpus (None for a built-in one, which
+    is built later, only when the output is not up to date), its input files as ``{"path",
+    "sha256"}`` and the fingerprint (:func:`fadat.data.build.fingerprint`).
+
+    Raises:
+        InputError: a missing or unreadable input file.
+    """
     corpus = None
     inputs = source_files(args)
     if inputs is None:
         corpus = generic_corpus(args)
         inputs = corpus.source_files
     files = [{"path": str(p), "sha256": sha256_file(p)} for p in inputs]
-    fp = fingerprint(args, args.corpus or "parallel-text", files)
+    return corpus, files, fingerprint(args, args.corpus or "parallel-text", files)
 
-    if existing:
-        old = _read_meta(out / "meta.json").get("fingerprint")
-        if old == fp:
-            log(f"{out} is up to date (same inputs and options); nothing to do")
-            return 0
-        if not args.force:
-            raise InputError(
-                f"--output {out}: exists, a fadat dataset built from different inputs or options "
-                "(use --force to replace it)"
-            )
-        outputs.check_replaceable(out, "dataset", "--output")
 
+def _up_to_date(args: argparse.Namespace, out: Path, fp: str) -> bool:
+    """Whether the dataset in ``out`` was built with fingerprint ``fp`` (nothing to do);
+    otherwise checks that ``--force`` may replace it.
+
+    Raises:
+        InputError: a different fingerprint without ``--force``, or (from
+            :func:`fadat.outputs.check_replaceable`) a dataset that may not be replaced.
+    """
+    if _read_meta(out / "meta.json").get("fingerprint") == fp:
+        return True
+    if not args.force:
+        raise InputError(
+            f"--output {out}: exists, a fadat dataset built from different inputs or options "
+            "(use --force to replace it)"
+        )
+    outputs.check_replaceable(out, "dataset", "--output")
+    return False
+
+
+def _builtin_corpus(args: argparse.Namespace) -> Corpus:
+    """The built-in corpus ``args.corpus`` (:data:`fadat.data.corpora.BUILTIN`)."""
     if args.corpus == "bible-en-es":
-        corpus = bible_corpus(args)
-    elif args.corpus in ("lohelp-en-de", "lohelp-en-es"):
-        corpus = lohelp_corpus(args, args.corpus.rsplit("-", 1)[1])
-    elif args.corpus == "synth-multimodal":
-        corpus = synth_corpus(args)
-    assert corpus is not None
+        return bible_corpus(args)
+    if args.corpus in ("lohelp-en-de", "lohelp-en-es"):
+        return lohelp_corpus(args, args.corpus.rsplit("-", 1)[1])
+    if args.corpus == "synth-multimodal":
+        return synth_corpus(args)
+    raise AssertionError(f"no built-in corpus {args.corpus!r}")
+
+
+def _build_dataset(
+    args: argparse.Namespace, corpus: Corpus, out: Path, fp: str, files: list[dict], start: float
+) -> dict:
+    """Build the dataset of ``corpus`` in a staging directory and rename it to ``out``; returns
+    its ``meta.json`` (:func:`_meta`). Ctrl-C or SIGTERM leaves ``out`` as it was.
+
+    Raises:
+        InputError: from the build (a bad input line, --strict), or a write error naming
+            ``--output`` (disk full, the output's directory removed).
+    """
     valid_sets = corpus.extra.pop("valid_sets", None)
     # Named .NAME.tmp-PID-*: if this process is killed, the next check of the output removes it
-    # (fadat.outputs.remove_stale, run by check_output_dir above).
+    # (fadat.outputs.remove_stale, run by check_output_dir in _claim_output).
     tmp = outputs.staging_dir(out)
     try:
         with terminate_as_interrupt():
             built = build(args, corpus, tmp)
             if valid_sets is not None:
                 _write_valid_sets(tmp, built, valid_sets, synth_config(args).seed)
-            meta = {
-                "format": FORMAT_VERSION,
-                "fingerprint": fp,
-                "corpus": corpus.name,
-                "source_lang": corpus.source_lang,
-                "target_lang": corpus.target_lang,
-                "vocab_size": built["vocab_size"],
-                "ids_dtype": built["ids_dtype"],
-                "special_ids": {"<s>": BOS_ID, "<pad>": PAD_ID, "</s>": EOS_ID, "<unk>": UNK_ID},
-                "layout": {"source": "x </s>", "target": "<s> y </s>"},
-                "spm": {
-                    "model": "spm.model",
-                    "model_type": None if args.spm_model else args.model_type,
-                    "reused": str(args.spm_model) if args.spm_model else None,
-                    "character_coverage": None if args.spm_model else 1.0,
-                    "trained_on": built["spm_sample"],
-                },
-                "max_source_positions": args.max_source_positions,
-                "max_target_positions": args.max_target_positions,
-                "splits": built["splits"],
-                "dropped": built["dropped"],
-                "source_files": files,
-                "licence": corpus.licence,
-                "attribution": corpus.attribution,
-                **({"corpus_details": corpus.extra} if corpus.extra else {}),
-                "seconds": round(time.time() - start, 2),
-                "spm_seconds": built["spm_seconds"],
-                "encode_seconds": built["encode_seconds"],
-            }
+            meta = _meta(args, corpus, built, fp, files, time.time() - start)
             if valid_sets is not None:
                 # A generated corpus is byte-identical for the same options: no timings.
                 del meta["seconds"], meta["spm_seconds"], meta["encode_seconds"]
@@ -359,7 +417,54 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         raise outputs.write_error(out, err, "--output") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return meta
 
+
+def _meta(
+    args: argparse.Namespace,
+    corpus: Corpus,
+    built: dict,
+    fp: str,
+    files: list[dict],
+    seconds: float,
+) -> dict:
+    """The dataset's ``meta.json``: format, fingerprint, corpus, vocabulary, special ids,
+    sentencepiece, limits, splits and dropped pairs (``built``, from
+    :func:`fadat.data.build.build`), input files, licence, and timings (``seconds`` since the
+    start of the run)."""
+    return {
+        "format": FORMAT_VERSION,
+        "fingerprint": fp,
+        "corpus": corpus.name,
+        "source_lang": corpus.source_lang,
+        "target_lang": corpus.target_lang,
+        "vocab_size": built["vocab_size"],
+        "ids_dtype": built["ids_dtype"],
+        "special_ids": {"<s>": BOS_ID, "<pad>": PAD_ID, "</s>": EOS_ID, "<unk>": UNK_ID},
+        "layout": {"source": "x </s>", "target": "<s> y </s>"},
+        "spm": {
+            "model": "spm.model",
+            "model_type": None if args.spm_model else args.model_type,
+            "reused": str(args.spm_model) if args.spm_model else None,
+            "character_coverage": None if args.spm_model else 1.0,
+            "trained_on": built["spm_sample"],
+        },
+        "max_source_positions": args.max_source_positions,
+        "max_target_positions": args.max_target_positions,
+        "splits": built["splits"],
+        "dropped": built["dropped"],
+        "source_files": files,
+        "licence": corpus.licence,
+        "attribution": corpus.attribution,
+        **({"corpus_details": corpus.extra} if corpus.extra else {}),
+        "seconds": round(seconds, 2),
+        "spm_seconds": built["spm_seconds"],
+        "encode_seconds": built["encode_seconds"],
+    }
+
+
+def _log_summary(out: Path, meta: dict, start: float) -> None:
+    """Log the dropped pairs per reason and, per split, the pairs and mean tokens per side."""
     for reason, entry in meta["dropped"].items():
         log(f"dropped {entry['count']} {reason} pair(s), first at {', '.join(entry['first'])}")
     parts = []
@@ -372,4 +477,3 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
         f"wrote {out}: " + "; ".join(parts) + f"; vocab {meta['vocab_size']}; "
         f"{time.time() - start:.1f} s"
     )
-    return 0
