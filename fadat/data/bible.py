@@ -217,6 +217,11 @@ def clean_osis(raw: str, vocabulary: frozenset[str] | None = None) -> str:
     verse start inside the verse (WEB Rom 14:23). Inserts a space where removed markup separated
     two words, never inside a word (``<w>with tear</w>s``).
 
+    One function of about 90 lines on purpose: it is one scanner whose five state variables
+    (skip depth, pending break, last closed inline element, junction, text seen) are read and
+    written by both the tag and the text branch of every token; split, they would have to travel
+    as a state object through every part.
+
     Args:
         raw: the verse's OSIS markup.
         vocabulary: lower-cased words known from the corpus, used to decide whether an RV1909

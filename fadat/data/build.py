@@ -14,7 +14,7 @@ import shutil
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from fadat.data import binarized, spm
 from fadat.data.contract import BOS_ID, EOS_ID, UNK_ID
 from fadat.data.corpora import Corpus, PairSource, SplitText, synth_config
 from fadat.errors import InputError
+
+if TYPE_CHECKING:
+    from sentencepiece import SentencePieceProcessor
 
 FORMAT_VERSION = 1
 MAX_POSITIONS_SHOWN = 10
@@ -244,66 +247,20 @@ def build(args: argparse.Namespace, corpus: Corpus, out: Path) -> dict:
     output does not depend on the chunk size or the thread count.
     """
     drops = _Drops(args.strict)
-    chunk_pairs = args.chunk_pairs
-    threads = max(1, args.threads)
     # 1. Check everything before the long work; count the non-empty pairs.
-    nonempty: dict[str, int] = {}
-    for split, part in corpus.splits.items():
-        nonempty[split] = sum(len(_nonempty(c, drops)) for c in part.chunks(chunk_pairs))
-    if not nonempty["train"]:
-        raise InputError("empty corpus: no training pairs left")
-
+    nonempty = _check_splits(corpus, drops, args.chunk_pairs)
     # 2. Sentencepiece.
     t0 = time.time()
-    sample = None
-    if args.spm_model:
-        sp = spm.load_sentencepiece(args.spm_model)
-        shutil.copyfile(args.spm_model, out / "spm.model")
-        vocab_file = Path(args.spm_model).with_suffix(".vocab")
-        if vocab_file.is_file():
-            shutil.copyfile(vocab_file, out / "spm.vocab")
-    else:
-        sample = spm_sample(nonempty["train"], args.spm_sample_pairs)
-        sp = spm.train_sentencepiece(
-            _training_lines(corpus.splits["train"], sample, chunk_pairs),
-            out / "spm",
-            args.vocab_size,
-            args.model_type,
-        )
+    sp, sample = _sentencepiece(args, corpus, out, nonempty["train"])
     spm_seconds = time.time() - t0
     vocab_size = sp.get_piece_size()
-
     # 3. Encode, drop over-long pairs, write.
     t0 = time.time()
     splits_meta: dict[str, dict] = {}
     for split, part in corpus.splits.items():
-        n_refs = 0
-        dest = None
-        try:
-            for chunk in part.chunks(chunk_pairs):
-                if dest is None:
-                    n_refs = len(chunk.extra_refs)
-                    dest = _SplitOutput(out, split, vocab_size, n_refs)
-                _encode_chunk(sp, chunk, args, drops, dest, threads)
-        finally:
-            if dest is not None:
-                dest.close()
-        pairs = dest.writer.pairs if dest is not None else 0
-        if not pairs:
-            if split == "train":
-                raise InputError("empty corpus: no training pairs left after filtering")
-            for f in out.glob(f"{split}.*.npy"):
-                f.unlink()
-            for f in (out / "raw").glob(f"{split}.*"):
-                f.unlink()
-            continue
-        lengths = {k: np.concatenate(v) for k, v in dest.lengths.items()}
-        splits_meta[split] = {
-            "pairs": pairs,
-            "references": 1 + n_refs if split != "train" else 1,
-            **{k: _stats(v) for k, v in lengths.items()},
-            "unk_tokens": dest.unk,
-        }
+        stats = _encode_split(sp, split, part, args, drops, out)
+        if stats is not None:
+            splits_meta[split] = stats
     return {
         "vocab_size": vocab_size,
         "ids_dtype": str(binarized.ids_dtype(vocab_size)),
@@ -318,6 +275,90 @@ def build(args: argparse.Namespace, corpus: Corpus, out: Path) -> dict:
         }
         if not args.spm_model
         else None,
+    }
+
+
+def _check_splits(corpus: Corpus, drops: _Drops, chunk_pairs: int) -> dict[str, int]:
+    """The non-empty pairs per split, after reading and checking every split once (empty pairs
+    counted in ``drops``).
+
+    Raises:
+        InputError: a bad input line (from the reader), an empty pair with ``--strict``, or no
+            non-empty training pair.
+    """
+    nonempty: dict[str, int] = {}
+    for split, part in corpus.splits.items():
+        nonempty[split] = sum(len(_nonempty(c, drops)) for c in part.chunks(chunk_pairs))
+    if not nonempty["train"]:
+        raise InputError("empty corpus: no training pairs left")
+    return nonempty
+
+
+def _sentencepiece(
+    args: argparse.Namespace, corpus: Corpus, out: Path, train_pairs: int
+) -> tuple[SentencePieceProcessor, np.ndarray | None]:
+    """``(model, sample)``: ``--spm-model`` copied into ``out`` (with its ``.vocab`` when there
+    is one), or a model trained into ``out/spm.{model,vocab}`` on the sample of the
+    ``train_pairs`` non-empty training pairs (:func:`spm_sample`; None: all of them)."""
+    if args.spm_model:
+        sp = spm.load_sentencepiece(args.spm_model)
+        shutil.copyfile(args.spm_model, out / "spm.model")
+        vocab_file = Path(args.spm_model).with_suffix(".vocab")
+        if vocab_file.is_file():
+            shutil.copyfile(vocab_file, out / "spm.vocab")
+        return sp, None
+    sample = spm_sample(train_pairs, args.spm_sample_pairs)
+    sp = spm.train_sentencepiece(
+        _training_lines(corpus.splits["train"], sample, args.chunk_pairs),
+        out / "spm",
+        args.vocab_size,
+        args.model_type,
+    )
+    return sp, sample
+
+
+def _encode_split(
+    sp: SentencePieceProcessor,
+    split: str,
+    part: PairSource,
+    args: argparse.Namespace,
+    drops: _Drops,
+    out: Path,
+) -> dict | None:
+    """Encode ``split`` chunk by chunk into ``out``; returns its ``meta.json`` entry (pairs,
+    references, token statistics per side, ``<unk>`` count), or None (its files removed) when
+    no pair is left after filtering.
+
+    Raises:
+        InputError: no training pair left after filtering, or an over-long pair with
+            ``--strict``.
+    """
+    n_refs = 0
+    dest = None
+    try:
+        for chunk in part.chunks(args.chunk_pairs):
+            if dest is None:
+                n_refs = len(chunk.extra_refs)
+                dest = _SplitOutput(out, split, sp.get_piece_size(), n_refs)
+            _encode_chunk(sp, chunk, args, drops, dest, max(1, args.threads))
+    finally:
+        if dest is not None:
+            dest.close()
+    pairs = dest.writer.pairs if dest is not None else 0
+    if not pairs:
+        if split == "train":
+            raise InputError("empty corpus: no training pairs left after filtering")
+        for f in out.glob(f"{split}.*.npy"):
+            f.unlink()
+        for f in (out / "raw").glob(f"{split}.*"):
+            f.unlink()
+        return None
+    lengths = {k: np.concatenate(v) for k, v in dest.lengths.items()}
+    return {
+        "pairs": pairs,
+        "references": 1 + n_refs if split != "train" else 1,
+        **{k: _stats(v) for k, v in lengths.items()},
+        "unk_tokens": dest.unk,
     }
 
 
