@@ -38,12 +38,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from fadat.errors import InputError, NonFiniteOutputError
 from fadat.options import DECODING_OPTIONS
+
+if TYPE_CHECKING:
+    from fadat.show_graph import GraphView
 
 log = logging.getLogger("fadat.serve")
 
@@ -86,6 +89,37 @@ def confidence(log_prob: float, tokens: int) -> float | None:
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def _layers(vertices: Sequence[int], edges: Sequence[tuple[int, int, float]]) -> dict[int, int]:
+    """Each drawn vertex's layer: the number of drawn transitions on the longest drawn path
+    from vertex 0 to it (0 for a vertex no drawn transition enters). ``edges`` are ``(i, j,
+    flow)`` with ``i < j``: vertex ids are a topological order, so one pass in sorted order
+    sees every vertex's predecessors first."""
+    layer = {v: 0 for v in vertices}
+    for i, j, _ in sorted(edges):
+        layer[j] = max(layer[j], layer[i] + 1)
+    return layer
+
+
+def _path_json(
+    strategy: str,
+    path: Sequence[int],
+    score: float,
+    text: str,
+    tokens: int,
+    log_prob: float,
+) -> dict[str, Any]:
+    """One strategy's path in :meth:`Engine.graph`'s answer; ``tokens`` is ``|y|`` without the
+    endpoints, ``score`` and ``log_prob`` in nats (None when not finite)."""
+    return {
+        "strategy": strategy,
+        "vertices": list(path),
+        "text": text,
+        "score": _finite(score),
+        "log_prob": _finite(log_prob),
+        "confidence": confidence(log_prob, tokens + 2),  # |<s> y </s>|
+    }
 
 
 class Engine:
@@ -264,6 +298,20 @@ class Engine:
             )
         return out
 
+    def _vertices_json(self, view: GraphView) -> list[dict[str, Any]]:
+        """The drawn vertices of ``view`` for :meth:`graph`: id, layer (:func:`_layers`),
+        passing probability and top tokens (piece, id, probability)."""
+        layer = _layers(view.vertices, view.edges)
+        return [
+            {
+                "id": v,
+                "layer": layer[v],
+                "passing": passing,
+                "tokens": [{"token": self.sp.id_to_piece(t), "id": t, "p": p} for t, p in tops],
+            }
+            for v, passing, tops in zip(view.vertices, view.passing, view.top_tokens, strict=True)
+        ]
+
     def graph(
         self,
         sentence: str,
@@ -325,33 +373,13 @@ class Engine:
             min_flow=min_flow,
             other_paths=[h.path for h in hyps[1:]],
         )
-        layer = {v: 0 for v in view.vertices}
-        for i, j, _ in sorted(view.edges):  # vertex ids are a topological order
-            layer[j] = max(layer[j], layer[i] + 1)
         return {
             "source": sentence,
             "graph_size": size,
-            "vertices": [
-                {
-                    "id": v,
-                    "layer": layer[v],
-                    "passing": passing,
-                    "tokens": [{"token": self.sp.id_to_piece(t), "id": t, "p": p} for t, p in tops],
-                }
-                for v, passing, tops in zip(
-                    view.vertices, view.passing, view.top_tokens, strict=True
-                )
-            ],
+            "vertices": self._vertices_json(view),
             "links": [{"from": i, "to": j, "flow": flow} for i, j, flow in view.edges],
             "paths": [
-                {
-                    "strategy": s,
-                    "vertices": list(h.path),
-                    "text": text,
-                    "score": _finite(h.score),
-                    "log_prob": _finite(log_prob),
-                    "confidence": confidence(log_prob, len(y) + 2),  # |<s> y </s>|
-                }
+                _path_json(s, h.path, h.score, text, len(y), log_prob)
                 for s, h, text, y, log_prob in zip(
                     strategies, hyps, texts, outputs, log_probs, strict=True
                 )
