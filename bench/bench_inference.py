@@ -11,7 +11,7 @@ Usage::
 
 Rows (``--only REGEX`` keeps the rows whose name matches):
 
-- DAT through fadat's fast path (fadat.inference): greedy / lookahead / joint-Viterbi ×
+- DAT through fadat's fast path (fadat.models.inference): greedy / lookahead / joint-Viterbi ×
   fp32 / bf16 / int8 weights × without and with the vocabulary shortlist (``+sl``; the DAT
   directory's ``shortlist.safetensors`` or ``--shortlist``; ``fadat shortlist`` builds one) ×
   without and with pruning at each ``--prune-thresholds`` τ (``+prune τ``; greedy computes the
@@ -63,8 +63,8 @@ import torch
 from fadat.data.contract import pad_sequences
 from fadat.data.spm import encode_source
 from fadat.decoding import decode
-from fadat.inference import PRECISIONS, graph_top1, kept_vertices, with_precision
-from fadat.model_dir import load_model
+from fadat.models.directory import load_model
+from fadat.models.inference import PRECISIONS, graph_top1, kept_vertices, with_precision
 from fadat.scoring import corpus_scores
 
 Translate = Callable[[list[list[int]]], list[list[int]]]
@@ -214,8 +214,8 @@ def main(argv: list[str] | None = None) -> dict:
     import sentencepiece as spm
 
     from fadat.export import CTranslate2AT, export_ctranslate2
-    from fadat.model_dir import read_model_metadata, spm_model_path
-    from fadat.shortlist import SHORTLIST_NAME, load_shortlist, write_ctranslate2_vmap
+    from fadat.models.directory import read_model_metadata, spm_model_path
+    from fadat.models.shortlist import SHORTLIST_NAME, load_shortlist, write_ctranslate2_vmap
 
     if args.data:
         raw = Path(args.data) / "raw"

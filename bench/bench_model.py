@@ -12,7 +12,7 @@ encoder, decoder, token head + log-softmax, links head, objective
   ``fadat.losses.target_logprobs`` (row-blocked fp32 log-softmax, hand-written backward; no
   ``(B, L, V)`` fp32 log-softmax; its backward writes the logits' gradient into their own
   storage), so the log-softmax is timed under "objective"; and the cheaper dropout masks of
-  ``fadat.transformer.dropout`` (``ModelConfig.fast_dropout``), as ``fadat train`` uses;
+  ``fadat.models.transformer.dropout`` (``ModelConfig.fast_dropout``), as ``fadat train`` uses;
 - ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
   head compiled in place (``nn.Module.compile``, dynamic shapes); the compile time is measured and
   reported; a variant whose compilation fails falls back to eager and says so.
@@ -55,8 +55,8 @@ import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size  # noqa: E402
-from fadat.model import DATModel  # noqa: E402
-from fadat.model_config import make_config  # noqa: E402
+from fadat.models.config import make_config  # noqa: E402
+from fadat.models.dat import DATModel  # noqa: E402
 
 STAGES = ("encoder", "decoder", "token_head", "links_head", "objective", "backward", "optimizer")
 VARIANTS = ("fp32-eager", "bf16-eager", "bf16-fused", "fp32-compile", "bf16-compile")

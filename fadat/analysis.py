@@ -208,13 +208,14 @@ def vertex_density(
 def load_dat_model(
     directory: str | Path, device: str | torch.device | None = "cpu"
 ) -> tuple[Any, Any]:
-    """Load a DAT model directory and its sentencepiece model (:func:`fadat.model_dir.load_model`).
+    """Load a DAT model directory and its sentencepiece model
+    (:func:`fadat.models.directory.load_model`).
 
     Raises:
-        InputError: as :func:`fadat.model_dir.load_model`, or the directory holds an AT model
+        InputError: as :func:`fadat.models.directory.load_model`, or the directory holds an AT model
             (it has no graph to analyse).
     """
-    from fadat.model_dir import load_model
+    from fadat.models.directory import load_model
 
     model, sp = load_model(directory, device)
     if not model.has_graph:
@@ -253,8 +254,8 @@ def model_outputs(
         with ``rows`` the indices into ``lines`` of the batch's sentences. Tensors are on the
         model's device, computed under ``torch.inference_mode``.
     """
-    from fadat.architectures import naming_inputs
-    from fadat.model_dir import model_device
+    from fadat.models.architectures import naming_inputs
+    from fadat.models.directory import model_device
     from fadat.translate import encode_sources, make_batches
     from fadat.verbs import DEFAULT_MAX_TOKENS
 
@@ -595,7 +596,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``fadat analyze``: print Tables 3 and 5, write Figure 1 and the numbers as JSON."""
-    from fadat.model_dir import model_labels
+    from fadat.models.directory import model_labels
     from fadat.scoring import load_split, read_languages
     from fadat.translate import strategy_options
     from fadat.verbs import apply_threads, decoding_options, stderr_warner

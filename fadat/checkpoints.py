@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from fadat import outputs
-from fadat.architectures import ARCHITECTURES, model_class
 from fadat.errors import InputError
+from fadat.models.architectures import ARCHITECTURES, model_class
 
 CHECKPOINT_FORMAT = "fadat-train-checkpoint-1"
 LAST_NAME = "checkpoint_last.pt"
@@ -375,7 +375,7 @@ def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor
 
 def _current_names(weights: dict[str, Any], model_config: Any) -> dict[str, Any]:
     """``weights`` with today's parameter names (checkpoints of earlier versions name some
-    differently: :meth:`fadat.architectures.TranslationModel.upgrade_state_dict`)."""
+    differently: :meth:`fadat.models.architectures.TranslationModel.upgrade_state_dict`)."""
     kind = model_config.get("model_type", "dat") if isinstance(model_config, dict) else None
     if kind not in ARCHITECTURES:
         return weights
@@ -390,7 +390,7 @@ def write_averaged_model(
 ) -> Path:
     """Average ``paths`` and write a model directory with ``save_pretrained``, the data's
     sentencepiece model and its licence/attribution (from ``DATA/meta.json``); the weights are
-    stored as ``weights_dtype`` (see :func:`fadat.model_dir.save_model_directory`).
+    stored as ``weights_dtype`` (see :func:`fadat.models.directory.save_model_directory`).
 
     Returns:
         The output directory.
@@ -398,7 +398,7 @@ def write_averaged_model(
     Raises:
         InputError: as :func:`average_checkpoints`, or a missing data directory / spm model.
     """
-    from fadat.model_config import ModelConfig
+    from fadat.models.config import ModelConfig
 
     state, meta = average_checkpoints(paths)
     config = ModelConfig.from_dict(dict(meta["model_config"]))

@@ -33,7 +33,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "show-graph": ("fadat.show_graph", "draw the DAG behind the translation of one sentence"),
     "distill": ("fadat.distill", "re-translate a dataset's training targets with an AT (KD)"),
     "export": ("fadat.export", "export an AT model to another inference engine (CTranslate2)"),
-    "shortlist": ("fadat.shortlist", "build a lexical vocabulary shortlist for a DAT model"),
+    "shortlist": ("fadat.models.shortlist", "build a lexical vocabulary shortlist for a DAT model"),
     "serve": ("fadat.serve.cli", "serve translations and the graph over HTTP, with a web page"),
 }
 

@@ -15,7 +15,7 @@ kill is dropped and its batch translated again, so an interrupted and resumed ru
 same files as an uninterrupted one. ``OUTPUT/meta.json`` is written last: its presence marks a
 complete dataset.
 
-Engines: ``fadat`` runs :meth:`fadat.baseline.ATModel.beam_search`; ``ctranslate2`` exports the
+Engines: ``fadat`` runs :meth:`fadat.models.at.ATModel.beam_search`; ``ctranslate2`` exports the
 teacher (:mod:`fadat.export`) and runs CTranslate2 with fadat's decoding rules, which gives the
 same tokens except where a beam reaches the length limit (see :mod:`fadat.export`).
 """
@@ -36,11 +36,11 @@ from typing import Any
 
 import torch
 
-from fadat.architectures import naming_inputs
 from fadat.data.binarized import DISTILL_PARTIAL, BinarizedDataset, read_meta, write_split
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError
-from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
+from fadat.models.architectures import naming_inputs
+from fadat.models.directory import load_pretrained, read_model_metadata, spm_model_path
 from fadat.outputs import check_not_input, check_output_dir, mark_dir, output_lock
 
 PARTIAL = DISTILL_PARTIAL
@@ -123,7 +123,7 @@ def _translator(
 ) -> Callable[[list[list[int]], list[int]], list[list[int]]]:
     """``(sources (x </s>), their 1-based pair numbers) -> outputs (y)`` for the chosen engine
     (the numbers name the pairs whose outputs are not finite:
-    :func:`fadat.architectures.naming_inputs`)."""
+    :func:`fadat.models.architectures.naming_inputs`)."""
     if engine == "ctranslate2":
         from fadat.export import CTranslate2AT, export_ctranslate2
 

@@ -16,9 +16,9 @@ class NonFiniteOutputError(InputError):
     input: its weights are corrupt, e.g. finite but so large that fp32 overflows in the forward
     pass (NaN or infinite weights in the file are refused when the model is loaded).
 
-    The models' inference paths raise it through :func:`fadat.architectures.check_finite`, which
-    knows only the affected rows of the batch; the batch loops add the model directory and the
-    input lines (:func:`fadat.architectures.naming_inputs`). The message is then
+    The models' inference paths raise it through :func:`fadat.models.architectures.check_finite`,
+    which knows only the affected rows of the batch; the batch loops add the model directory and the
+    input lines (:func:`fadat.models.architectures.naming_inputs`). The message is then
     ``model DIR produces non-finite link scores for input line 3: its weights are probably
     corrupt``.
 

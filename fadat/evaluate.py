@@ -58,7 +58,7 @@ from torch import nn
 
 from fadat import outputs, validset_metrics
 from fadat.errors import InputError
-from fadat.model_dir import load_model, model_device, model_labels, resolve_device
+from fadat.models.directory import load_model, model_device, model_labels, resolve_device
 from fadat.options import finite_float, finite_float_list, nonnegative_int, positive_int
 from fadat.scoring import (
     DEFAULT_STRATEGIES,

@@ -1,6 +1,6 @@
 """``fadat export``: write an AT baseline model directory in another inference engine's format.
 
-One format today, ``ctranslate2``: the AT (:class:`fadat.baseline.ATModel`) described through
+One format today, ``ctranslate2``: the AT (:class:`fadat.models.at.ATModel`) described through
 CTranslate2's model-spec API (``ctranslate2.specs.TransformerSpec``) and saved with it, so the
 engine a CPU user would deploy a Transformer with runs our weights. Needs the optional extra
 ``pip install -e .[ctranslate2]``.
@@ -12,7 +12,7 @@ with fadat's decoding rules:
 
 - ``beam_size`` set explicitly (CTranslate2's default is 2), ``length_penalty`` α as fadat's,
   ``return_end_token=True`` so a hypothesis is ranked by ``log P / (|y| + 1)^α`` with ``</s>``
-  counted, as :meth:`fadat.baseline.ATModel.beam_search` does;
+  counted, as :meth:`fadat.models.at.ATModel.beam_search` does;
 - ``min_decoding_length=0`` (``</s>`` may come first), ``<s>`` and ``<pad>`` suppressed;
 - the length limit ``int(a·|x </s>| + b)`` tokens including ``</s>``: fadat forces ``</s>`` at
   the limit, CTranslate2 stops after ``max_decoding_length`` tokens, so the engine is given
@@ -43,7 +43,7 @@ from torch import Tensor
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
-from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
+from fadat.models.directory import load_pretrained, read_model_metadata, spm_model_path
 from fadat.outputs import (
     check_not_input,
     check_output_dir,
@@ -97,7 +97,7 @@ def ctranslate2_spec(model: torch.nn.Module, pieces: list[str]):
     stores it once); learned positions ``0..n-1`` are the position tables as they are.
 
     Args:
-        model: a :class:`fadat.baseline.ATModel`.
+        model: a :class:`fadat.models.at.ATModel`.
         pieces: V token strings in id order.
 
     Returns:
@@ -297,7 +297,7 @@ class CTranslate2AT:
         target_lengths: Sequence[int] | None = None,
     ) -> list[list[int]]:
         """Translate source ids (``x </s>``, or a ``(B, S)`` PAD-padded tensor) to output ids
-        without ``<s>``/``</s>``, as :meth:`fadat.baseline.ATModel.beam_search`
+        without ``<s>``/``</s>``, as :meth:`fadat.models.at.ATModel.beam_search`
         (``beam_size`` > 1) or ``greedy`` (``beam_size`` 1) would, up to the limit case of the
         module docstring.
 
@@ -307,7 +307,8 @@ class CTranslate2AT:
             max_batch_size: CTranslate2 splits the sentences into batches of at most this
                 many, run in parallel by its ``inter_threads`` replicas (0 = one batch).
             use_vmap: restrict the output vocabulary with the export's ``vmap.txt``
-                (CTranslate2's vocabulary map; :func:`fadat.shortlist.write_ctranslate2_vmap`).
+                (CTranslate2's vocabulary map;
+                :func:`fadat.models.shortlist.write_ctranslate2_vmap`).
             target_lengths: force sentence ``i`` to ``target_lengths[i]`` output tokens: the
                 engine decodes exactly ``n + 1`` steps (the work of ``n`` tokens and ``</s>``,
                 with ``</s>`` suppressed until then) and the first ``n`` are returned. For

@@ -7,8 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from fadat.architectures import TranslationModel, model_class
 from fadat.errors import InputError
+from fadat.models.architectures import TranslationModel, model_class
 from fadat.train_config import TrainConfig
 
 
@@ -51,8 +51,8 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> TranslationModel:
         InputError: bad preset/overrides, or an ``--init-from`` model of the other architecture
             or another vocabulary.
     """
-    from fadat.model_config import make_config
-    from fadat.model_dir import load_pretrained
+    from fadat.models.config import make_config
+    from fadat.models.directory import load_pretrained
 
     if cfg.init_from:
         model = load_pretrained(cfg.init_from)
@@ -91,16 +91,16 @@ def _load_encoder(model: TranslationModel, directory: str, decoder_layers: bool 
     """Copy the encoder (with the shared token embedding, which is also the tied output
     projection) of the model in ``directory`` (any architecture) into ``model`` (initialising a
     DA-Transformer, NAT or CTC model from a trained AT baseline); with ``decoder_layers`` also
-    the layers of the shared decoder stack (:class:`fadat.transformer.Decoder`: self-attention,
-    cross-attention, FFN, and the pre-LN final LayerNorm; the AT's causal mask is not a weight).
-    The decoder's position table and the architecture's own heads (links, length predictor,
-    blank) stay freshly initialised.
+    the layers of the shared decoder stack (:class:`fadat.models.transformer.Decoder`:
+    self-attention, cross-attention, FFN, and the pre-LN final LayerNorm; the AT's causal mask is
+    not a weight). The decoder's position table and the architecture's own heads (links, length
+    predictor, blank) stay freshly initialised.
 
     Raises:
         InputError: the directory's encoder (or decoder layers) differ in shape (vocabulary,
             width, layers, pre/post-norm).
     """
-    from fadat.model_dir import load_pretrained
+    from fadat.models.directory import load_pretrained
 
     source = load_pretrained(directory).state_dict()
     own = model.state_dict()

@@ -17,7 +17,7 @@ import argparse
 
 from fadat.data.text import read_lines
 from fadat.errors import InputError
-from fadat.model_dir import load_model
+from fadat.models.directory import load_model
 from fadat.translate import score_pairs
 from fadat.verbs import (
     add_common_arguments,

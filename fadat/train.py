@@ -47,7 +47,6 @@ import torch.distributed as dist
 import yaml
 
 from fadat import outputs, train_config
-from fadat.architectures import model_class
 from fadat.checkpoints import (
     BEST_INDEX,
     CHECKPOINT_FORMAT,
@@ -68,6 +67,7 @@ from fadat.distributed import all_reduce, gather_rng, peak_rss_mib, setup_distri
 from fadat.errors import InputError
 from fadat.glancing import parse_glancing_schedule
 from fadat.model_init import build_model, data_vocab_size, load_data
+from fadat.models.architectures import model_class
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.train_config import (
     RESUMABLE_KEYS,
@@ -204,7 +204,7 @@ class Trainer:
         if self._resume_state is not None:
             # A resumed run rebuilds the architecture it saved (an --init-from model need not
             # match --preset) and then loads checkpoint_last's weights.
-            from fadat.model_config import ModelConfig
+            from fadat.models.config import ModelConfig
 
             try:
                 model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))

@@ -23,10 +23,10 @@ from typing import Any
 
 import yaml
 
-from fadat.architectures import ARCHITECTURES
 from fadat.data.text import read_lines
 from fadat.errors import InputError
 from fadat.glancing import parse_glancing_schedule
+from fadat.models.architectures import ARCHITECTURES
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, Option, all_options, default_objective
 from fadat.objectives.base import options_of
 
@@ -615,7 +615,7 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     if not cfg.init_from:
         # The preset and the YAML's model section, checked before any data is read (the
         # vocabulary size is a placeholder: the data's is used later).
-        from fadat.model_config import make_config
+        from fadat.models.config import make_config
 
         try:
             make_config(cfg.preset, 8, model_type=cfg.arch, dropout=cfg.dropout, **cfg.model)

@@ -4,7 +4,7 @@
 Data flow (one function, :func:`translate_lines`): raw text lines → sentencepiece ids ``x </s>``
 (truncated to the model's ``max_source_positions`` with a warning) → token-budget batches of
 sentences of similar length → the model (DAT: one decoder pass giving ``(token_logprobs, links)``
-then a decoder of :mod:`fadat.decoding`; AT: :meth:`fadat.baseline.ATModel.greedy` or
+then a decoder of :mod:`fadat.decoding`; AT: :meth:`fadat.models.at.ATModel.greedy` or
 ``beam_search``) → ids → detokenised text, returned in input order. :func:`score_pairs` is the
 same pipeline for ``log P(y|x)`` of given pairs (paper Eq. 3 for DAT, the chain rule for AT).
 
@@ -32,10 +32,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from fadat.architectures import naming_inputs
 from fadat.data.contract import EOS_ID, pad_sequences
 from fadat.errors import InputError
-from fadat.model_dir import model_device
+from fadat.models.architectures import naming_inputs
+from fadat.models.directory import model_device
 from fadat.options import DECODING_OPTIONS
 from fadat.verbs import DEFAULT_MAX_TOKENS, Warn
 
@@ -51,7 +51,7 @@ class Translation:
             path tokens' log-probabilities, see :mod:`fadat.decoding`); AT the length-normalised
             beam score ``log P(y|x) / (|y|+1)^α``. NaN for an empty input line (not scored).
         log_prob: ``log P(y|x)`` of ``tokens`` in nats from the translating pass
-            (:class:`fadat.architectures.Scored`) when asked for (``with_log_prob``); NaN for
+            (:class:`fadat.models.architectures.Scored`) when asked for (``with_log_prob``); NaN for
             an empty input line; ``None`` when not asked or where the model cannot give it
             from that pass.
         covers: the number of tokens ``log_prob`` covers (as :attr:`PairScore.tokens`).
@@ -110,7 +110,7 @@ def check_strategy(
 ) -> None:
     """Validate a strategy, its options and ``nbest`` before any input is read.
 
-    The model checks the values (:meth:`~fadat.architectures.TranslationModel.check_options`;
+    The model checks the values (:meth:`~fadat.models.architectures.TranslationModel.check_options`;
     a DAT tries them once on a small synthetic graph, so ``top_p = 2`` fails here with the
     decoder's own message).
 
@@ -236,7 +236,7 @@ def make_batches(
 
     Args:
         costs: per-sentence cost (e.g. the model's ``batch_cost``,
-            :meth:`fadat.architectures.TranslationModel.batch_cost`).
+            :meth:`fadat.models.architectures.TranslationModel.batch_cost`).
         max_tokens: budget; ``None`` or 0 = unlimited.
         max_sentences: sentences per batch; ``None`` or 0 = unlimited.
 
@@ -306,7 +306,7 @@ def translate_lines(
         upsample_ratio: the decoding λ (``--upsample-ratio``: graph size ``λ·|x </s>|`` of a
             DAT, decoder length of a CTC); ``None`` = the model's. The model is not changed.
         with_log_prob: fill each :attr:`Translation.log_prob` from the translating pass
-            (:meth:`~fadat.architectures.TranslationModel.translate_batch`; it can cost more
+            (:meth:`~fadat.models.architectures.TranslationModel.translate_batch`; it can cost more
             than the translation, so it is off unless asked for).
 
     Returns:
@@ -483,14 +483,14 @@ def score_pairs(
 
 
 def apply_precision(model: nn.Module, precision: str) -> nn.Module:
-    """``model`` converted for inference in ``precision`` (fadat.inference; the precisions of
+    """``model`` converted for inference in ``precision`` (fadat.models.inference; the precisions of
     the model's ``precisions``, on the CPU).
 
     Raises:
         InputError: unknown precision, or other than fp32 for a model without it in its
             ``precisions`` (AT, NAT, CTC) or off the CPU.
     """
-    from fadat.inference import PRECISIONS, with_precision
+    from fadat.models.inference import PRECISIONS, with_precision
 
     if precision not in PRECISIONS:
         raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
@@ -507,8 +507,8 @@ def apply_reduced_head(
     shortlist: bool | str | Path | None = None,
     prune_threshold: float | None = None,
 ) -> nn.Module:
-    """``model`` tagged to run with a shortlist and/or pruning (fadat.inference
-    :func:`~fadat.inference.with_reduced_head`).
+    """``model`` tagged to run with a shortlist and/or pruning (fadat.models.inference
+    :func:`~fadat.models.inference.with_reduced_head`).
 
     Args:
         model: the model loaded from ``directory``.
@@ -521,8 +521,8 @@ def apply_reduced_head(
         InputError: either set for a model without ``reduced_head`` (AT, NAT, CTC); a missing
             or unreadable shortlist, or one for another vocabulary; τ outside ``[0, 1]``.
     """
-    from fadat.inference import with_reduced_head
-    from fadat.shortlist import load_shortlist
+    from fadat.models.inference import with_reduced_head
+    from fadat.models.shortlist import load_shortlist
 
     if shortlist is False:
         shortlist = None

@@ -8,7 +8,7 @@ import argparse
 import sys
 
 from fadat.data.text import read_lines
-from fadat.model_dir import load_model
+from fadat.models.directory import load_model
 from fadat.options import nonnegative_int, positive_int
 from fadat.translate import (
     Translation,
@@ -76,8 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         default="fp32",
         choices=("fp32", "bf16", "int8"),
-        help="DAT on CPU: weights in fp32 (default), bf16 or int8 (fadat.inference; test BLEU "
-        "of each in RESULTS.md)",
+        help="DAT on CPU: weights in fp32 (default), bf16 or int8 (fadat.models.inference; test "
+        "BLEU of each in RESULTS.md)",
     )
     add_head_arguments(parser)
     add_common_arguments(parser)

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from fadat.errors import InputError
-from fadat.model_dir import check_vocabulary, load_model
+from fadat.models.directory import check_vocabulary, load_model
 from fadat.translate import (
     PairScore,
     Translation,
@@ -64,7 +64,7 @@ class Translator:
         """Load a model directory (DAT or AT) onto ``device``; ``upsample_ratio`` is the
         decoding λ the translator passes to the model (:attr:`upsample_ratio`); a DAT can run in
         ``precision`` ``fp32``, ``bf16`` or ``int8`` weights on the CPU
-        (:func:`fadat.inference.with_precision`), with a vocabulary ``shortlist`` (``True``:
+        (:func:`fadat.models.inference.with_precision`), with a vocabulary ``shortlist`` (``True``:
         the directory's ``shortlist.safetensors``, or a path) and with the token head pruned
         to vertices of passing probability ≥ ``prune_threshold`` (:func:`apply_reduced_head`).
 

@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from fadat.architectures import TranslationModel
 from fadat.data.contract import Batch
 from fadat.glancing import forked_rng
+from fadat.models.architectures import TranslationModel
 from fadat.objectives import ObjectiveConfig, compute_loss
 from fadat.train_config import TrainConfig
 

@@ -26,7 +26,7 @@ from fadat.options import (
 )
 
 #: Default per-batch budget, in the models' ``batch_cost`` units
-#: (:meth:`fadat.architectures.TranslationModel.batch_cost`).
+#: (:meth:`fadat.models.architectures.TranslationModel.batch_cost`).
 DEFAULT_MAX_TOKENS = 4096
 
 Warn = Callable[[str], None]
@@ -124,7 +124,7 @@ def add_upsample_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_head_arguments(parser: argparse.ArgumentParser) -> None:
     """``--shortlist [FILE]`` and ``--prune-threshold τ``: less of a DAT's token head
-    (fadat.inference; greedy, lookahead, viterbi, joint-viterbi)."""
+    (fadat.models.inference; greedy, lookahead, viterbi, joint-viterbi)."""
     parser.add_argument(
         "--shortlist",
         nargs="?",

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import torch
 
-from fadat.architectures import model_class
 from fadat.checkpoints import load_checkpoint
 from fadat.data.binarized import BinarizedDataset
-from fadat.model_config import ModelConfig
+from fadat.models.architectures import model_class
+from fadat.models.config import ModelConfig
 from fadat.objectives import ObjectiveConfig, compute_loss
 from fadat.train_config import config_from_dict, load_yaml_config, objective_config
 from fadat.validation import validate

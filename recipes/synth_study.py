@@ -851,7 +851,7 @@ def nll_report(report: Path, data: Path, model_dirs: tuple[Path, ...]) -> dict:
     reference, written to ``report`` as ``{model: {"nll_per_token", "nll_per_sentence",
     "tokens", "sentences", "unscorable"}}`` in nats. Unscorable pairs (−inf/NaN: a target longer
     than the graph) are counted and left out."""
-    from fadat.model_dir import load_model
+    from fadat.models.directory import load_model
     from fadat.scoring import load_split
     from fadat.translate import score_pairs
 

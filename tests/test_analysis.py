@@ -219,8 +219,8 @@ def write(path, lines: list[str]):
 def setup(tmp_path_factory):
     """A `fadat prepare`d directory (test split of 14 pairs) and two tiny DAT model directories."""
     from fadat.cli import main
-    from fadat.model import DATModel
-    from fadat.model_config import make_config
+    from fadat.models.config import make_config
+    from fadat.models.dat import DATModel
 
     root = tmp_path_factory.mktemp("analysis")
     rng = np.random.default_rng(0)

@@ -1,5 +1,5 @@
-"""The translation-model base (fadat.architectures.TranslationModel): abstract hooks, defaults,
-and the capabilities that translate / evaluate / serve / validation branch on."""
+"""The translation-model base (fadat.models.architectures.TranslationModel): abstract hooks,
+defaults, and the capabilities that translate / evaluate / serve / validation branch on."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import dataclasses
 import pytest
 import torch
 
-from fadat.architectures import ARCHITECTURES, BatchScores, TranslationModel, model_class
 from fadat.data.contract import EOS_ID, PAD_ID
 from fadat.errors import InputError
-from fadat.model_config import make_config
+from fadat.models.architectures import ARCHITECTURES, BatchScores, TranslationModel, model_class
+from fadat.models.config import make_config
+from fadat.models.transformer import Decoder, Encoder, decoder_input
 from fadat.train_config import TrainConfig
-from fadat.transformer import Decoder, Encoder, decoder_input
 
 
 def tiny(model_type: str) -> TranslationModel:

@@ -565,7 +565,7 @@ def test_average(argv, needles, paths, capsys, tmp_path):
 def _checkpoint(paths, path: Path, scale: float = 1.0) -> Path:
     """A training checkpoint holding the tiny DAT's weights times ``scale``."""
     from fadat.checkpoints import CHECKPOINT_FORMAT
-    from fadat.model_dir import load_pretrained
+    from fadat.models.directory import load_pretrained
 
     model = load_pretrained(paths["dat"])
     state = {k: v * scale if v.is_floating_point() else v for k, v in model.state_dict().items()}
@@ -1333,7 +1333,7 @@ def test_non_finite_outputs_name_the_input_line(paths, how, monkeypatch):
 
 
 def test_check_finite_allows_minus_inf_and_locates_rows():
-    from fadat.architectures import check_finite
+    from fadat.models.architectures import check_finite
 
     ok = torch.tensor([[0.0, float("-inf")], [float("-inf"), float("-inf")], [-1.0, -2.0]])
     assert check_finite(ok, "x") is ok  # -inf: what cannot happen; all -inf rows too
@@ -1363,7 +1363,7 @@ def test_nat_and_ctc_extreme_weights(arch):
     """The NAT's and CTC's batch methods check their log-probabilities too."""
     from test_baselines import tiny_config
 
-    from fadat.architectures import model_class
+    from fadat.models.architectures import model_class
 
     torch.manual_seed(0)
     model = model_class(arch)(tiny_config(arch)).eval()

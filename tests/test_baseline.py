@@ -1,4 +1,4 @@
-"""Tests of fadat.baseline: causal teacher forcing, cached incremental decoding against full
+"""Tests of fadat.models.at: causal teacher forcing, cached incremental decoding against full
 recomputation, beam search (beam 1 = greedy, exhaustive search on a tiny vocabulary), the model
 directory round trip."""
 
@@ -10,12 +10,12 @@ import json
 import pytest
 import torch
 
-from fadat.baseline import ATHypothesis, ATModel
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
 from fadat.errors import InputError
-from fadat.model import DATModel
-from fadat.model_config import make_config
-from fadat.model_dir import load_pretrained
+from fadat.models.at import ATHypothesis, ATModel
+from fadat.models.config import make_config
+from fadat.models.dat import DATModel
+from fadat.models.directory import load_pretrained
 
 V = 30
 

@@ -8,12 +8,12 @@ import itertools
 import pytest
 import torch
 
-from fadat.ctc import CTCModel, best_alignment, collapse
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID, make_batch
-from fadat.model_config import make_config
-from fadat.nat import NATModel
+from fadat.models.config import make_config
+from fadat.models.ctc import CTCModel, best_alignment, collapse
+from fadat.models.nat import NATModel
+from fadat.models.transformer import copy_positions, decoder_input
 from fadat.objectives import OBJECTIVES, ObjectiveConfig
-from fadat.transformer import copy_positions, decoder_input
 
 NEG_INF = float("-inf")
 

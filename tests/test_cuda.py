@@ -37,11 +37,11 @@ from fadat.checkpoints import (
 from fadat.cli import main
 from fadat.data.contract import BOS_ID, EOS_ID, make_batch, pad_sequences
 from fadat.decoding import STRATEGIES, decode
-from fadat.inference import graph_top1
 from fadat.kernels import triton_dag
-from fadat.model import DATModel
-from fadat.model_config import make_config
-from fadat.model_dir import load_pretrained
+from fadat.models.config import make_config
+from fadat.models.dat import DATModel
+from fadat.models.directory import load_pretrained
+from fadat.models.inference import graph_top1
 from fadat.objectives import ObjectiveConfig, compute_loss
 
 DEVICE = torch.device(os.environ.get("FADAT_TEST_DEVICE", "cuda"))

@@ -12,6 +12,7 @@ import torch
 from brute_dag import all_paths, log_likelihood, passing, path_logprob, paths_with
 
 from fadat import dag
+from fadat.dag import _shared, likelihood
 
 F64 = torch.float64
 NEG_INF = float("-inf")
@@ -228,11 +229,11 @@ def test_flushed_exp_zeroes_only_below_the_normal_range():
         x = torch.tensor(
             [0.0, -5.0, floor + 0.6, floor + 0.4, floor - 1, -1e4, NEG_INF], dtype=dtype
         )
-        out = dag._flushed_exp(x)
+        out = _shared._flushed_exp(x)
         torch.testing.assert_close(out[:3], x[:3].exp(), rtol=0, atol=0)
         assert out[3:].tolist() == [0.0] * 4, out  # flushed: smaller than ~1.6 × tiny
         keep = torch.tensor([False, True, True, True, True, True, True])
-        assert dag._flushed_exp(x, keep)[0] == 0
+        assert _shared._flushed_exp(x, keep)[0] == 0
 
 
 def test_float32_likelihood_and_fuzzy_with_far_jumps_below_the_normal_range():
@@ -247,7 +248,7 @@ def test_float32_likelihood_and_fuzzy_with_far_jumps_below_the_normal_range():
     valid = torch.isfinite(links)
     assert (links[valid] < -87.4).float().mean() > 0.5
     ref_links = links.clone().requires_grad_()
-    ref = dag._likelihood(dag.gather_match(logp, targets), ref_links, glen, tlen, True)[0]
+    ref = likelihood._likelihood(dag.gather_match(logp, targets), ref_links, glen, tlen, True)[0]
     (g_ref,) = torch.autograd.grad(ref.sum(), ref_links)
     low_links = links.float().requires_grad_()
     low, stats = dag.dag_log_likelihood(
@@ -271,7 +272,9 @@ def test_log_likelihood_gradcheck(force_logspace):
 
     def fn(lg, sc):
         match = dag.gather_match(lg.log_softmax(-1), targets)
-        logz, _, _ = dag._likelihood(match, link_logprobs(sc, glen), glen, tlen, force_logspace)
+        logz, _, _ = likelihood._likelihood(
+            match, link_logprobs(sc, glen), glen, tlen, force_logspace
+        )
         return (logz * weights).sum()
 
     assert torch.autograd.gradcheck(fn, (logits, scores), eps=1e-6, atol=1e-7)
@@ -417,11 +420,11 @@ def test_chunks_split_evenly_across_workers():
     size, elem = 240, 4
     tensor = torch.empty(0)
     for batch, workers in [(64, 2), (7, 2), (64, 3), (1, 2), (64, 1)]:
-        chunks = dag._chunks(batch, size, tensor, workers)
+        chunks = _shared._chunks(batch, size, tensor, workers)
         covered = [i for c in chunks for i in range(c.start, c.stop)]
         assert covered == list(range(batch))
         sizes = [c.stop - c.start for c in chunks]
-        assert max(sizes) * size * size * elem <= max(dag._CHUNK_BYTES, size * size * elem)
+        assert max(sizes) * size * size * elem <= max(_shared._CHUNK_BYTES, size * size * elem)
         if batch >= workers:
             assert len(chunks) % workers == 0 or len(chunks) == batch
             assert max(sizes) - min(sizes) <= max(sizes) // 2 + 1
@@ -429,7 +432,7 @@ def test_chunks_split_evenly_across_workers():
 
 def test_threaded_chunks_match_enumeration(monkeypatch):
     """One sentence per chunk on two worker threads: values, gradients, alignments exact."""
-    monkeypatch.setattr(dag, "_CHUNK_BYTES", 1)
+    monkeypatch.setattr(_shared, "_CHUNK_BYTES", 1)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

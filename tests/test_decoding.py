@@ -245,12 +245,12 @@ def test_bad_inputs():
 
 
 def test_candidate_tables_in_chunks_equal_one_chunk(monkeypatch):
-    import fadat.decoding as decoding
+    import fadat.decoding.sampling as sampling
 
     tlp, ln, lens = random_graph(7, 10, 6, seed=8)
     opts = {"no_consecutive_repeated_ngram": 2, "no_repeated_ngram": 2}
     whole = decode(tlp, ln, lens, "lookahead", **opts)
     sampled = decode(tlp, ln, lens, "sample", seed=3)
-    monkeypatch.setattr(decoding, "_PAIR_CHUNK_ELEMENTS", 10 * 10 * 5 * 2)  # 2 sentences a chunk
+    monkeypatch.setattr(sampling, "_PAIR_CHUNK_ELEMENTS", 10 * 10 * 5 * 2)  # 2 sentences a chunk
     assert decode(tlp, ln, lens, "lookahead", **opts) == whole
     assert decode(tlp, ln, lens, "sample", seed=3) == sampled

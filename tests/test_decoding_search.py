@@ -14,7 +14,8 @@ from brute_dag import all_paths
 from test_decoding import check_hypothesis, chosen_output, random_graph
 
 from fadat.data.contract import PAD_ID
-from fadat.decoding import BANNED_WEIGHT, _beam_one_reference, beam_search, decode
+from fadat.decoding import BANNED_WEIGHT, beam_search, decode
+from fadat.decoding.beam import _beam_one_reference
 
 NEG_INF = float("-inf")
 

@@ -19,12 +19,12 @@ import torch
 from test_translate import random_sentences
 
 from fadat import cli
-from fadat.baseline import ATModel
 from fadat.data.binarized import BinarizedDataset, read_meta
 from fadat.data.contract import BOS_ID, EOS_ID
 from fadat.distill import PARTIAL, distill
 from fadat.errors import InputError
-from fadat.model_config import make_config
+from fadat.models.at import ATModel
+from fadat.models.config import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -251,7 +251,7 @@ def test_vocabulary_mismatch_and_bad_teacher_are_clear_errors(gen, tmp_path, cap
     assert code == 2 and err.count("\n") == 1 and "vocabulary size 20" in err, err
 
     # A DAT is no teacher.
-    from fadat.model import DATModel
+    from fadat.models.dat import DATModel
 
     DATModel(make_config("tiny", 16)).save_pretrained(other / "dat")
     code, err = run(other / "dat", tmp_path / "kd")

@@ -13,7 +13,7 @@ import torch
 
 from fadat import cli
 from fadat.data.contract import EOS_ID
-from fadat.model_dir import load_pretrained
+from fadat.models.directory import load_pretrained
 from fadat.objectives.at import LabelSmoothedCEOptions
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -206,7 +206,7 @@ def test_vocabulary_map_and_forced_lengths(tmp_path):
     from test_translate import random_models
 
     from fadat.data.spm import encode_source
-    from fadat.shortlist import build_shortlist, text_pairs, write_ctranslate2_vmap
+    from fadat.models.shortlist import build_shortlist, text_pairs, write_ctranslate2_vmap
 
     models = random_models(str(tmp_path / "random"))
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"

@@ -1,4 +1,4 @@
-"""Tests of the DAT's fast inference path (fadat.inference): in fp32 it gives the current
+"""Tests of the DAT's fast inference path (fadat.models.inference): in fp32 it gives the current
 decoders' outputs on 50 real bible-en-es test sentences with the released model; bf16 and int8
 copies translate without touching the fp32 model."""
 
@@ -12,7 +12,7 @@ import torch
 from fadat.data.contract import pad_sequences
 from fadat.data.spm import encode_source
 from fadat.decoding import VertexTop1, decode
-from fadat.inference import graph_top1, with_precision
+from fadat.models.inference import graph_top1, with_precision
 from fadat.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,8 +117,8 @@ def test_low_precision_refuses_a_model_off_the_cpu():
     """bf16 (CPU autocast) and int8 (dynamic quantization) copies exist on the CPU only: a model
     on another device (here "meta", as a CUDA one would be) is a clear error, not a copy that
     fails later inside autocast or quantization; fp32 returns the model itself."""
-    from fadat.model import DATModel
-    from fadat.model_config import make_config
+    from fadat.models.config import make_config
+    from fadat.models.dat import DATModel
 
     model = DATModel(make_config("tiny", 16)).to("meta")
     for precision in ("bf16", "int8"):
@@ -140,7 +140,7 @@ def small_shortlist(released, tmp_path_factory):
     outputs"), so that some sentences' path tokens fall outside it and others do not (with the
     released model 7–8 of the first 21 sentences are covered, per strategy). One built from the
     50 references covers none: the model's outputs use pieces the references do not."""
-    from fadat.shortlist import build_shortlist, text_pairs
+    from fadat.models.shortlist import build_shortlist, text_pairs
 
     translator = Translator.from_pretrained(MODEL)
     sources = TEST_50.read_text(encoding="utf-8").splitlines()
@@ -220,7 +220,7 @@ def test_pruned_path_gives_the_full_outputs_when_its_path_is_kept(
     full head's path, and at a fixed τ for every sentence whose full path stays on kept
     vertices; and τ = 1e-3 does prune."""
     from fadat.dag import passing_probabilities
-    from fadat.inference import kept_vertices
+    from fadat.models.inference import kept_vertices
 
     model, _ = released
     torch.set_num_threads(1)
@@ -247,7 +247,7 @@ def test_pruned_path_gives_the_full_outputs_when_its_path_is_kept(
 def test_kept_vertices_at_the_extremes_and_errors(full_passes):
     """τ = 0 keeps every real vertex; τ = 1 keeps the argmax-link walk (the greedy path)."""
     from fadat.decoding import walk_links
-    from fadat.inference import kept_vertices
+    from fadat.models.inference import kept_vertices
 
     _, _, links, lengths = full_passes[7][0]
     real = torch.arange(links.shape[1])[None, :] < lengths[:, None]
@@ -261,7 +261,7 @@ def test_kept_vertices_at_the_extremes_and_errors(full_passes):
 
 def test_translator_takes_a_shortlist_and_a_threshold(released, small_shortlist, tmp_path):
     from fadat.errors import InputError
-    from fadat.shortlist import SHORTLIST_NAME
+    from fadat.models.shortlist import SHORTLIST_NAME
 
     lines = TEST_50.read_text(encoding="utf-8").splitlines()[:4]
     path = small_shortlist.save(tmp_path / SHORTLIST_NAME)

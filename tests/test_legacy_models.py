@@ -4,7 +4,7 @@ The fixture (tests/data/legacy, written by main at 890da67 with
 tests/data/legacy/make_legacy_models.py) holds tiny models of every architecture saved before the
 decoder stack was shared: the DAT's and AT's decoder parameters were then named
 ``embed_positions.*``, ``layers.*``, ``final_norm.*`` (today ``decoder.…``), so loading them
-exercises :meth:`fadat.architectures.TranslationModel.upgrade_state_dict`.
+exercises :meth:`fadat.models.architectures.TranslationModel.upgrade_state_dict`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from fadat.architectures import ARCHITECTURES, model_class
-from fadat.model_dir import load_pretrained
+from fadat.models.architectures import ARCHITECTURES, model_class
+from fadat.models.directory import load_pretrained
 
 LEGACY = Path(__file__).resolve().parent / "data" / "legacy"
 _spec = importlib.util.spec_from_file_location("make_legacy", LEGACY / "make_legacy_models.py")
@@ -96,7 +96,7 @@ def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
         restore_rng_state,
     )
     from fadat.distributed import DistInfo
-    from fadat.model_config import ModelConfig
+    from fadat.models.config import ModelConfig
 
     path = LEGACY / f"{name}.checkpoint_last.pt"
     state = load_checkpoint(path)

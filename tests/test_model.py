@@ -1,4 +1,4 @@
-"""Tests of fadat.model: links head vs. a plain transcription of docs/reference-behaviour.md,
+"""Tests of fadat.models.dat: links head vs. a plain transcription of docs/reference-behaviour.md,
 "Links", decoder inputs, graph sizes, masking, dropout determinism, autocast dtypes, the model
 directory format."""
 
@@ -13,12 +13,12 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from fadat.architectures import model_class
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
-from fadat.model import DATModel, LinksHead, transition_log_probs
-from fadat.model_config import PRESETS, ModelConfig, make_config
-from fadat.model_dir import load_pretrained, read_model_metadata, spm_model_path
+from fadat.models.architectures import model_class
+from fadat.models.config import PRESETS, ModelConfig, make_config
+from fadat.models.dat import DATModel, LinksHead, transition_log_probs
+from fadat.models.directory import load_pretrained, read_model_metadata, spm_model_path
 
 V = 40
 
@@ -236,7 +236,7 @@ def test_config_validation():
         make_config("tiny", V, d_model="32")
     with pytest.raises(InputError, match="unknown model preset"):
         make_config("huge", V)
-    # the architecture's name is the registry's to check (fadat.architectures.model_class)
+    # the architecture's name is the registry's to check (fadat.models.architectures.model_class)
     bogus = make_config("tiny", V, model_type="no-such-architecture")
     with pytest.raises(InputError, match="model_type must be one of"):
         model_class(bogus.model_type)
@@ -298,7 +298,7 @@ def test_load_errors_name_the_problem(tmp_path):
         load_pretrained(d)
     rewrite()
     with pytest.raises(InputError, match="expected 'at'"):
-        from fadat.baseline import ATModel
+        from fadat.models.at import ATModel
 
         ATModel.from_pretrained(d)
     weights = d / "model.safetensors"
@@ -321,7 +321,7 @@ def test_too_long_inputs_are_rejected():
 
 
 def test_cpu_low_precision_attention_modes_match_fp32_model(monkeypatch):
-    import fadat.transformer as fm
+    import fadat.models.transformer as fm
 
     model = tiny().eval()
     src = torch.tensor([[5, 6, 7, EOS_ID], [9, EOS_ID, PAD_ID, PAD_ID]])
@@ -348,7 +348,7 @@ def test_cpu_low_precision_attention_modes_match_fp32_model(monkeypatch):
 def test_math_attention_equals_sdpa_in_value_and_gradient(monkeypatch, causal):
     """The "math" CPU path against SDPA on the same bf16 inputs (fp32 reference math): masks,
     top-left causal alignment with more keys than queries, and the gradients of q, k, v."""
-    import fadat.transformer as fm
+    import fadat.models.transformer as fm
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 3, 5, 8, generator=g).bfloat16().requires_grad_()
@@ -395,7 +395,7 @@ def test_scale_embedding_off_feeds_unscaled_embeddings_and_round_trips(tmp_path)
 
 
 def test_copy_source_adds_uniformly_mapped_encoder_states_to_unk_vertices():
-    from fadat.transformer import EncoderOut, uniform_copy
+    from fadat.models.transformer import EncoderOut, uniform_copy
 
     d = 3
     states = torch.arange(2 * 4 * d, dtype=torch.float64).view(2, 4, d)  # (B=2, S=4, d)
@@ -428,7 +428,7 @@ def test_copy_source_adds_uniformly_mapped_encoder_states_to_unk_vertices():
 
 
 def test_fast_dropout_rate_scale_gradient_and_seeding():
-    from fadat.transformer import dropout
+    from fadat.models.transformer import dropout
 
     x = torch.rand(1000, 1000, dtype=torch.float64) + 0.5  # no zeros: dropped = exactly 0
     torch.manual_seed(3)
@@ -453,7 +453,7 @@ def test_fast_dropout_rate_scale_gradient_and_seeding():
 
 
 def test_fast_dropout_switch_falls_back_to_torch(monkeypatch):
-    import fadat.transformer as fm
+    import fadat.models.transformer as fm
 
     x = torch.ones(64, 64)
     torch.manual_seed(0)

@@ -31,8 +31,8 @@ from fadat.losses import (
     nll_loss_from_logits,
     target_logprobs,
 )
-from fadat.model import DATModel
-from fadat.model_config import make_config
+from fadat.models.config import make_config
+from fadat.models.dat import DATModel
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.objectives.at import LabelSmoothedCEOptions
 
@@ -412,7 +412,7 @@ def test_compute_loss_dat_and_gradients_finite():
 
 
 def test_compute_loss_at_counts_tokens():
-    from fadat.baseline import ATModel
+    from fadat.models.at import ATModel
 
     torch.manual_seed(0)
     model = ATModel(make_config("tiny", V, model_type="at")).eval()

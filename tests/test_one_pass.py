@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-import fadat.inference
-from fadat.baseline import ATModel
-from fadat.ctc import CTCModel
+import fadat.models.inference
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size, pad_sequences
 from fadat.data.spm import encode_source
 from fadat.decoding import STRATEGIES
-from fadat.inference import with_reduced_head
-from fadat.model_config import make_config
-from fadat.nat import NATModel
+from fadat.models.at import ATModel
+from fadat.models.config import make_config
+from fadat.models.ctc import CTCModel
+from fadat.models.inference import with_reduced_head
+from fadat.models.nat import NATModel
 from fadat.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,7 +97,7 @@ def test_dat_nbest_log_probs_are_the_scores_of_every_listed_output(released):
 def test_reduced_head_log_prob_is_the_full_models(released, strategy):
     """With a small shortlist and pruning the fast path finds other outputs, but their
     ``log P(y|x)`` is still the full model's (full-vocabulary normalisers), exactly."""
-    from fadat.shortlist import build_shortlist, text_pairs
+    from fadat.models.shortlist import build_shortlist, text_pairs
 
     model, sources = released
     translator = Translator.from_pretrained(MODEL)
@@ -151,11 +151,13 @@ def test_nat_log_prob_is_the_score_or_none_when_a_pad_is_dropped():
 @pytest.mark.parametrize("strategy", ["greedy", "lookahead", "viterbi", "joint-viterbi"])
 def test_fast_path_computes_the_full_head_only_when_asked(released, strategy, monkeypatch):
     """Not asked for ``log P(y|x)``, the fast path costs what it cost before: the full-vocabulary
-    token head (:func:`fadat.inference.output_match`) is never run."""
+    token head (:func:`fadat.models.inference.output_match`) is never run."""
     model, sources = released
     calls = []
-    real = fadat.inference.output_match
-    monkeypatch.setattr(fadat.inference, "output_match", lambda *a: calls.append(1) or real(*a))
+    real = fadat.models.inference.output_match
+    monkeypatch.setattr(
+        fadat.models.inference, "output_match", lambda *a: calls.append(1) or real(*a)
+    )
     source = pad_sequences(sources[:8])
     model.translate_batch(source, strategy, {})
     assert calls == []
@@ -233,8 +235,8 @@ def test_log_prob_path_checks_the_full_head_for_non_finite_outputs(strategy):
     import numpy as np
 
     from fadat.errors import NonFiniteOutputError
-    from fadat.model import DATModel
-    from fadat.shortlist import Shortlist
+    from fadat.models.dat import DATModel
+    from fadat.models.shortlist import Shortlist
 
     torch.manual_seed(0)
     model = DATModel(_tiny("dat")).eval()

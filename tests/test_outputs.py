@@ -293,7 +293,7 @@ def test_average_output_checked_before_averaging(tmp_path, capsys, monkeypatch, 
 
 
 def test_save_pretrained_keeps_other_files_of_a_model_directory(tmp_path, models):
-    from fadat.model_dir import load_pretrained
+    from fadat.models.directory import load_pretrained
 
     model = load_pretrained(models["dat"])
     target = tmp_path / "model"

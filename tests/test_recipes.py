@@ -402,7 +402,7 @@ def test_drift_statistics_by_hand():
 
 def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, capsys):
     ex, where, runs = plateau_setup(tmp_path, monkeypatch)
-    from fadat.model_dir import model_labels
+    from fadat.models.directory import model_labels
 
     # the pre-training started by hand elsewhere, linked after checking its config
     hand = tmp_path / "hand" / "dat-plateau"

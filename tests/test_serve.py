@@ -30,12 +30,12 @@ pytest.importorskip("httpx")
 from fastapi.testclient import TestClient  # noqa: E402
 
 from fadat.analysis import model_outputs  # noqa: E402
-from fadat.baseline import ATModel  # noqa: E402
 from fadat.data.spm import train_sentencepiece  # noqa: E402
 from fadat.decoding import decode  # noqa: E402
-from fadat.model import DATModel  # noqa: E402
-from fadat.model_config import make_config  # noqa: E402
-from fadat.model_dir import load_pretrained  # noqa: E402
+from fadat.models.at import ATModel  # noqa: E402
+from fadat.models.config import make_config  # noqa: E402
+from fadat.models.dat import DATModel  # noqa: E402
+from fadat.models.directory import load_pretrained  # noqa: E402
 from fadat.serve.app import Limits, create_app  # noqa: E402
 from fadat.serve.batching import Batcher  # noqa: E402
 from fadat.serve.engine import Engine, confidence  # noqa: E402

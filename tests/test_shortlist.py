@@ -1,4 +1,4 @@
-"""Tests of the lexical shortlist (fadat.shortlist): the table against counts made by brute
+"""Tests of the lexical shortlist (fadat.models.shortlist): the table against counts made by brute
 force, the file's round trip and its errors, and `fadat shortlist` / `--shortlist` on the
 command line."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
-from fadat.shortlist import SHORTLIST_NAME, build_shortlist, load_shortlist
+from fadat.models.shortlist import SHORTLIST_NAME, build_shortlist, load_shortlist
 
 SPECIALS = {BOS_ID, PAD_ID, EOS_ID, UNK_ID}
 

@@ -11,7 +11,7 @@ import pytest
 from test_translate import random_sentences
 
 from fadat import cli
-from fadat.model_dir import load_model
+from fadat.models.directory import load_model
 from fadat.translate import iter_translations, translate_lines
 
 

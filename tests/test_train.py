@@ -31,8 +31,8 @@ from fadat.data.binarized import BinarizedDataset, raw_sources
 from fadat.data.spm import decode as spm_decode
 from fadat.data.spm import load_sentencepiece
 from fadat.decoding import decode
-from fadat.model_config import make_config
-from fadat.model_dir import load_pretrained
+from fadat.models.config import make_config
+from fadat.models.directory import load_pretrained
 from fadat.objectives import ObjectiveConfig, compute_loss
 
 PY = sys.executable

@@ -21,8 +21,8 @@ from fadat.checkpoints import (
     restore_rng_state,
 )
 from fadat.errors import InputError
-from fadat.model import DATModel
-from fadat.model_config import make_config
+from fadat.models.config import make_config
+from fadat.models.dat import DATModel
 from fadat.objectives.dat import FuzzyOptions
 from fadat.train import inverse_sqrt_lr
 from fadat.train_config import (
@@ -235,8 +235,8 @@ def test_glancing_default_follows_the_stage():
 
 
 def test_init_encoder_from_at_copies_encoder_and_embedding_only(tmp_path):
-    from fadat.baseline import ATModel
-    from fadat.model_dir import save_model_directory
+    from fadat.models.at import ATModel
+    from fadat.models.directory import save_model_directory
     from fadat.train import TrainConfig, build_model
 
     torch.manual_seed(3)
@@ -301,7 +301,7 @@ def test_init_decoder_layers_copies_the_shared_stack_into_every_architecture(arc
 def test_upsample_ratio_flag_sets_lambda_of_a_fresh_and_a_fine_tuned_model(tmp_path):
     """fadat train --upsample-ratio (the reference's --upsample-scale): λ of a fresh model, and of
     an --init-from model whose weights are kept."""
-    from fadat.model_dir import save_model_directory
+    from fadat.models.directory import save_model_directory
     from fadat.train import build_model
 
     argv = ["--data", "D", "--run-dir", "R", "--max-updates", "1", "--upsample-ratio", "2.5"]

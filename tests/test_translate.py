@@ -18,15 +18,15 @@ import torch
 
 import fadat
 from fadat import cli
-from fadat.baseline import ATModel
 from fadat.dag import dag_log_likelihood
 from fadat.data.spm import encode_source, encode_target, train_sentencepiece
 from fadat.data.text import read_lines
 from fadat.decoding import decode
 from fadat.errors import InputError
-from fadat.model import DATModel
-from fadat.model_config import make_config
-from fadat.model_dir import load_model
+from fadat.models.at import ATModel
+from fadat.models.config import make_config
+from fadat.models.dat import DATModel
+from fadat.models.directory import load_model
 from fadat.translate import make_batches, score_pairs
 from fadat.translator import Translator
 

@@ -110,7 +110,8 @@ class Objective:
 
     Attributes:
         name: the registry key (``--objective``).
-        architecture: the ``model_type`` it trains (:data:`fadat.architectures.ARCHITECTURES`).
+        architecture: the ``model_type`` it trains
+            (:data:`fadat.models.architectures.ARCHITECTURES`).
         step: ``(model, batch, settings) -> LossOutput``: forward one micro-batch and compute the
             loss (``settings`` is a :class:`fadat.objectives.ObjectiveConfig`).
         count: the normaliser of a micro-batch from its sentences' target lengths

@@ -1,6 +1,6 @@
-"""The CTC objective (``ctc``, trains ``--arch ctc``, :mod:`fadat.ctc`): ``F.ctc_loss`` of
+"""The CTC objective (``ctc``, trains ``--arch ctc``, :mod:`fadat.models.ctc`): ``F.ctc_loss`` of
 ``y`` on the upsampled decoder, with glancing from the best CTC alignment when the glancing
-ratio is > 0 (CTC + GLAT, Qian et al. 2021; the rule is in :mod:`fadat.ctc`)."""
+ratio is > 0 (CTC + GLAT, Qian et al. 2021; the rule is in :mod:`fadat.models.ctc`)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fadat.ctc import best_alignment, content_targets
 from fadat.data.contract import PAD_ID, Batch
 from fadat.glancing import choose_glanced, draw_seed, forked_rng, glance_count
 from fadat.losses import LossOutput
+from fadat.models.ctc import best_alignment, content_targets
+from fadat.models.transformer import decoder_input
 from fadat.objectives.base import Objective
-from fadat.transformer import decoder_input
 
 
 def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:

@@ -1,4 +1,4 @@
-"""GLAT, the Glancing Transformer (Qian et al., ACL 2021): the vanilla NAT (:mod:`fadat.nat`)
+"""GLAT, the Glancing Transformer (Qian et al., ACL 2021): the vanilla NAT (:mod:`fadat.models.nat`)
 trained with glancing (objective ``glat``, ``--arch nat``), the paper's "GLAT" row of Table 2.
 
 One micro-batch (:func:`glat_step`): the encoder once; pass 1 of the decoder without gradient on
@@ -6,8 +6,8 @@ the plain input ``[<s>, <unk> …, </s>]`` of the gold length; of the ``T_b − 
 positions, ``c_b`` have the reference token as pass-1 argmax; ``floor((T_b − 2 − c_b)·p + 0.5)``
 of them (the Hamming distance times the glancing ratio ``p``), chosen uniformly, get the
 reference token as input instead of ``<unk>``; pass 2 with gradient under the same dropout seed;
-:func:`fadat.nat.nat_loss` on the positions still ``<unk>`` (GLAT scores only the words it did
-not reveal) plus the length loss. ``p`` follows the run's glancing schedule (``glat_p``; by
+:func:`fadat.models.nat.nat_loss` on the positions still ``<unk>`` (GLAT scores only the words it
+did not reveal) plus the length loss. ``p`` follows the run's glancing schedule (``glat_p``; by
 default GLAT's 0.5 → 0.3 over 300k updates). Decoding is the NAT's (argmax). Only CPU was run.
 """
 
@@ -21,9 +21,9 @@ from torch import nn
 from fadat.data.contract import UNK_ID, Batch
 from fadat.glancing import choose_glanced, draw_seed, forked_rng, glance_count
 from fadat.losses import LossOutput
-from fadat.nat import NATModel, nat_loss
+from fadat.models.nat import NATModel, nat_loss
+from fadat.models.transformer import decoder_input
 from fadat.objectives.base import Objective
-from fadat.transformer import decoder_input
 
 
 def glance_input(

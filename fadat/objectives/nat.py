@@ -1,6 +1,6 @@
-"""The vanilla NAT's objective (``nat``, trains ``--arch nat``, :mod:`fadat.nat`): label-smoothed
-position-wise cross-entropy at the ``<unk>`` positions plus the length predictor's
-cross-entropy (:func:`fadat.nat.nat_loss`), per-sentence means averaged over sentences."""
+"""The vanilla NAT's objective (``nat``, trains ``--arch nat``, :mod:`fadat.models.nat`):
+label-smoothed position-wise cross-entropy at the ``<unk>`` positions plus the length predictor's
+cross-entropy (:func:`fadat.models.nat.nat_loss`), per-sentence means averaged over sentences."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch import nn
 
 from fadat.data.contract import Batch
 from fadat.losses import LossOutput
-from fadat.nat import nat_loss
+from fadat.models.nat import nat_loss
 from fadat.objectives.base import Objective
 
 

@@ -2,7 +2,7 @@
 
 :class:`Engine` wraps one model directory and offers what the HTTP layer needs, with no HTTP
 in it and no architecture named (it uses the translation-model interface,
-:class:`fadat.architectures.TranslationModel`, and the translation core of
+:class:`fadat.models.architectures.TranslationModel`, and the translation core of
 :mod:`fadat.translate`): the strategies and their options (:meth:`Engine.check` turns a
 request's strategy and options into decoder keywords or an :class:`~fadat.errors.InputError`
 naming the problem), the batch cost of a sentence (:meth:`Engine.cost`), translation of a list
@@ -13,8 +13,8 @@ one sentence's translation as plain numbers (:meth:`Engine.graph`, DA-Transforme
 token of its own output, ``exp(log P(y|x) / T)``, where ``log P(y|x)`` is the model's score of
 its output tokens (paper Eq. 3 for a DAT: every path of the graph; the chain rule for an AT),
 taken from the pass that translated them
-(:meth:`~fadat.architectures.TranslationModel.translate_batch` with ``with_log_prob``), and
-``T`` the number of tokens that score covers (:class:`fadat.architectures.Scored`:
+(:meth:`~fadat.models.architectures.TranslationModel.translate_batch` with ``with_log_prob``), and
+``T`` the number of tokens that score covers (:class:`fadat.models.architectures.Scored`:
 ``|<s> y </s>|`` for DAT, ``|y </s>|`` for AT). It is in ``(0, 1]``; 1 means the model is sure of
 every token. Its use as a quality estimate is measured in ``bench/qe_confidence.py``.
 
@@ -132,7 +132,7 @@ class Engine:
     """
 
     def __init__(self, model: nn.Module, sp: Any, name: str = "model") -> None:
-        from fadat.model_dir import check_vocabulary
+        from fadat.models.directory import check_vocabulary
 
         check_vocabulary(sp, model)
         self.model = model
@@ -146,10 +146,10 @@ class Engine:
         included) is refused before the server starts instead of answering 500.
 
         Raises:
-            InputError: as :func:`fadat.model_dir.load_model`.
+            InputError: as :func:`fadat.models.directory.load_model`.
             NonFiniteOutputError: the probe's outputs are NaN or infinite.
         """
-        from fadat.model_dir import load_model
+        from fadat.models.directory import load_model
 
         model, sp = load_model(directory, device)
         engine = cls(model, sp, name=Path(directory).name)
@@ -346,9 +346,9 @@ class Engine:
             InputError: the model has no graph, or the sentence is blank.
         """
         from fadat.analysis import model_outputs
+        from fadat.dag import outputs_log_prob
         from fadat.data.spm import decode as detokenize
         from fadat.decoding import decode
-        from fadat.model import outputs_log_prob
         from fadat.show_graph import graph_view
 
         if not self.has_graph:

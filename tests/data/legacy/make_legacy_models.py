@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from fadat.architectures import model_class
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
-from fadat.model_config import make_config
+from fadat.models.architectures import model_class
+from fadat.models.config import make_config
 
 VOCAB = 12
 SIZES = dict(
@@ -105,11 +105,11 @@ def forward_outputs(model, source, target) -> dict[str, torch.Tensor]:
 def translations(model, source, target, target_lengths) -> dict:
     """``translate_batch`` of every strategy (DAT: also bf16 and int8) as ``(tokens, score)``
     and ``score_batch``."""
-    from fadat.inference import with_precision
+    from fadat.models.inference import with_precision
 
     def kept(hyps):
         # (tokens, score) of each hypothesis: what translate_batch returned when the fixture was
-        # written; later versions return more fields (fadat.architectures.Scored) first.
+        # written; later versions return more fields (fadat.models.architectures.Scored) first.
         return [[tuple(h[:2]) for h in sentence] for sentence in hyps]
 
     options = {"sample": {"seed": 3}, "beam": {"beam_size": 3}}

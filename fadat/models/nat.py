@@ -5,11 +5,11 @@ cross-entropy, argmax decoding.
 - Length: ``T = |<s> y </s>|`` is predicted from the mean-pooled encoder states by a
   256-way classifier (fairseq's NAT: ``logits = mean_s(h_s) · E_len^T``); trained with
   cross-entropy, weight :data:`LENGTH_LOSS_FACTOR` (fairseq's default 0.1).
-- Decoder (:class:`fadat.transformer.Decoder`, the DAT's and CTC's stack): input
-  ``[<s>, <unk> × (T − 2), </s>]`` (:func:`fadat.transformer.decoder_input`) + learned
+- Decoder (:class:`fadat.models.transformer.Decoder`, the DAT's and CTC's stack): input
+  ``[<s>, <unk> × (T − 2), </s>]`` (:func:`fadat.models.transformer.decoder_input`) + learned
   positions; every ``<unk>`` position also gets the final encoder state of source position
-  ``round(j·(S − 1)/(T − 1))`` (:func:`fadat.transformer.uniform_copy`, Gu et al. 2018, here of
-  encoder states as the DA-Transformer recipe's ``copy_source``); bidirectional self-attention,
+  ``round(j·(S − 1)/(T − 1))`` (:func:`fadat.models.transformer.uniform_copy`, Gu et al. 2018, here
+  of encoder states as the DA-Transformer recipe's ``copy_source``); bidirectional self-attention,
   cross-attention to the source, the tied output projection.
 - Loss (:func:`nat_loss`, objective ``nat`` in :mod:`fadat.objectives.nat`): label-smoothed
   cross-entropy (ε = 0.1, fairseq's ``nat_loss`` form) at the ``<unk>`` positions (``<s>`` and
@@ -31,11 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from fadat.model_config import ModelConfig
-from fadat.model_dir import PretrainedMixin
-from fadat.transformer import Decoder, Encoder, EncoderOut, _init_bert, decoder_input
+from fadat.models.architectures import BatchScores, Scored, TranslationModel, check_finite
+from fadat.models.config import ModelConfig
+from fadat.models.directory import PretrainedMixin
+from fadat.models.transformer import Decoder, Encoder, EncoderOut, _init_bert, decoder_input
 
 #: Classes of the length predictor (lengths 0 … 255, fairseq's NAT).
 MAX_LENGTH_CLASSES = 256
@@ -49,7 +49,7 @@ class NATModel(PretrainedMixin, TranslationModel):
     """Vanilla NAT: encoder, length predictor, non-autoregressive decoder, tied output layer.
 
     Attributes:
-        config: the :class:`~fadat.model_config.ModelConfig` (``model_type == "nat"``; the
+        config: the :class:`~fadat.models.config.ModelConfig` (``model_type == "nat"``; the
             DAT-only fields ``upsample_ratio``, ``link_heads``, ``copy_source`` are unused).
         metadata: the non-config entries of config.json after loading, else ``{}``.
     """
@@ -76,8 +76,8 @@ class NATModel(PretrainedMixin, TranslationModel):
         return lp[:, 2:top].argmax(dim=1) + 2  # (B,)
 
     def decode_logits(self, encoder_out: EncoderOut, tokens: Tensor) -> Tensor:
-        """``(B, T)`` decoder input (:func:`~fadat.transformer.decoder_input`) → ``(B, T, V)``
-        token logits (autocast dtype)."""
+        """``(B, T)`` decoder input (:func:`~fadat.models.transformer.decoder_input`) → ``(B, T,
+        V)`` token logits (autocast dtype)."""
         states = self.decoder(self.encoder.embed_tokens, encoder_out, tokens)  # (B, T, d)
         return F.linear(states, self.output_weight)  # (B, T, V)
 
@@ -86,7 +86,7 @@ class NATModel(PretrainedMixin, TranslationModel):
         logits = self.decode_logits(self.encode(source), decoder_input(lengths))
         return torch.log_softmax(logits.float(), dim=-1)
 
-    # ---- the translation-model interface (fadat.architectures.TranslationModel)
+    # ---- the translation-model interface (fadat.models.architectures.TranslationModel)
 
     def translate_batch(
         self,

@@ -1,7 +1,7 @@
 """The Transformer parts every fadat architecture shares: attention, dropout, the fairseq
 Transformer layer, the encoder, the decoder stack with its input builders (:class:`Decoder`,
 :func:`decoder_input`, :func:`uniform_copy`) and the initialisation. Their configuration
-(:class:`~fadat.model_config.ModelConfig`, presets) is :mod:`fadat.model_config`'s.
+(:class:`~fadat.models.config.ModelConfig`, presets) is :mod:`fadat.models.config`'s.
 
 The architecture follows the reference implementation (docs/reference-behaviour.md, "Network"):
 
@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
-from fadat.model_config import _ACTIVATIONS, ModelConfig
+from fadat.models.config import _ACTIVATIONS, ModelConfig
 
 # ----------------------------------------------------------------------------------------------
 # Building blocks

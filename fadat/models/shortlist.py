@@ -365,8 +365,8 @@ def run(args: argparse.Namespace) -> int:
             model directory, one without a sentencepiece model, a vocabulary other than the
             model's.
     """
-    from fadat.architectures import model_class
-    from fadat.model_dir import read_model_metadata, spm_model_path
+    from fadat.models.architectures import model_class
+    from fadat.models.directory import read_model_metadata, spm_model_path
 
     model = Path(args.model)
     meta = read_model_metadata(model)

@@ -1,6 +1,6 @@
 """The DA-Transformer network: a non-autoregressive decoder over the graph's vertices, the token
-head and the links (transition) head, on the shared encoder of :mod:`fadat.transformer`; and its
-side of the translation-model interface (:class:`fadat.architectures.TranslationModel`).
+head and the links (transition) head, on the shared encoder of :mod:`fadat.models.transformer`; and
+its side of the translation-model interface (:class:`fadat.models.architectures.TranslationModel`).
 
 The model returns ``(token_logprobs, links)``; objectives (:mod:`fadat.objectives`) and decoders
 (:mod:`fadat.decoding`) consume them. The architecture follows the reference implementation
@@ -31,12 +31,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
-from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, pad_sequences
-from fadat.inference import PRECISIONS
-from fadat.model_config import ModelConfig
-from fadat.model_dir import PretrainedMixin
-from fadat.transformer import (
+from fadat.dag import (
+    bos_eos_targets,
+    dag_log_likelihood,
+    dag_log_likelihood_from_match,
+    outputs_log_prob,
+)
+from fadat.data.contract import PAD_ID
+from fadat.models.architectures import BatchScores, Scored, TranslationModel, check_finite
+from fadat.models.config import ModelConfig
+from fadat.models.directory import PretrainedMixin
+from fadat.models.inference import PRECISIONS
+from fadat.models.transformer import (
     Decoder,
     Encoder,
     EncoderOut,
@@ -149,7 +155,7 @@ class DATModel(PretrainedMixin, TranslationModel):
     Attributes:
         config: the :class:`ModelConfig` (``model_type == "dat"``).
         encoder: the :class:`Encoder` (owns the shared embedding).
-        decoder: the :class:`fadat.transformer.Decoder` over the graph's vertices.
+        decoder: the :class:`fadat.models.transformer.Decoder` over the graph's vertices.
         links_head: the :class:`LinksHead`.
         metadata: the non-config entries of config.json after :meth:`from_pretrained`
             (e.g. ``"data"`` licence/attribution), else ``{}``.
@@ -163,7 +169,8 @@ class DATModel(PretrainedMixin, TranslationModel):
     has_graph: ClassVar[bool] = True
     precisions: ClassVar[tuple[str, ...]] = PRECISIONS
     reduced_head: ClassVar[bool] = True
-    # Until the decoder stack was shared (fadat.transformer.Decoder) its parts sat at the top.
+    # Until the decoder stack was shared (fadat.models.transformer.Decoder) its parts sat at the
+    # top.
     renamed_parameters: ClassVar[dict[str, str]] = {
         "embed_positions.": "decoder.embed_positions.",
         "layers.": "decoder.layers.",
@@ -179,7 +186,7 @@ class DATModel(PretrainedMixin, TranslationModel):
 
     def decoder_input_tokens(self, graph_lengths: Tensor) -> Tensor:
         """Decoder input ids ``[<s>, <unk> × (L_b − 2), </s>, <pad> …]``
-        (:func:`fadat.transformer.decoder_input`).
+        (:func:`fadat.models.transformer.decoder_input`).
 
         Args:
             graph_lengths: ``(B,)`` int64, every ``L_b ≥ 2``.
@@ -193,7 +200,7 @@ class DATModel(PretrainedMixin, TranslationModel):
         return decoder_input(graph_lengths)
 
     def decoder_states(self, encoder_out: EncoderOut, decoder_tokens: Tensor) -> Tensor:
-        """Final decoder states of the NAT decoder (:class:`fadat.transformer.Decoder`:
+        """Final decoder states of the NAT decoder (:class:`fadat.models.transformer.Decoder`:
         bidirectional self-attention over the non-pad vertices, cross-attention to the source).
 
         Args:
@@ -268,7 +275,7 @@ class DATModel(PretrainedMixin, TranslationModel):
             decoder_tokens = self.decoder_input_tokens(graph_lengths)
         return self.decode(self.encode(source), decoder_tokens)
 
-    # ---- the translation-model interface (fadat.architectures.TranslationModel)
+    # ---- the translation-model interface (fadat.models.architectures.TranslationModel)
 
     def strategies(self) -> dict[str, tuple[str, ...]]:
         """The decoders of :data:`fadat.decoding.STRATEGIES` → their keyword-only parameters."""
@@ -293,7 +300,7 @@ class DATModel(PretrainedMixin, TranslationModel):
                 one that can give several hypotheses: repeated draws).
         """
         from fadat.decoding import decode
-        from fadat.inference import reads_top1_only
+        from fadat.models.inference import reads_top1_only
 
         if nbest > 1 and strategy != "sample":
             raise ValueError(
@@ -335,7 +342,7 @@ class DATModel(PretrainedMixin, TranslationModel):
 
         Raises:
             NonFiniteOutputError: NaN or +inf links or token log-probabilities
-                (:func:`fadat.architectures.check_finite`).
+                (:func:`fadat.models.architectures.check_finite`).
         """
         source_lengths = source.ne(PAD_ID).sum(dim=1)  # (B,)
         graph_lengths = self.graph_lengths(source_lengths, True, upsample_ratio)  # (B,)
@@ -357,26 +364,31 @@ class DATModel(PretrainedMixin, TranslationModel):
         """One decoder pass and ``nbest`` decodes of the graph (:func:`fadat.decoding.decode`).
 
         Greedy, lookahead without n-gram bans, Viterbi and joint-Viterbi run on the fast
-        inference path (:func:`fadat.inference.graph_top1`: only the per-vertex best tokens, in
-        the precision of :func:`fadat.inference.with_precision`; in fp32 the same outputs as the
-        full ``(B, L, V)`` path). n-best (``sample`` only) by repeated draws: draw k uses
+        inference path (:func:`fadat.models.inference.graph_top1`: only the per-vertex best tokens,
+        in the precision of :func:`fadat.models.inference.with_precision`; in fp32 the same outputs
+        as the full ``(B, L, V)`` path). n-best (``sample`` only) by repeated draws: draw k uses
         ``seed + k`` so the list is reproducible; duplicates are merged (keeping the best
         score) and the rest ranked.
 
         Args:
             source: ``(B, S)`` int64 ``x </s>`` right-padded.
-            strategy, options, nbest: see :class:`fadat.architectures.TranslationModel`.
+            strategy, options, nbest: see :class:`fadat.models.architectures.TranslationModel`.
             upsample_ratio: the decoding λ (graph size ``L = λ·|x </s>|``); ``None`` = the
                 model's (``config.decoding_upsample_ratio``).
             with_log_prob: also give each output's ``log P(y|x)`` (paper Eq. 3 over
                 ``|<s> y </s>|`` tokens, as :meth:`score_batch` computes it) from this same
                 pass. On the fast path that costs the full token head once
-                (:func:`fadat.inference.output_match`: full-vocabulary normalisers, so exact with
-                a shortlist or pruning too), which the fast path otherwise avoids; off, the
+                (:func:`fadat.models.inference.output_match`: full-vocabulary normalisers, so exact
+                with a shortlist or pruning too), which the fast path otherwise avoids; off, the
                 hypotheses carry ``log_prob=None``.
         """
         from fadat.decoding import decode
-        from fadat.inference import graph_top1, output_match, precision_autocast, reads_top1_only
+        from fadat.models.inference import (
+            graph_top1,
+            output_match,
+            precision_autocast,
+            reads_top1_only,
+        )
 
         if nbest == 1 and reads_top1_only(strategy, options):
             top1, links, lengths, states = graph_top1(
@@ -392,9 +404,7 @@ class DATModel(PretrainedMixin, TranslationModel):
             outputs = [list(h.tokens) for h in hyps]
             log_probs: list[float | None] = [None] * len(outputs)
             if with_log_prob:
-                from fadat.dag import dag_log_likelihood_from_match
-
-                targets, target_lengths = _bos_eos_rows(outputs, source.device)  # (B, T), (B,)
+                targets, target_lengths = bos_eos_targets(outputs, source.device)  # (B, T), (B,)
                 with torch.inference_mode(), precision_autocast(self):
                     match = output_match(self, states, targets)  # (B, T, L)
                 log_probs = dag_log_likelihood_from_match(
@@ -444,8 +454,6 @@ class DATModel(PretrainedMixin, TranslationModel):
         translation decodes (λ = ``upsample_ratio``, ``None`` = the model's decoding λ), over
         ``|<s> y </s>|`` tokens; ``-inf`` when the target has more tokens than the graph has
         vertices."""
-        from fadat.dag import dag_log_likelihood
-
         token_logprobs, links, graph_lengths = self.graph_outputs(source, upsample_ratio)
         log_probs = dag_log_likelihood(
             token_logprobs, links, target, graph_lengths, target_lengths
@@ -459,42 +467,3 @@ class DATModel(PretrainedMixin, TranslationModel):
         return BatchScores(
             [float(v) for v in log_probs], [int(t) for t in target_lengths], problems
         )
-
-
-def outputs_log_prob(
-    token_logprobs: Tensor,
-    links: Tensor,
-    graph_lengths: Tensor,
-    owner: list[int],
-    outputs: list[list[int]],
-) -> list[float]:
-    """``log P(y|x)`` (paper Eq. 3) of given outputs on graphs already computed: the DP of
-    :meth:`DATModel.score_batch` without its decoder pass.
-
-    Args:
-        token_logprobs: ``(B, L, V)`` fp32, links ``(B, L, L)`` fp32, graph_lengths ``(B,)``
-            int64: :meth:`DATModel.graph_outputs`.
-        owner: per output, the batch row whose graph scores it.
-        outputs: per output, its token ids without ``<s>``/``</s>`` (``|<s> y </s>|`` tokens
-            are scored; ``-inf`` where that exceeds the graph's vertices).
-
-    Returns:
-        One float per output, in nats.
-    """
-    from fadat.dag import dag_log_likelihood_from_match, gather_match
-
-    if not outputs:
-        return []
-    index = torch.tensor(owner, device=token_logprobs.device)  # (N,)
-    targets, target_lengths = _bos_eos_rows(outputs, token_logprobs.device)  # (N, T), (N,)
-    match = gather_match(token_logprobs[index], targets)  # (N, T, L)
-    return dag_log_likelihood_from_match(
-        match, links[index], graph_lengths[index], target_lengths
-    ).tolist()
-
-
-def _bos_eos_rows(outputs: list[list[int]], device: torch.device) -> tuple[Tensor, Tensor]:
-    """Token lists ``y`` → ``(<s> y </s>`` right-padded ``(N, T)`` int64, lengths ``(N,)``)."""
-    rows = [[BOS_ID, *tokens, EOS_ID] for tokens in outputs]
-    lengths = torch.tensor([len(r) for r in rows], device=device)  # (N,)
-    return pad_sequences(rows).to(device), lengths

@@ -25,7 +25,7 @@ Their test BLEU is in RESULTS.md ("DAT inference against CTranslate2").
 
 Two ways to compute less of the token head (issue 34), both off by default:
 
-- a vocabulary shortlist (:mod:`fadat.shortlist`): each sentence's vertices take their best
+- a vocabulary shortlist (:mod:`fadat.models.shortlist`): each sentence's vertices take their best
   token and ``s_v`` over the sentence's candidate tokens only, the log-softmax renormalised over
   them (Marian's and CTranslate2's approximation); in int8 the shortlist's rows of the output
   projection are its int8 weights dequantized and multiplied in fp32;
@@ -47,13 +47,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import check_finite
 from fadat.dag import passing_probabilities
 from fadat.data.contract import PAD_ID
 from fadat.decoding import TOP1_STRATEGIES, VertexTop1, walk_links
+from fadat.models.architectures import check_finite
 
 if TYPE_CHECKING:
-    from fadat.shortlist import Shortlist
+    from fadat.models.shortlist import Shortlist
 
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -82,7 +82,7 @@ def with_precision(model: nn.Module, precision: str) -> nn.Module:
     """A DAT model for inference in ``precision`` (``fp32`` returns ``model`` itself).
 
     Args:
-        model: a :class:`fadat.model.DATModel` in fp32.
+        model: a :class:`fadat.models.dat.DATModel` in fp32.
         precision: one of :data:`PRECISIONS`.
 
     Returns:
@@ -130,7 +130,7 @@ def with_precision(model: nn.Module, precision: str) -> nn.Module:
 def with_reduced_head(
     model: nn.Module, shortlist: Shortlist | None = None, prune_threshold: float | None = None
 ) -> nn.Module:
-    """Tag ``model`` (in place) so that :meth:`fadat.model.DATModel.translate_batch` runs the
+    """Tag ``model`` (in place) so that :meth:`fadat.models.dat.DATModel.translate_batch` runs the
     top-1 decoders with ``shortlist`` and ``prune_threshold`` (see :func:`graph_top1`);
     ``None`` turns each off. Returns ``model``.
 
@@ -249,12 +249,12 @@ def graph_top1(
     """One decoder pass on the decoding graph, reduced to what the top-1 decoders read.
 
     Args:
-        model: a :class:`fadat.model.DATModel`, possibly converted by :func:`with_precision`.
+        model: a :class:`fadat.models.dat.DATModel`, possibly converted by :func:`with_precision`.
         source: ``(B, S)`` int64 ``x </s>``, right-padded.
         path_only: compute ``s``/argmax only on the vertices of the greedy path (the argmax
             walk of the links); other vertices get ``s = 0`` and ``<pad>``. For greedy only.
         shortlist: take each vertex's best token over its sentence's shortlist candidates
-            (:meth:`fadat.shortlist.Shortlist.candidates` of its source), renormalised.
+            (:meth:`fadat.models.shortlist.Shortlist.candidates` of its source), renormalised.
         prune_threshold: compute the token head only on :func:`kept_vertices` (passing
             probability ≥ τ); the others get ``s = −inf`` and ``<pad>``. Ignored with
             ``path_only``, which computes less.
@@ -268,7 +268,8 @@ def graph_top1(
 
     Raises:
         ValueError: ``prune_threshold`` outside ``[0, 1]``; a shortlist for another vocabulary.
-        NonFiniteOutputError: NaN or +inf links or ``s`` (:func:`fadat.architectures.check_finite`).
+        NonFiniteOutputError: NaN or +inf links or ``s``
+            (:func:`fadat.models.architectures.check_finite`).
     """
     if shortlist is not None and shortlist.vocab_size != model.config.vocab_size:
         raise ValueError(
@@ -318,7 +319,7 @@ def output_match(model: nn.Module, states: Tensor, targets: Tensor) -> Tensor:
     ``fadat score`` computes (paper Eq. 3), at the cost of the full token head once.
 
     Args:
-        model: a :class:`fadat.model.DATModel`, possibly converted by :func:`with_precision`.
+        model: a :class:`fadat.models.dat.DATModel`, possibly converted by :func:`with_precision`.
         states: ``(B, L, d)`` decoder states (:func:`graph_top1` with ``return_states``).
         targets: ``(B, T)`` int64 ``<s> y </s>`` right-padded with ``<pad>``.
 
@@ -327,9 +328,9 @@ def output_match(model: nn.Module, states: Tensor, targets: Tensor) -> Tensor:
         DP past ``T_b``).
 
     Raises:
-        NonFiniteOutputError: NaN or +inf log-probs (:func:`fadat.architectures.check_finite`;
-            a NaN or +inf logit anywhere in a vertex's row makes its normaliser, and so every
-            gathered entry of that vertex, NaN).
+        NonFiniteOutputError: NaN or +inf log-probs
+            (:func:`fadat.models.architectures.check_finite`; a NaN or +inf logit anywhere in a
+            vertex's row makes its normaliser, and so every gathered entry of that vertex, NaN).
     """
     b, size, d = states.shape
     flat = states.reshape(b * size, d)  # (B·L, d)

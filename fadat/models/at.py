@@ -1,10 +1,11 @@
 """The autoregressive Transformer baseline (the paper's AT comparison, Transformer-base; §4).
 
-Same encoder code, embeddings, initialisation and presets as the DAT model (fadat.transformer); the
-decoder is causal, fed ``<s> y`` (teacher forcing) and trained to predict ``y </s>`` (label
-smoothing is the trainer's business). Decoding: greedy and beam search with a key/value cache, so
-each step runs the decoder on one new token per hypothesis (cross-attention keys/values are
-projected once per sentence). Only CPU was run; CUDA was not tested.
+Same encoder code, embeddings, initialisation and presets as the DAT model
+(fadat.models.transformer); the decoder is causal, fed ``<s> y`` (teacher forcing) and trained to
+predict ``y </s>`` (label smoothing is the trainer's business). Decoding: greedy and beam search
+with a key/value cache, so each step runs the decoder on one new token per hypothesis
+(cross-attention keys/values are projected once per sentence). Only CPU was run; CUDA was not
+tested.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
-from fadat.model_config import ModelConfig
-from fadat.model_dir import PretrainedMixin
-from fadat.transformer import Decoder, Encoder, EncoderOut, _init_bert
+from fadat.models.architectures import BatchScores, Scored, TranslationModel, check_finite
+from fadat.models.config import ModelConfig
+from fadat.models.directory import PretrainedMixin
+from fadat.models.transformer import Decoder, Encoder, EncoderOut, _init_bert
 
 #: Strategies of the AT and their keyword options.
 STRATEGIES: dict[str, tuple[str, ...]] = {
@@ -54,8 +55,8 @@ class ATModel(PretrainedMixin, TranslationModel):
     """Encoder–decoder Transformer with a causal decoder and a tied output projection.
 
     Attributes:
-        config: the :class:`~fadat.model_config.ModelConfig` (``model_type == "at"``).
-        decoder: the causal :class:`~fadat.transformer.Decoder`.
+        config: the :class:`~fadat.models.config.ModelConfig` (``model_type == "at"``).
+        decoder: the causal :class:`~fadat.models.transformer.Decoder`.
         metadata: the non-config entries of config.json after :meth:`from_pretrained`, else ``{}``.
     """
 
@@ -63,7 +64,8 @@ class ATModel(PretrainedMixin, TranslationModel):
     default_strategy: ClassVar[str] = "beam"
     validation_strategy: ClassVar[str] = "greedy"
     autoregressive: ClassVar[bool] = True
-    # Until the decoder stack was shared (fadat.transformer.Decoder) its parts sat at the top.
+    # Until the decoder stack was shared (fadat.models.transformer.Decoder) its parts sat at the
+    # top.
     renamed_parameters: ClassVar[dict[str, str]] = {
         "embed_positions.": "decoder.embed_positions.",
         "layers.": "decoder.layers.",
@@ -83,8 +85,8 @@ class ATModel(PretrainedMixin, TranslationModel):
         encoder_out: EncoderOut,
         cache: Cache | None,
     ) -> Tensor:
-        """Causal decoder stack (:class:`fadat.transformer.Decoder`) on ``tokens`` ``(B, T)`` at
-        positions ``start..start+T-1``; returns fp32 log-probs ``(B, T, V)``. Without a cache the
+        """Causal decoder stack (:class:`fadat.models.transformer.Decoder`) on ``tokens`` ``(B, T)``
+        at positions ``start..start+T-1``; returns fp32 log-probs ``(B, T, V)``. Without a cache the
         self-attention is causal over ``tokens``; with one, ``tokens`` are appended after the
         cached prefix.
 
@@ -269,7 +271,7 @@ class ATModel(PretrainedMixin, TranslationModel):
             step += 1
         return [max(hyps, key=lambda h: h.score) for hyps in finished]
 
-    # ---- the translation-model interface (fadat.architectures.TranslationModel)
+    # ---- the translation-model interface (fadat.models.architectures.TranslationModel)
 
     def strategies(self) -> dict[str, tuple[str, ...]]:
         """:data:`STRATEGIES`: greedy and beam search with their options."""

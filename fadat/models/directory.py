@@ -1,5 +1,5 @@
 """The model directory: ``config.json`` + ``model.safetensors`` + ``spm.model``, written and read
-for every architecture of :data:`fadat.architectures.ARCHITECTURES` by one implementation
+for every architecture of :data:`fadat.models.architectures.ARCHITECTURES` by one implementation
 (:class:`PretrainedMixin` gives each model class ``save_pretrained`` / ``from_pretrained``).
 
 :func:`load_pretrained` reads any model directory (dispatching on ``model_type``);
@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from fadat import outputs
-from fadat.architectures import ARCHITECTURES, TranslationModel, model_class
 from fadat.errors import InputError
-from fadat.model_config import ModelConfig
+from fadat.models.architectures import ARCHITECTURES, TranslationModel, model_class
+from fadat.models.config import ModelConfig
 
 FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"

@@ -28,15 +28,15 @@ from fadat.data.contract import graph_size
 from fadat.errors import InputError, NonFiniteOutputError
 
 if TYPE_CHECKING:
-    from fadat.model_config import ModelConfig
-    from fadat.transformer import EncoderOut
+    from fadat.models.config import ModelConfig
+    from fadat.models.transformer import EncoderOut
 
 #: ``model_type`` → ``"module:Class"`` of the network that implements :class:`TranslationModel`.
 ARCHITECTURES: dict[str, str] = {
-    "dat": "fadat.model:DATModel",
-    "at": "fadat.baseline:ATModel",
-    "nat": "fadat.nat:NATModel",
-    "ctc": "fadat.ctc:CTCModel",
+    "dat": "fadat.models.dat:DATModel",
+    "at": "fadat.models.at:ATModel",
+    "nat": "fadat.models.nat:NATModel",
+    "ctc": "fadat.models.ctc:CTCModel",
 }
 
 
@@ -81,17 +81,17 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
     A subclass sets :attr:`model_type` and writes :meth:`translate_batch` and
     :meth:`score_batch`; everything else has a default that describes a non-autoregressive model
     over ``L = λ·|x </s>|`` positions (:meth:`graph_lengths`) decoded by one strategy
-    ``argmax`` without options, built on :class:`fadat.transformer.Encoder` (``self.encoder``).
-    The CTC model overrides nothing else; the NAT its sizes; the DAT its strategies and
-    capabilities; the AT both. Callers branch on the capabilities below, never on the class or
-    ``model_type``.
+    ``argmax`` without options, built on :class:`fadat.models.transformer.Encoder`
+    (``self.encoder``). The CTC model overrides nothing else; the NAT its sizes; the DAT its
+    strategies and capabilities; the AT both. Callers branch on the capabilities below, never on the
+    class or ``model_type``.
 
     Tensors follow the data contract (:mod:`fadat.data.contract`): ``source`` is ``(B, S)``
     int64 ``x </s>`` right-padded with ``<pad>``; ``target`` is ``(B, T)`` int64
     ``<s> y </s>`` right-padded.
 
     Attributes:
-        config: the model's :class:`~fadat.model_config.ModelConfig`.
+        config: the model's :class:`~fadat.models.config.ModelConfig`.
         metadata: the non-config entries of config.json (after loading), else ``{}``.
         model_type: the registry name (``ARCHITECTURES`` key).
         default_strategy: the strategy used when none is given.
@@ -105,10 +105,10 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
             (the DAG beam search calls ``--length-penalty`` ``alpha``).
         has_graph: the outputs are a DAG (``graph_outputs``) that ``fadat analyze``, ``fadat
             show-graph`` and the server's graph view can draw.
-        precisions: the inference precisions of :func:`fadat.inference.with_precision` it runs
-            in (``--precision``).
+        precisions: the inference precisions of :func:`fadat.models.inference.with_precision` it
+            runs in (``--precision``).
         reduced_head: takes a vocabulary shortlist and vertex pruning (``--shortlist``,
-            ``--prune-threshold``; :func:`fadat.inference.with_reduced_head`).
+            ``--prune-threshold``; :func:`fadat.models.inference.with_reduced_head`).
         renamed_parameters: parameter-name prefixes of earlier versions → today's; state dicts
             with the old names (model directories, checkpoints) load (:meth:`upgrade_state_dict`).
     """
@@ -144,7 +144,7 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
         if self.renamed_parameters:
             self.register_load_state_dict_pre_hook(_rename_on_load)
 
-    # ---- the network (defaults for models built on fadat.transformer.Encoder)
+    # ---- the network (defaults for models built on fadat.models.transformer.Encoder)
 
     @property
     def output_weight(self) -> Tensor:
@@ -153,7 +153,7 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
 
     def encode(self, source: Tensor) -> EncoderOut:
         """Run the encoder on ``source`` ``(B, S)`` int64
-        (:meth:`fadat.transformer.Encoder.forward`)."""
+        (:meth:`fadat.models.transformer.Encoder.forward`)."""
         return self.encoder(source)
 
     def graph_lengths(
@@ -331,9 +331,9 @@ def check_finite(tensor: Tensor, what: str, rows: Sequence[int] | None = None) -
 def naming_inputs(model: nn.Module, lines: list[int]) -> Iterator[None]:
     """Around one batch of a model's batch methods: a :class:`NonFiniteOutputError` raised
     inside is raised again naming the model directory (``model.directory``, set by
-    :func:`fadat.model_dir.load_pretrained`) and the input lines of its rows.
+    :func:`fadat.models.directory.load_pretrained`) and the input lines of its rows.
 
-    An int8 model (:func:`fadat.inference.with_precision`) fails earlier, inside the forward
+    An int8 model (:func:`fadat.models.inference.with_precision`) fails earlier, inside the forward
     pass: torch's dynamic quantization raises ``RuntimeError`` ("In ChooseQuantizationParams,
     min should be less than or equal to max") for activations that are NaN; that becomes a
     :class:`NonFiniteOutputError` for the whole batch.

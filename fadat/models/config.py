@@ -1,7 +1,7 @@
 """The model configuration of every fadat architecture: :class:`ModelConfig` (a frozen
 dataclass, checked when built, saved as ``config.json`` in a model directory) and the named
 presets (:data:`PRESETS`, :func:`make_config`). The layers that read it are
-:mod:`fadat.transformer`'s.
+:mod:`fadat.models.transformer`'s.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from fadat.data.contract import UNK_ID
 from fadat.errors import InputError
 
-#: The activations a config may name, and their functions (the layers of :mod:`fadat.transformer`
-#: look them up here, so the check and the layers cannot disagree).
+#: The activations a config may name, and their functions (the layers of
+#: :mod:`fadat.models.transformer` look them up here, so the check and the layers cannot disagree).
 _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
 
@@ -28,9 +28,9 @@ class ModelConfig:
     are rejected).
 
     Attributes:
-        model_type: the architecture, a key of :data:`fadat.architectures.ARCHITECTURES`.
+        model_type: the architecture, a key of :data:`fadat.models.architectures.ARCHITECTURES`.
             Checked where a name comes in (the training config, a model directory's
-            config.json, :func:`fadat.architectures.model_class`), not here: the registry's
+            config.json, :func:`fadat.models.architectures.model_class`), not here: the registry's
             interface names this class, so this module does not import the registry.
         vocab_size: V, the sentencepiece vocabulary size (ids 0–3 are ``<s> <pad> </s> <unk>``).
         d_model: d, the model width.

@@ -1,10 +1,10 @@
 """CTC non-autoregressive Transformer (Libovický & Helcl 2018; with glancing as Gu & Kong 2021),
 the paper's "CTC" row of Table 2.
 
-- The decoder (:class:`fadat.transformer.Decoder`, the DAT's and NAT's stack) runs on
+- The decoder (:class:`fadat.models.transformer.Decoder`, the DAT's and NAT's stack) runs on
   ``L = int(λ·|x </s>|)`` positions (``graph_lengths`` of
-  :class:`~fadat.architectures.TranslationModel`, λ = ``upsample_ratio``), all fed ``<unk>``
-  (:func:`fadat.transformer.decoder_input` without ends) plus the uniform copy of the encoder
+  :class:`~fadat.models.architectures.TranslationModel`, λ = ``upsample_ratio``), all fed ``<unk>``
+  (:func:`fadat.models.transformer.decoder_input` without ends) plus the uniform copy of the encoder
   states; each position emits a token of the vocabulary or the *blank*, an extra output class
   (index ``V``) with its own output vector (the token classes use the tied embedding).
 - Loss (objective ``ctc``, :mod:`fadat.objectives.ctc`): ``torch.nn.functional.ctc_loss`` of
@@ -33,11 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fadat.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.data.contract import PAD_ID, pad_sequences
-from fadat.model_config import ModelConfig
-from fadat.model_dir import PretrainedMixin
-from fadat.transformer import Decoder, Encoder, EncoderOut, _init_bert, decoder_input
+from fadat.models.architectures import BatchScores, Scored, TranslationModel, check_finite
+from fadat.models.config import ModelConfig
+from fadat.models.directory import PretrainedMixin
+from fadat.models.transformer import Decoder, Encoder, EncoderOut, _init_bert, decoder_input
 
 NEG_INF = float("-inf")
 
@@ -46,7 +46,7 @@ class CTCModel(PretrainedMixin, TranslationModel):
     """Encoder, upsampled non-autoregressive decoder, tied token output layer plus a blank class.
 
     Attributes:
-        config: the :class:`~fadat.model_config.ModelConfig` (``model_type == "ctc"``;
+        config: the :class:`~fadat.models.config.ModelConfig` (``model_type == "ctc"``;
             ``upsample_ratio`` / ``decode_upsample_ratio`` size the decoder; ``link_heads``
             and ``copy_source`` are unused: the copy is always on).
         metadata: the non-config entries of config.json after loading, else ``{}``.
@@ -79,7 +79,7 @@ class CTCModel(PretrainedMixin, TranslationModel):
         logits = self.decode_logits(self.encode(source), decoder_input(lengths, ends=False))
         return torch.log_softmax(logits.float(), dim=-1)
 
-    # ---- the translation-model interface (fadat.architectures.TranslationModel)
+    # ---- the translation-model interface (fadat.models.architectures.TranslationModel)
 
     def translate_batch(
         self,
