@@ -1,4 +1,4 @@
-"""The translation core shared by ``fadat translate`` (:mod:`fadat.translate_cli`), ``score``,
+"""The translation core shared by ``fadat translate`` (:mod:`fadat.cli.translate`), ``score``,
 ``evaluate``, ``serve`` and the Python API (:class:`fadat.translator.Translator`).
 
 Data flow (one function, :func:`translate_lines`): raw text lines → sentencepiece ids ``x </s>``

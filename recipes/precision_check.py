@@ -3,8 +3,8 @@ against fp32).
 
 Separates the two ways a bf16 run's logged valid loss can differ from an fp32 run's: the model
 it trained (compare the fp32 evaluations) and the precision of the evaluation itself (compare
-the two columns of one checkpoint). Uses ``fadat.validation.validate`` (the training objective
-without glancing, eval mode) on the first ``--valid-subset`` valid sentences.
+the two columns of one checkpoint). Uses ``fadat.training.validation.validate`` (the training
+objective without glancing, eval mode) on the first ``--valid-subset`` valid sentences.
 
 With ``--gradients CHECKPOINT``, it instead compares one update's gradients: the NLL of
 ``--batches`` training batches (40 sentences each, the same dropout masks, glancing off) is
@@ -28,13 +28,13 @@ from pathlib import Path
 
 import torch
 
-from fadat.checkpoints import load_checkpoint
 from fadat.data.binarized import BinarizedDataset
 from fadat.models.architectures import model_class
 from fadat.models.config import ModelConfig
 from fadat.objectives import ObjectiveConfig, compute_loss
-from fadat.train_config import config_from_dict, load_yaml_config, objective_config
-from fadat.validation import validate
+from fadat.training.checkpoints import load_checkpoint
+from fadat.training.config import config_from_dict, load_yaml_config, objective_config
+from fadat.training.validation import validate
 
 
 def _group(name: str) -> str:

@@ -711,7 +711,7 @@ def _fadat(argv: list[str]) -> None:
 
 def checkpoint_update(run_dir: Path) -> int:
     """The update of a run's checkpoint_last (0 when there is none)."""
-    from fadat.checkpoints import LAST_NAME, load_checkpoint
+    from fadat.training.checkpoints import LAST_NAME, load_checkpoint
 
     path = run_dir / LAST_NAME
     return int(load_checkpoint(path)["progress"]["update"]) if path.is_file() else 0
@@ -749,7 +749,7 @@ def _train_to(t: Training, target: int) -> None:
 def write_snapshot(checkpoint: Path, out: Path, data: Path, info: dict) -> None:
     """The model of a training checkpoint as a model directory ``out`` with ``snapshot.json``
     (``info``: run, point, update, valid loss), replacing an older one."""
-    from fadat.checkpoints import write_averaged_model
+    from fadat.training.checkpoints import write_averaged_model
 
     tmp = out.with_name(out.name + ".tmp")
     if tmp.exists():

@@ -13,7 +13,7 @@ from fadat.errors import InputError
 from fadat.models.architectures import ARCHITECTURES, BatchScores, TranslationModel, model_class
 from fadat.models.config import make_config
 from fadat.models.transformer import Decoder, Encoder, decoder_input
-from fadat.train_config import TrainConfig
+from fadat.training.config import TrainConfig
 
 
 def tiny(model_type: str) -> TranslationModel:

@@ -469,7 +469,7 @@ def test_train(argv, needles, paths, capsys, tmp_path):
 def test_training_that_diverges_stops_and_keeps_the_last_good_checkpoint(
     how, paths, capsys, tmp_path, monkeypatch, caplog
 ):
-    import fadat.train as train
+    import fadat.training.trainer as train
 
     monkeypatch.setattr(train, "DIVERGED_UPDATES", 4)
     real = train.compute_loss
@@ -492,7 +492,7 @@ def test_training_that_diverges_stops_and_keeps_the_last_good_checkpoint(
     argv = ["train", "--data", "{data}", "--run-dir", str(run), "--preset", "tiny"]
     argv += ["--max-updates", "50", "--save-every", "1", "--validate-every", "0"]
     argv += ["--no-progress-bar", "--threads", "1"]
-    with caplog.at_level("WARNING", logger="fadat.train"):
+    with caplog.at_level("WARNING", logger="fadat.training.trainer"):
         check(
             argv,
             ("training diverged", "updates 4 to 7", "checkpoint_last.pt", "--lr"),
@@ -500,7 +500,7 @@ def test_training_that_diverges_stops_and_keeps_the_last_good_checkpoint(
             capsys,
         )
     assert "non-finite loss or gradient" in caplog.text  # warned at the first bad update
-    from fadat.checkpoints import load_checkpoint
+    from fadat.training.checkpoints import load_checkpoint
 
     state = load_checkpoint(run / "checkpoint_last.pt")
     assert state["progress"]["update"] == 3  # the last good one, not a diverged state
@@ -522,7 +522,7 @@ def test_training_that_diverges_stops_and_keeps_the_last_good_checkpoint(
 def test_train_python_api_names_fields(fields, match, paths, tmp_path):
     """train(TrainConfig(...)) from Python: messages name the dataclass fields, not flags."""
     from fadat.objectives.dat import FuzzyOptions
-    from fadat.train import TrainConfig, train
+    from fadat.training.trainer import TrainConfig, train
 
     if fields.get("objective_options") == "fuzzy":  # the options of another objective
         fields = {"objective_options": FuzzyOptions(ngram_order=3)}
@@ -564,8 +564,8 @@ def test_average(argv, needles, paths, capsys, tmp_path):
 
 def _checkpoint(paths, path: Path, scale: float = 1.0) -> Path:
     """A training checkpoint holding the tiny DAT's weights times ``scale``."""
-    from fadat.checkpoints import CHECKPOINT_FORMAT
     from fadat.models.directory import load_pretrained
+    from fadat.training.checkpoints import CHECKPOINT_FORMAT
 
     model = load_pretrained(paths["dat"])
     state = {k: v * scale if v.is_floating_point() else v for k, v in model.state_dict().items()}
@@ -1009,7 +1009,7 @@ def test_distill_with_extreme_weights(beam, paths, capsys, tmp_path):
 
 
 def test_disk_full_while_saving_a_checkpoint(tmp_path, monkeypatch):
-    import fadat.checkpoints as checkpoints
+    import fadat.training.checkpoints as checkpoints
 
     path = tmp_path / "checkpoint_last.pt"
     checkpoints.atomic_save({"update": 1}, path)
@@ -1066,9 +1066,9 @@ def test_disk_full_while_writing_a_report(verb, paths, capsys, tmp_path, monkeyp
 
 
 def test_output_directory_removed_during_translation(paths, capsys, tmp_path, monkeypatch):
-    import fadat.translate_cli
+    import fadat.cli.translate
 
-    real = fadat.translate_cli.format_translations
+    real = fadat.cli.translate.format_translations
     folder = tmp_path / "results"
     folder.mkdir()
 
@@ -1076,7 +1076,7 @@ def test_output_directory_removed_during_translation(paths, capsys, tmp_path, mo
         shutil.rmtree(folder, ignore_errors=True)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fadat.translate_cli, "format_translations", remove_folder)
+    monkeypatch.setattr(fadat.cli.translate, "format_translations", remove_folder)
     out = folder / "out.txt"
     argv = ["translate", "--model", "{dat}", "--input", "{in}", "--output", str(out)]
     check(argv, (f"--output {out}", "No such file or directory", "removed"), paths, capsys)
@@ -1086,15 +1086,15 @@ def test_output_directory_removed_during_translation(paths, capsys, tmp_path, mo
 def test_sigterm_removes_the_temporary_and_the_next_run_removes_stale_ones(
     paths, capsys, tmp_path, monkeypatch
 ):
-    import fadat.translate_cli
+    import fadat.cli.translate
 
-    real = fadat.translate_cli.format_translations
+    real = fadat.cli.translate.format_translations
 
     def terminated(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fadat.translate_cli, "format_translations", terminated)
+    monkeypatch.setattr(fadat.cli.translate, "format_translations", terminated)
     out = tmp_path / "out.txt"
     argv = ["translate", "--model", paths["dat"], "--input", paths["in"], "--output", str(out)]
     assert cli.main(argv) == 130

@@ -27,13 +27,6 @@ from test_dag import link_logprobs, make_case
 from test_decoding import random_graph
 
 from fadat import dag
-from fadat.checkpoints import (
-    CHECKPOINT_FORMAT,
-    atomic_save,
-    capture_rng_state,
-    load_checkpoint,
-    restore_rng_state,
-)
 from fadat.cli import main
 from fadat.data.contract import BOS_ID, EOS_ID, make_batch, pad_sequences
 from fadat.decoding import STRATEGIES, decode
@@ -43,6 +36,13 @@ from fadat.models.dat import DATModel
 from fadat.models.directory import load_pretrained
 from fadat.models.inference import graph_top1
 from fadat.objectives import ObjectiveConfig, compute_loss
+from fadat.training.checkpoints import (
+    CHECKPOINT_FORMAT,
+    atomic_save,
+    capture_rng_state,
+    load_checkpoint,
+    restore_rng_state,
+)
 
 DEVICE = torch.device(os.environ.get("FADAT_TEST_DEVICE", "cuda"))
 ON_CUDA = DEVICE.type == "cuda"
@@ -303,8 +303,8 @@ def train_batch():
 
 def step_gradients(model, batch, objective: str, precision: str):
     """Loss (per sentence) and unscaled gradients of one training step in ``precision`` on the
-    model's device, as fadat.train does it (autocast around compute_loss; GradScaler for fp16).
-    For fp16 also returns the scaler's scale after ``step``/``update``."""
+    model's device, as fadat.training.trainer does it (autocast around compute_loss; GradScaler for
+    fp16). For fp16 also returns the scaler's scale after ``step``/``update``."""
     device = next(model.parameters()).device
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")

@@ -35,8 +35,8 @@ def briefly_trained_at(root: str) -> dict[str, Path]:
     on a real training set only repeats words up to the limit, where fadat and CTranslate2
     differ on purpose, see fadat.export).
     """
-    from fadat.checkpoints import write_averaged_model
-    from fadat.train import TrainConfig, train
+    from fadat.training.checkpoints import write_averaged_model
+    from fadat.training.trainer import TrainConfig, train
 
     root_path = Path(root)
     root_path.mkdir(parents=True, exist_ok=True)

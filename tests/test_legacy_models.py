@@ -89,14 +89,14 @@ def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
     """A run of an earlier version resumes: its checkpoint_last (one AdamW update, names of that
     version, optimizer state by parameter position) restores into today's model, and the next
     update gives the weights the earlier version gave, bit for bit."""
-    from fadat.checkpoints import (
+    from fadat.models.config import ModelConfig
+    from fadat.training.checkpoints import (
         capture_rng_state,
         load_checkpoint,
         restore_last,
         restore_rng_state,
     )
-    from fadat.distributed import DistInfo
-    from fadat.models.config import ModelConfig
+    from fadat.training.distributed import DistInfo
 
     path = LEGACY / f"{name}.checkpoint_last.pt"
     state = load_checkpoint(path)
@@ -128,7 +128,7 @@ def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
 def test_average_mixes_checkpoints_of_an_earlier_version_and_of_today(tmp_path):
     """``fadat average`` over a run that spans the rename: an old-named checkpoint and a
     today-named one average name by name (today's names)."""
-    from fadat.checkpoints import atomic_save, average_checkpoints, load_checkpoint
+    from fadat.training.checkpoints import atomic_save, average_checkpoints, load_checkpoint
 
     old_path = LEGACY / "dat.checkpoint_last.pt"
     old = load_checkpoint(old_path)

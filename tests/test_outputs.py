@@ -260,7 +260,7 @@ def test_prepare_force_keeps_a_users_file_in_a_dataset(tmp_path, capsys):
 
 
 def test_train_run_dir_must_be_new_or_a_run(tmp_path, capsys, monkeypatch):
-    import fadat.train as train
+    import fadat.training.trainer as train
 
     no_work(monkeypatch, train, "load_data")
     base = ["train", "--data", str(tmp_path / "data"), "--max-updates", "1"]
@@ -278,7 +278,7 @@ def test_train_run_dir_must_be_new_or_a_run(tmp_path, capsys, monkeypatch):
 
 
 def test_average_output_checked_before_averaging(tmp_path, capsys, monkeypatch, models):
-    import fadat.average as average
+    import fadat.training.average as average
 
     no_work(monkeypatch, average, "write_averaged_model", "best_checkpoints")
     folder = foreign_dir(tmp_path / "folder")
@@ -313,13 +313,13 @@ def test_save_pretrained_keeps_other_files_of_a_model_directory(tmp_path, models
 
 def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch):
     import fadat.analysis
+    import fadat.cli.translate
     import fadat.evaluate
     import fadat.score
-    import fadat.translate_cli
 
     folder = foreign_dir(tmp_path / "folder")
     blocker = user_file(tmp_path / "blocker")
-    no_work(monkeypatch, fadat.translate_cli, "load_model", "read_lines")
+    no_work(monkeypatch, fadat.cli.translate, "load_model", "read_lines")
     no_work(monkeypatch, fadat.score, "load_model", "read_pairs")
     no_work(monkeypatch, fadat.analysis, "load_dat_model")
     no_work(monkeypatch, fadat.evaluate, "load_split", "read_languages", "load_model")
@@ -343,7 +343,7 @@ def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch)
 
 
 def test_translate_file_output_is_all_or_nothing(tmp_path, capsys, models, monkeypatch):
-    import fadat.translate_cli as translate
+    import fadat.cli.translate as translate
 
     src = tmp_path / "in.txt"
     src.write_text("ab cd\nef gh\n")

@@ -43,7 +43,7 @@ class _Interrupt:
 
 
 def _interrupting_loader(monkeypatch, at: int):
-    import fadat.translate_cli as translate
+    import fadat.cli.translate as translate
 
     real = translate.load_model
 

@@ -152,7 +152,7 @@ def test_sigkill_at_random_update_then_resume_reproduces_losses(copy_data, tmp_p
 def test_resumed_mid_epoch_run_sees_the_batches_of_an_uninterrupted_run(
     copy_data, tmp_path, monkeypatch
 ):
-    from fadat import train as train_module
+    from fadat.training import trainer as train_module
 
     seen: list[list[list[int]]] = []
     update = train_module.Trainer.train_update
@@ -343,7 +343,7 @@ def test_bad_input_exits_2(copy_data, tmp_path, capsys):
 
 
 def test_max_epochs_and_patience_stop_where_expected(copy_data, tmp_path):
-    from fadat.train import TrainConfig, train
+    from fadat.training.trainer import TrainConfig, train
 
     ds = BinarizedDataset(copy_data, "train")
     tiny = make_config("tiny", 12)

@@ -1,5 +1,6 @@
-"""Unit tests of fadat.train that need no dataset: config resolution, learning-rate schedule,
-RNG state round trip, checkpoint I/O (weights_only), checkpoint averaging, shipped YAML files."""
+"""Unit tests of fadat.training.trainer that need no dataset: config resolution, learning-rate
+schedule, RNG state round trip, checkpoint I/O (weights_only), checkpoint averaging, shipped YAML
+files."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from fadat.checkpoints import (
+from fadat.cli.train import add_arguments, resolve_config
+from fadat.errors import InputError
+from fadat.models.config import make_config
+from fadat.models.dat import DATModel
+from fadat.objectives.dat import FuzzyOptions
+from fadat.training.checkpoints import (
     CHECKPOINT_FORMAT,
     atomic_save,
     average_checkpoints,
@@ -20,21 +26,15 @@ from fadat.checkpoints import (
     load_checkpoint,
     restore_rng_state,
 )
-from fadat.errors import InputError
-from fadat.models.config import make_config
-from fadat.models.dat import DATModel
-from fadat.objectives.dat import FuzzyOptions
-from fadat.train import inverse_sqrt_lr
-from fadat.train_config import (
+from fadat.training.config import (
     TrainConfig,
-    add_arguments,
     config_from_dict,
     config_to_dict,
     load_yaml_config,
     parse_duration,
-    resolve_config,
     validate_config,
 )
+from fadat.training.trainer import inverse_sqrt_lr
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -237,7 +237,7 @@ def test_glancing_default_follows_the_stage():
 def test_init_encoder_from_at_copies_encoder_and_embedding_only(tmp_path):
     from fadat.models.at import ATModel
     from fadat.models.directory import save_model_directory
-    from fadat.train import TrainConfig, build_model
+    from fadat.training.trainer import TrainConfig, build_model
 
     torch.manual_seed(3)
     at = ATModel(make_config("tiny", 12, model_type="at"))
@@ -268,7 +268,7 @@ def test_init_decoder_layers_copies_the_shared_stack_into_every_architecture(arc
     decoder's positions and the architecture's own heads are the fresh model's."""
     from safetensors.torch import load_file
 
-    from fadat.train import TrainConfig, build_model
+    from fadat.training.trainer import TrainConfig, build_model
 
     at_dir = Path(__file__).resolve().parent / "data" / "legacy" / "at-prenorm"
     old = load_file(str(at_dir / "model.safetensors"))  # names of the earlier version
@@ -302,7 +302,7 @@ def test_upsample_ratio_flag_sets_lambda_of_a_fresh_and_a_fine_tuned_model(tmp_p
     """fadat train --upsample-ratio (the reference's --upsample-scale): λ of a fresh model, and of
     an --init-from model whose weights are kept."""
     from fadat.models.directory import save_model_directory
-    from fadat.train import build_model
+    from fadat.training.trainer import build_model
 
     argv = ["--data", "D", "--run-dir", "R", "--max-updates", "1", "--upsample-ratio", "2.5"]
     cfg, _ = resolve_config(parse(argv))
@@ -339,7 +339,7 @@ def test_a_config_saved_with_every_objectives_keys_resumes_with_its_own(tmp_path
 
 
 def test_python_built_config_names_the_option_field():
-    from fadat.train_config import field_sources
+    from fadat.training.config import field_sources
 
     cfg = TrainConfig(
         data="d", run_dir="r", max_updates=1, lr=1e-3, objective="fuzzy",

@@ -77,8 +77,8 @@ def copy_task_model(root: str) -> dict[str, Path]:
     Returns:
         ``{"model": model dir, "data": data dir, "test_src": file}``.
     """
-    from fadat.checkpoints import write_averaged_model
-    from fadat.train import TrainConfig, train
+    from fadat.training.checkpoints import write_averaged_model
+    from fadat.training.trainer import TrainConfig, train
 
     root_path = Path(root)
     root_path.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from fadat.losses import LossOutput
 @dataclass(frozen=True)
 class Option:
     """A training option an objective reads: a key of the training config (YAML key, field of
-    :class:`fadat.train_config.TrainConfig`) and a ``fadat train`` flag.
+    :class:`fadat.training.config.TrainConfig`) and a ``fadat train`` flag.
 
     Attributes:
         name: the config key.

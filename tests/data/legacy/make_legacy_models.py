@@ -141,13 +141,13 @@ def train_step(model, optimizer, source, target) -> None:
 
 
 def make_optimizer(model) -> torch.optim.Optimizer:
-    """AdamW as fadat.train.Trainer builds it."""
+    """AdamW as fadat.training.trainer.Trainer builds it."""
     return torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8)
 
 
 def save_checkpoint(model, name: str, out: Path, source, target) -> None:
     """checkpoint_last after one update, and the weights after a second one."""
-    from fadat.checkpoints import Progress, atomic_save, capture_rng_state, last_state
+    from fadat.training.checkpoints import Progress, atomic_save, capture_rng_state, last_state
 
     optimizer = make_optimizer(model)
     train_step(model, optimizer, source, target)

@@ -2,8 +2,9 @@
 of checkpoints into a model directory (docs/reference-behaviour.md, "Checkpoint averaging"; the
 FA-DAT papers report best-5 averages).
 
-The arithmetic lives in :mod:`fadat.checkpoints` (:func:`~fadat.checkpoints.average_checkpoints`,
-:func:`~fadat.checkpoints.write_averaged_model`); this module is the command-line layer.
+The arithmetic lives in :mod:`fadat.training.checkpoints`
+(:func:`~fadat.training.checkpoints.average_checkpoints`,
+:func:`~fadat.training.checkpoints.write_averaged_model`); this module is the command-line layer.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import shutil
 from pathlib import Path
 
 from fadat import outputs
-from fadat.checkpoints import best_checkpoints, write_averaged_model
 from fadat.errors import InputError
 from fadat.options import positive_int
-from fadat.train_config import load_yaml_config
+from fadat.training.checkpoints import best_checkpoints, write_averaged_model
+from fadat.training.config import load_yaml_config
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

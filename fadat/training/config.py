@@ -1,6 +1,7 @@
 """The training configuration of ``fadat train``: :class:`TrainConfig` (its core fields plus the
-chosen objective's options dataclass), reading it from YAML and flags, validating it, and the
-``fadat train`` flags.
+chosen objective's options dataclass), reading it from YAML, converting values, validating it
+(the ``fadat train`` flags and their resolution against a YAML file or a resumed run are the
+verb's, :mod:`fadat.cli.train`).
 
 In YAML files, saved ``config.yaml`` files and flags the objective's options are flat keys
 (``ngram_order: 2``, ``--ngram-order 2``); they fill ``TrainConfig.objective_options``. A key of
@@ -13,7 +14,6 @@ flags. Keys use underscores or dashes. A resumed run may change only :data:`RESU
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import re
@@ -161,7 +161,7 @@ def parse_duration(value: str | float | int) -> float:
     return seconds
 
 
-def _coerce(name: str, value: Any, label: str = "") -> Any:
+def coerce_value(name: str, value: Any, label: str = "") -> Any:
     """Check/convert one YAML or flag value to the type of TrainConfig.<name>; messages name it
     as ``label`` (default ``config key <name>``)."""
     label = label or f"config key {name}"
@@ -282,7 +282,7 @@ def load_yaml_config(path: str | Path) -> dict[str, Any]:
         if name in out:  # "lr" and "lr-" spellings of one key
             raise InputError(f"{path}: config key {name} is given twice ({key!r})")
         try:
-            out[name] = _coerce(name, value)
+            out[name] = coerce_value(name, value)
         except InputError as err:
             raise InputError(f"{path}: {err}") from None
     return out
@@ -459,7 +459,7 @@ def config_from_dict(d: dict[str, Any], where: str) -> TrainConfig:
     unknown = sorted(set(d) - config_keys())
     if unknown:
         raise InputError(f"{where}: unknown config keys {unknown}")
-    values = {k: _coerce(k, v) for k, v in d.items()}
+    values = {k: coerce_value(k, v) for k, v in d.items()}
     try:
         cfg = TrainConfig(**{k: v for k, v in values.items() if k in CORE_FIELDS})
     except TypeError as err:
@@ -477,149 +477,3 @@ def objective_config(cfg: TrainConfig, glancing_ratio: float) -> ObjectiveConfig
     """The settings of one update's step: the objective, the scheduled glancing ratio and the
     objective options of ``cfg``."""
     return ObjectiveConfig(cfg.resolved_objective(), glancing_ratio, cfg.objective_options)
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-
-# flag -> (config key, type, help). Every flag defaults to None so that only explicit flags
-# override the YAML file and the defaults.
-_FLAGS: list[tuple[str, str, Any, str]] = [
-    ("--data", "data", str, "binarized data directory (from fadat prepare)"),
-    ("--run-dir", "run_dir", str, "run directory (config, logs, checkpoints)"),
-    ("--arch", "arch", str, f"architecture: {', '.join(ARCHITECTURES)} (dat: DA-Transformer)"),
-    ("--preset", "preset", str, "model preset: tiny, cpu-small, base"),
-    ("--objective", "objective", str, f"objective: {', '.join(OBJECTIVES)}"),
-    ("--lr", "lr", float, "peak learning rate (default 5e-4)"),
-    ("--warmup", "warmup", int, "warm-up updates of the inverse-sqrt schedule"),
-    ("--max-tokens", "max_tokens", int, "token budget per micro-batch and process"),
-    ("--max-tokens-valid", "max_tokens_valid", int, "token budget for validation batches"),
-    ("--update-freq", "update_freq", int, "micro-batches accumulated per update"),
-    ("--clip-norm", "clip_norm", float, "gradient-norm clipping (0 = off; default 0.1)"),
-    ("--dropout", "dropout", float, "dropout (default 0.1)"),
-    (
-        "--upsample-ratio",
-        "upsample_ratio",
-        float,
-        "λ: graph size L = λ·|x| of a fresh DAT model (DA-Transformer's --upsample-scale; "
-        "default: the preset's)",
-    ),
-    ("--weight-decay", "weight_decay", float, "AdamW decoupled weight decay (default 0.01)"),
-    (
-        "--glat-p",
-        "glat_p",
-        str,
-        'glancing ratio schedule, e.g. "0.5:0.1@200k" (nll default) or "0.1" (fuzzy default)',
-    ),
-    ("--max-updates", "max_updates", int, "stop after this many updates"),
-    ("--max-epochs", "max_epochs", int, "stop after this many epochs"),
-    ("--max-time", "max_time", str, "stop after this training time (90s, 30m, 2h)"),
-    ("--patience", "patience", int, "stop after N validations without a better BLEU"),
-    ("--validate-every", "validate_every", int, "validate every N updates (0 = at the end)"),
-    ("--save-every", "save_every", int, "write checkpoint_last every N updates"),
-    ("--valid-subset", "valid_subset", int, "validate on the first N sentences (0 = all)"),
-    ("--keep-best", "keep_best", int, "keep the best K checkpoints by BLEU"),
-    ("--decode-beta", "decode_beta", float, "β of lookahead decoding in validation"),
-    ("--seed", "seed", int, "random seed"),
-    ("--init-from", "init_from", str, "model directory to take initial weights from"),
-    (
-        "--init-encoder-from",
-        "init_encoder_from",
-        str,
-        "model directory (DAT or AT) whose encoder and embedding start a fresh model",
-    ),
-    ("--device", "device", str, "cpu or cuda"),
-    ("--threads", "threads", int, "torch CPU threads (0 = torch default)"),
-    ("--log-every", "log_every", int, "write an update line to train.log every N updates"),
-]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``fadat train`` (fairseq-style names)."""
-    parser.add_argument("--config", help="YAML file of config keys (flags override it)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
-    for flag, key, typ, help_text in _FLAGS:
-        parser.add_argument(flag, dest=key, type=typ, default=None, help=help_text)
-    parser.add_argument(
-        "--bf16", dest="bf16", action="store_true", default=None, help="bf16 autocast"
-    )
-    parser.add_argument(
-        "--fp16",
-        dest="fp16",
-        action="store_true",
-        default=None,
-        help="fp16 autocast + grad scaling",
-    )
-    parser.add_argument(
-        "--init-decoder-layers",
-        dest="init_decoder_layers",
-        action="store_true",
-        default=None,
-        help="with --init-encoder-from: copy the decoder layers too",
-    )
-    for option in all_options():  # the objectives' own flags
-        if option.type is bool:
-            action = "store_false" if option.default else "store_true"
-            parser.add_argument(
-                option.flag, dest=option.name, action=action, default=None, help=option.help
-            )
-        else:
-            parser.add_argument(
-                option.flag, dest=option.name, type=option.type, default=None, help=option.help
-            )
-    parser.add_argument(
-        "--no-progress-bar",
-        dest="progress_bar",
-        action="store_false",
-        default=None,
-        help="no tqdm bar",
-    )
-
-
-def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
-    """Defaults < saved config (``--resume``) or ``--config`` YAML < explicit flags.
-
-    Raises:
-        InputError: unknown YAML keys, bad values, or flags that conflict with a resumed run.
-    """
-    explicit = {}
-    for key in config_keys():
-        value = getattr(args, key, None)
-        if value is not None:
-            explicit[key] = _coerce(key, value, flag_of(key))
-    if args.resume:
-        run_dir = Path(args.resume)
-        saved_path = run_dir / CONFIG_FILE
-        if not (run_dir / LAST_NAME).is_file():
-            raise InputError(f"cannot resume: {run_dir / LAST_NAME} does not exist")
-        saved = load_yaml_config(saved_path)
-        for key, value in explicit.items():
-            if key not in RESUMABLE_KEYS and key != "run_dir" and saved.get(key) != value:
-                raise InputError(
-                    f"--resume {run_dir}: {key} is {saved.get(key)!r} in the run, "
-                    f"{value!r} given; only stop criteria, logging and device may change"
-                )
-        values = {**saved, **explicit, "run_dir": str(run_dir)}
-        return config_from_dict(values, str(saved_path)), True
-    values = load_yaml_config(args.config) if args.config else {}
-    # Where each value came from, so that a message names the file and key or the flag.
-    sources = {key: f"{args.config}: config key {key}" for key in values}
-    values.update(explicit)
-    sources.update({key: flag_of(key) for key in explicit})
-    for key in ("data", "run_dir"):
-        if not values.get(key):
-            raise InputError(f"--{key.replace('_', '-')} is required")
-    cfg = config_from_dict(values, args.config or "flags")
-    validate_config(cfg, sources)
-    if not cfg.init_from:
-        # The preset and the YAML's model section, checked before any data is read (the
-        # vocabulary size is a placeholder: the data's is used later).
-        from fadat.models.config import make_config
-
-        try:
-            make_config(cfg.preset, 8, model_type=cfg.arch, dropout=cfg.dropout, **cfg.model)
-        except InputError as err:
-            where = f"{args.config}: " if args.config and cfg.model else ""
-            raise InputError(f"{where}{err}") from None
-    return cfg, False

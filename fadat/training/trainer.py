@@ -3,8 +3,8 @@ DA-Transformer with ``nll`` or ``fuzzy``, the autoregressive baseline with label
 
 setup (config, data, model, optimizer) → resume → loop over updates (token-budget micro-batches,
 ``--update-freq`` accumulation, AdamW, inverse-sqrt warm-up, clipping) → validate (loss + BLEU)
-→ checkpoints. The configuration is :mod:`fadat.train_config`, the run directory's files
-(checkpoints, best list, averaging) :mod:`fadat.checkpoints`, the objectives
+→ checkpoints. The configuration is :mod:`fadat.training.config`, the run directory's files
+(checkpoints, best list, averaging) :mod:`fadat.training.checkpoints`, the objectives
 :mod:`fadat.objectives`: this loop names no objective and no architecture. A run also writes
 ``RUN_DIR/train.log`` (human-readable) and ``RUN_DIR/tensorboard/``.
 
@@ -26,14 +26,12 @@ CPU was run; CUDA/nccl paths are written device-agnostically but untested.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import itertools
 import json
 import logging
 import math
-import os
 import random
 import signal
 import time
@@ -46,8 +44,12 @@ import torch
 import torch.distributed as dist
 import yaml
 
-from fadat import outputs, train_config
-from fadat.checkpoints import (
+from fadat import outputs
+from fadat.errors import InputError
+from fadat.glancing import parse_glancing_schedule
+from fadat.models.architectures import model_class
+from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
+from fadat.training.checkpoints import (
     BEST_INDEX,
     CHECKPOINT_FORMAT,
     CONFIG_FILE,
@@ -63,24 +65,19 @@ from fadat.checkpoints import (
     restore_last,
     truncate_log,
 )
-from fadat.distributed import all_reduce, gather_rng, peak_rss_mib, setup_distributed
-from fadat.errors import InputError
-from fadat.glancing import parse_glancing_schedule
-from fadat.model_init import build_model, data_vocab_size, load_data
-from fadat.models.architectures import model_class
-from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
-from fadat.train_config import (
+from fadat.training.config import (
     RESUMABLE_KEYS,
     TrainConfig,
     config_to_dict,
     field_sources,
     objective_config,
-    resolve_config,
     validate_config,
 )
-from fadat.validation import usable_indices, validate
+from fadat.training.distributed import all_reduce, gather_rng, peak_rss_mib, setup_distributed
+from fadat.training.model_init import build_model, data_vocab_size, load_data
+from fadat.training.validation import usable_indices, validate
 
-logger = logging.getLogger("fadat.train")
+logger = logging.getLogger("fadat.training.trainer")
 
 #: Consecutive diverged updates (:func:`diverged_update`) after which training stops with
 #: :class:`TrainingDiverged`. Large enough for fp16's loss scaler, which skips a run of
@@ -715,26 +712,3 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
         return trainer.run()
     finally:
         trainer.close()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``fadat train`` (:func:`fadat.train_config.add_arguments`)."""
-    train_config.add_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """``fadat train``: returns 0; Ctrl-C → KeyboardInterrupt (exit 130) after a checkpoint."""
-    cfg, resume = resolve_config(args)
-    summary = train(cfg, resume=resume)
-    if int(os.environ.get("RANK", "0")) == 0:
-        best = summary["best"][0]["bleu"] if summary["best"] else float("nan")
-        print(
-            f"stopped ({stop_text(summary['stop_reason'], cfg, summary['update'])}), "
-            f"best BLEU {best:.2f}; run directory {cfg.run_dir}"
-        )
-    if dist.is_initialized():
-        # Every rank waits here before tearing down: gloo aborts a process ("terminate called
-        # without an active exception") that destroys its group while a peer is still connected.
-        dist.barrier()
-        dist.destroy_process_group()
-    return 0

@@ -16,7 +16,7 @@ from fadat.data.contract import Batch
 from fadat.glancing import forked_rng
 from fadat.models.architectures import TranslationModel
 from fadat.objectives import ObjectiveConfig, compute_loss
-from fadat.train_config import TrainConfig
+from fadat.training.config import TrainConfig
 
 
 def usable_indices(dataset, model: TranslationModel) -> np.ndarray:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fadat.errors import InputError
 from fadat.models.architectures import TranslationModel, model_class
-from fadat.train_config import TrainConfig
+from fadat.training.config import TrainConfig
 
 
 def load_data(cfg: TrainConfig):

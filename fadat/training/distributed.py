@@ -1,7 +1,7 @@
 """Training on several processes (torchrun): ``gloo`` on CPU, ``nccl`` on CUDA. Every rank
 holds the full model; the trainer sums gradients with one ``all_reduce`` per update (the
-arithmetic of ``DistributedDataParallel`` with a SUM reduction, see :mod:`fadat.train`). Only CPU
-was run; the CUDA/nccl paths are written device-agnostically but untested.
+arithmetic of ``DistributedDataParallel`` with a SUM reduction, see :mod:`fadat.training.trainer`).
+Only CPU was run; the CUDA/nccl paths are written device-agnostically but untested.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from fadat.checkpoints import capture_rng_state
 from fadat.errors import InputError
+from fadat.training.checkpoints import capture_rng_state
 
 
 @dataclass(frozen=True)

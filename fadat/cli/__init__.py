@@ -1,5 +1,7 @@
 """``fadat <verb>``: a thin argparse layer. Each verb lives in its own module, which provides
-``add_arguments(parser)`` and ``run(args) -> int``; this file holds no logic.
+``add_arguments(parser)`` and ``run(args) -> int``; this file holds no logic. The verbs whose
+command line would otherwise share a module with the library code they run live in this package
+(``fadat.cli.translate``, …); ``python -m fadat.cli`` is :mod:`fadat.cli.__main__`.
 
 Exit codes for every verb: 0 success, 2 bad input or an I/O failure (one line on stderr, no
 traceback), 1 internal error, 130 interrupted (Ctrl-C, SIGTERM), 141 stdout closed by the
@@ -24,9 +26,15 @@ VERBS: dict[str, tuple[str, str]] = {
         "fadat.data.prepare",
         "build a dataset from parallel text or a built-in corpus",
     ),
-    "train": ("fadat.train", "train a DA-Transformer (--arch dat) or the AT baseline (--arch at)"),
-    "average": ("fadat.average", "average the best checkpoints of a run into a model directory"),
-    "translate": ("fadat.translate_cli", "translate raw text with a DAT or AT model directory"),
+    "train": (
+        "fadat.cli.train",
+        "train a DA-Transformer (--arch dat) or the AT baseline (--arch at)",
+    ),
+    "average": (
+        "fadat.training.average",
+        "average the best checkpoints of a run into a model directory",
+    ),
+    "translate": ("fadat.cli.translate", "translate raw text with a DAT or AT model directory"),
     "score": ("fadat.score", "log P(y|x) and per-token NLL of source/target pairs"),
     "evaluate": ("fadat.evaluate", "BLEU, chrF, tokenized BLEU, latency and throughput of models"),
     "analyze": ("fadat.analysis", "confidence tables and vertex density plot of DAT models (§4.4)"),
@@ -136,7 +144,3 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"fadat: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -233,7 +233,7 @@ def restore_last(
         where: its path (for messages).
         train_config: the resumed run's config as a dict.
         fixed_keys: config keys that must equal the saved ones.
-        info: the :class:`fadat.distributed.DistInfo` of this process.
+        info: the :class:`fadat.training.distributed.DistInfo` of this process.
 
     Raises:
         InputError: a changed fixed key, another number of processes, or a corrupt state.
