@@ -63,9 +63,9 @@ import torch
 from fadat.data.contract import pad_sequences
 from fadat.data.spm import encode_source
 from fadat.decoding import decode
+from fadat.evaluation.scoring import corpus_scores
 from fadat.models.directory import load_model
 from fadat.models.inference import PRECISIONS, graph_top1, kept_vertices, with_precision
-from fadat.scoring import corpus_scores
 
 Translate = Callable[[list[list[int]]], list[list[int]]]
 DAT_STRATEGIES = ("greedy", "lookahead", "joint-viterbi")

@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    from fadat.scoring import load_split
+    from fadat.evaluation.scoring import load_split
 
     sources, _ = load_split(args.data, args.split, 0)
     rng = random.Random(args.seed)

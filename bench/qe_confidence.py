@@ -31,7 +31,7 @@ import time
 import torch
 from sacrebleu.metrics import CHRF
 
-from fadat.scoring import load_split
+from fadat.evaluation.scoring import load_split
 from fadat.serve.engine import Engine
 from fadat.serve.quality import bootstrap_interval, spearman
 

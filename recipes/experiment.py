@@ -699,7 +699,8 @@ def status(args: argparse.Namespace) -> None:
 
 
 def hypotheses_file(directory: Path, system: str) -> Path:
-    # Copied from fadat/evaluate.py (evaluate, --save-hypotheses): the file of one system.
+    # Copied from fadat/evaluation/evaluate.py (evaluate, --save-hypotheses): the file of one
+    # system.
     return directory / (system.replace("/", "_").replace(":", ".") + ".txt")
 
 
@@ -734,7 +735,7 @@ def length_ratio(bleu_verbose: str) -> float:
 
 def write_drift(report_file: Path, hyps_dir: Path, data: Path, subset: int) -> Path:
     """``drift-sSEED.json`` next to the report: reference and per-system statistics."""
-    from fadat.scoring import load_split
+    from fadat.evaluation.scoring import load_split
 
     report = json.loads(report_file.read_text(encoding="utf-8"))
     reference = load_split(data, report["data"]["split"], subset)[1][0]

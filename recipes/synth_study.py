@@ -56,7 +56,8 @@ branch point a ``long_updates`` NLL-continued arm (the strongest control).
 
 **Evaluation** (``fadat evaluate`` on the test split, greedy and lookahead): exact-valid rate,
 BLEU against the valid set and the single reference, mixtures, repeated tokens, length error
-(:mod:`fadat.validset_metrics`), and every model's test NLL per token (:func:`nll_report`).
+(:mod:`fadat.evaluation.validset_metrics`), and every model's test NLL per token
+(:func:`nll_report`).
 
 **Scheduling**: a job starts when its inputs exist (a fine-tune at a fixed branch point while
 its pre-training goes on; one at ``min`` or ``stop`` when the pre-training is done); each job
@@ -851,8 +852,8 @@ def nll_report(report: Path, data: Path, model_dirs: tuple[Path, ...]) -> dict:
     reference, written to ``report`` as ``{model: {"nll_per_token", "nll_per_sentence",
     "tokens", "sentences", "unscorable"}}`` in nats. Unscorable pairs (−inf/NaN: a target longer
     than the graph) are counted and left out."""
+    from fadat.evaluation.scoring import load_split
     from fadat.models.directory import load_model
-    from fadat.scoring import load_split
     from fadat.translate import score_pairs
 
     sources, references = load_split(data, "test", 0)

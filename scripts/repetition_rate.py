@@ -1,5 +1,5 @@
 """Repetition rate of translations: the share of output words equal to the word before them in
-the same sentence, words as tokenized BLEU counts them (sacremoses, ``fadat.scoring``).
+the same sentence, words as tokenized BLEU counts them (sacremoses, ``fadat.evaluation.scoring``).
 
     python scripts/repetition_rate.py --lang es HYPS.txt [HYPS.txt ...]
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fadat.errors import InputError
-from fadat.scoring import moses_tokenize
+from fadat.evaluation.scoring import moses_tokenize
 
 
 def repetition_counts(tokenized: Sequence[str]) -> tuple[int, int]:

@@ -15,9 +15,9 @@ import torch
 from brute_dag import all_paths, path_prob
 from brute_dag import passing as brute_passing
 
-from fadat.analysis import path_statistics, vertex_confidence, vertex_density
-from fadat.scoring import bucket_labels, length_buckets, reference_lengths
-from fadat.show_graph import graph_view
+from fadat.evaluation.analysis import path_statistics, vertex_confidence, vertex_density
+from fadat.evaluation.scoring import bucket_labels, length_buckets, reference_lengths
+from fadat.evaluation.show_graph import graph_view
 
 # ---------------------------------------------------------------------------------------------
 # Brute force over every path of small graphs
@@ -262,10 +262,10 @@ def single_sentence_outputs(model, sp, sentences_):
 
 
 def test_analyze_numbers_match_direct_computation(setup):
-    from fadat.analysis import analyze_model, load_dat_model, plot_vertex_density
     from fadat.dag import passing_probabilities
     from fadat.decoding import decode
-    from fadat.scoring import load_split
+    from fadat.evaluation.analysis import analyze_model, load_dat_model, plot_vertex_density
+    from fadat.evaluation.scoring import load_split
 
     sources, references = load_split(setup.data, "test", 0)
     model, sp = load_dat_model(setup.models[0])

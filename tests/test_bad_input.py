@@ -1307,7 +1307,7 @@ def test_api_extreme_weights(paths, model, method, args, kwargs, match):
 def test_non_finite_outputs_name_the_input_line(paths, how, monkeypatch):
     """Only the graph of line 4 is poisoned (NaN in its links); the batch is sorted by length,
     and the error names line 4 alone."""
-    from fadat.analysis import model_outputs
+    from fadat.evaluation.analysis import model_outputs
 
     translator = fadat.Translator.from_pretrained(paths["dat"])
     model = translator.model

@@ -1,6 +1,6 @@
-"""Tests of fadat.evaluate: the metrics (multi-reference, tokenized BLEU, length buckets, paired
-bootstrap), the latency protocol (interleaving, warm-up), the system/baseline bookkeeping, and
-whole runs on random and copy-task models (AT and DAT side by side, report.json, table)."""
+"""Tests of fadat.evaluation.evaluate: the metrics (multi-reference, tokenized BLEU, length buckets,
+paired bootstrap), the latency protocol (interleaving, warm-up), the system/baseline bookkeeping,
+and whole runs on random and copy-task models (AT and DAT side by side, report.json, table)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from test_translate import copy_task_model, random_sentences
 from torch import nn
 
 from fadat import cli
-from fadat.evaluate import (
+from fadat.cli.evaluate import add_arguments
+from fadat.evaluation.evaluate import (
     System,
-    add_arguments,
     bucket_scores,
     comparison_groups,
     corpus_scores,

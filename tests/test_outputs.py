@@ -312,17 +312,17 @@ def test_save_pretrained_keeps_other_files_of_a_model_directory(tmp_path, models
 
 
 def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch):
-    import fadat.analysis
+    import fadat.cli.analyze
     import fadat.cli.translate
-    import fadat.evaluate
-    import fadat.score
+    import fadat.evaluation.evaluate
+    import fadat.evaluation.score
 
     folder = foreign_dir(tmp_path / "folder")
     blocker = user_file(tmp_path / "blocker")
     no_work(monkeypatch, fadat.cli.translate, "load_model", "read_lines")
-    no_work(monkeypatch, fadat.score, "load_model", "read_pairs")
-    no_work(monkeypatch, fadat.analysis, "load_dat_model")
-    no_work(monkeypatch, fadat.evaluate, "load_split", "read_languages", "load_model")
+    no_work(monkeypatch, fadat.evaluation.score, "load_model", "read_pairs")
+    no_work(monkeypatch, fadat.cli.analyze, "load_dat_model")
+    no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
     m = str(models["dat"])
     for argv in (
         ["translate", "--model", m, "--output"],

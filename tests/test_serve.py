@@ -29,9 +29,10 @@ pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from fadat.analysis import model_outputs  # noqa: E402
 from fadat.data.spm import train_sentencepiece  # noqa: E402
 from fadat.decoding import decode  # noqa: E402
+from fadat.evaluation.analysis import model_outputs  # noqa: E402
+from fadat.evaluation.show_graph import graph_view  # noqa: E402
 from fadat.models.at import ATModel  # noqa: E402
 from fadat.models.config import make_config  # noqa: E402
 from fadat.models.dat import DATModel  # noqa: E402
@@ -40,7 +41,6 @@ from fadat.serve.app import Limits, create_app  # noqa: E402
 from fadat.serve.batching import Batcher  # noqa: E402
 from fadat.serve.engine import Engine, confidence  # noqa: E402
 from fadat.serve.quality import average_ranks, spearman  # noqa: E402
-from fadat.show_graph import graph_view  # noqa: E402
 from fadat.translate import score_pairs, translate_lines  # noqa: E402
 
 WORDS = "ab cd ef gh ij kl mn op qr st uv wx".split()

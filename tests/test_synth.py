@@ -1,7 +1,8 @@
 """Tests of the synthetic multi-modal corpus (fadat.data.synth, ``fadat prepare
-synth-multimodal``) and of the valid-set metrics (fadat.validset_metrics, ``fadat evaluate``):
-training targets lie in their valid sets, P = Q = 0 gives singletons, set sizes and membership
-against brute-force enumeration, byte-identical output per seed, metrics on hand-made outputs."""
+synth-multimodal``) and of the valid-set metrics (fadat.evaluation.validset_metrics, ``fadat
+evaluate``): training targets lie in their valid sets, P = Q = 0 gives singletons, set sizes and
+membership against brute-force enumeration, byte-identical output per seed, metrics on hand-made
+outputs."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from test_evaluate import write_data
 from fadat import cli
 from fadat.data import synth
 from fadat.data.synth import SynthConfig, ValidSet
-from fadat.validset_metrics import classify, validset_scores
+from fadat.evaluation.validset_metrics import classify, validset_scores
 
 
 def segment(words: list[str], lex: synth.Lexicon) -> list[list[int]]:

@@ -383,8 +383,8 @@ def _fake_results(study, root, s):
     """Valid sets of a small generated corpus and evaluations of two seeds at two branch
     points: NLL continued outputs valid translations for the first k sentences, FA-DAT for
     more."""
-    from fadat import validset_metrics
     from fadat.data import synth
+    from fadat.evaluation import validset_metrics
 
     cfg = synth.SynthConfig(train_size=5, valid_size=10, test_size=10, source_types=12, max_words=6)
     _, splits = synth.generate(cfg)

@@ -1,7 +1,7 @@
-"""Tests of fadat.translate / fadat.score: the translation core against the decoders on the same
-tensors, batching and order, the input problems of issue #5 (empty, over-long, invalid UTF-8,
-missing/corrupt model, vocabulary mismatch), scoring against Eq. 3 and the AT chain rule, and the
-acceptance test: a tiny DAT trained on a copy task reproduces held-out inputs exactly."""
+"""Tests of fadat.translate / fadat.evaluation.score: the translation core against the decoders on
+the same tensors, batching and order, the input problems of issue #5 (empty, over-long, invalid
+UTF-8, missing/corrupt model, vocabulary mismatch), scoring against Eq. 3 and the AT chain rule, and
+the acceptance test: a tiny DAT trained on a copy task reproduces held-out inputs exactly."""
 
 from __future__ import annotations
 

@@ -35,10 +35,19 @@ VERBS: dict[str, tuple[str, str]] = {
         "average the best checkpoints of a run into a model directory",
     ),
     "translate": ("fadat.cli.translate", "translate raw text with a DAT or AT model directory"),
-    "score": ("fadat.score", "log P(y|x) and per-token NLL of source/target pairs"),
-    "evaluate": ("fadat.evaluate", "BLEU, chrF, tokenized BLEU, latency and throughput of models"),
-    "analyze": ("fadat.analysis", "confidence tables and vertex density plot of DAT models (§4.4)"),
-    "show-graph": ("fadat.show_graph", "draw the DAG behind the translation of one sentence"),
+    "score": ("fadat.evaluation.score", "log P(y|x) and per-token NLL of source/target pairs"),
+    "evaluate": (
+        "fadat.cli.evaluate",
+        "BLEU, chrF, tokenized BLEU, latency and throughput of models",
+    ),
+    "analyze": (
+        "fadat.cli.analyze",
+        "confidence tables and vertex density plot of DAT models (§4.4)",
+    ),
+    "show-graph": (
+        "fadat.evaluation.show_graph",
+        "draw the DAG behind the translation of one sentence",
+    ),
     "distill": ("fadat.distill", "re-translate a dataset's training targets with an AT (KD)"),
     "export": ("fadat.export", "export an AT model to another inference engine (CTranslate2)"),
     "shortlist": ("fadat.models.shortlist", "build a lexical vocabulary shortlist for a DAT model"),

@@ -323,11 +323,11 @@ class Engine:
         """The graph behind one sentence's translation, for drawing (DAT only).
 
         Vertices, transitions and their thresholds are those of
-        :func:`fadat.show_graph.graph_view`, with the paths of every strategy in ``strategies``
-        drawn. Each drawn vertex also gets its ``layer``: the number of drawn transitions on the
-        longest drawn path from vertex 0 to it (networkx's topological generations, as
-        ``fadat show-graph`` lays it out), so a page can draw alternatives for one output
-        position one above the other.
+        :func:`fadat.evaluation.show_graph.graph_view`, with the paths of every strategy in
+        ``strategies`` drawn. Each drawn vertex also gets its ``layer``: the number of drawn
+        transitions on the longest drawn path from vertex 0 to it (networkx's topological
+        generations, as ``fadat show-graph`` lays it out), so a page can draw alternatives for one
+        output position one above the other.
 
         Args:
             sentence: raw source text, not blank.
@@ -345,11 +345,11 @@ class Engine:
         Raises:
             InputError: the model has no graph, or the sentence is blank.
         """
-        from fadat.analysis import model_outputs
         from fadat.dag import outputs_log_prob
         from fadat.data.spm import decode as detokenize
         from fadat.decoding import decode
-        from fadat.show_graph import graph_view
+        from fadat.evaluation.analysis import model_outputs
+        from fadat.evaluation.show_graph import graph_view
 
         if not self.has_graph:
             raise InputError(f"a {self.model_type.upper()} model has no graph to show")

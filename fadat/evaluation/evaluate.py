@@ -1,4 +1,5 @@
-"""``fadat evaluate``: quality and speed of DAT and AT models side by side (paper Table 2, Table 5).
+"""Quality and speed of DAT and AT models side by side (paper Table 2, Table 5): ``fadat evaluate``
+(its flags and table: :mod:`fadat.cli.evaluate`).
 
 One process, one test set, one device, one thread setting for every model and strategy:
 
@@ -12,7 +13,7 @@ One process, one test set, one device, one thread setting for every model and st
   ``tokenize="none"``.
 - **Length buckets** (paper Table 5): tokenized BLEU of the sentences whose first reference has
   ``< 20``, ``20–40``, ``40–60``, ``≥ 60`` tokens (13a tokens, as ``fadat analyze`` buckets,
-  :func:`fadat.scoring.length_buckets`).
+  :func:`fadat.evaluation.scoring.length_buckets`).
 - **Significance**: sacreBLEU's paired bootstrap (``sacrebleu.significance.PairedTest``,
   ``test_type="bs"``, seed 12345) of every system against a baseline system, for sacreBLEU and
   tokenized BLEU. The baseline is ``--baseline`` or the AT beam system, else the first system;
@@ -40,7 +41,6 @@ would also need ``torch.cuda.synchronize`` around each call, which this module d
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -56,12 +56,10 @@ import sacrebleu
 import torch
 from torch import nn
 
-from fadat import outputs, validset_metrics
+from fadat import outputs
 from fadat.errors import InputError
-from fadat.models.directory import load_model, model_device, model_labels, resolve_device
-from fadat.options import finite_float, finite_float_list, nonnegative_int, positive_int
-from fadat.scoring import (
-    DEFAULT_STRATEGIES,
+from fadat.evaluation import validset_metrics
+from fadat.evaluation.scoring import (
     bleu_metric,
     bucket_scores,
     corpus_scores,
@@ -71,11 +69,9 @@ from fadat.scoring import (
     read_languages,
     tokenized_bleu_metric,
 )
+from fadat.models.directory import load_model, model_device, model_labels, resolve_device
 from fadat.translate import apply_reduced_head, check_strategy, encode_sources, translate_lines
 from fadat.verbs import (
-    add_decoding_arguments,
-    add_head_arguments,
-    add_upsample_argument,
     apply_threads,
     decoding_options,
 )
@@ -372,7 +368,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     sources, references = load_split(args.data, args.split, args.subset)
     valid_sets = validset_metrics.load_valid_sets(args.data, args.split, args.subset)
     models, systems, baseline = _load_systems(args, device, sources)
-    _log(f"{len(sources)} sentences of {args.data} ({args.split}), {len(references)} reference(s)")
+    log(f"{len(sources)} sentences of {args.data} ({args.split}), {len(references)} reference(s)")
     tuning = _tune(args, systems, target_lang) if args.tune_length_penalty else {}
     results, hypotheses, tokenized = _translate_and_score(
         args, systems, sources, references, target_lang
@@ -471,7 +467,7 @@ def _load_systems(
         truncated: list[str] = []
         encode_sources(sp, sources, model.config.max_source_positions, truncated.append)
         if truncated:
-            _log(
+            log(
                 f"warning: {label}: {len(truncated)} source sentence(s) truncated to the model's "
                 f"maximum of {model.config.max_source_positions} tokens"
             )
@@ -488,7 +484,7 @@ def _tune(args: argparse.Namespace, systems: list[System], target_lang: str) -> 
     tuning = {}
     for system in systems:
         if system.strategy in ("joint-viterbi", "viterbi"):
-            _log(f"tuning length penalty of {system.name} on {args.tune_split}")
+            log(f"tuning length penalty of {system.name} on {args.tune_split}")
             best, table = tune_length_penalty(
                 system,
                 valid_sources,
@@ -517,7 +513,7 @@ def _translate_and_score(
     hypotheses: dict[str, list[str]] = {}
     tokenized: dict[str, list[str]] = {}
     for system in systems:
-        _log(f"translating with {system.name} (batches of {args.batch_size})")
+        log(f"translating with {system.name} (batches of {args.batch_size})")
         hyps, seconds = translate_timed(system, sources, args.batch_size, args.max_tokens)
         hypotheses[system.name] = hyps
         tok = tokenized[system.name] = moses_tokenize(hyps, target_lang)
@@ -537,7 +533,7 @@ def _latency(
 ) -> None:
     """Batch-1 latency of every system (``--latency-subset``), into ``results``."""
     latency_sentences = sources[: args.latency_subset] if args.latency_subset else sources
-    _log(
+    log(
         f"latency: {len(latency_sentences)} sentences × {len(systems)} systems at batch "
         f"size 1 after {args.warmup} warm-up sentences"
     )
@@ -563,7 +559,7 @@ def _significance(
     tokenized_refs = [moses_tokenize(stream, target_lang) for stream in references]
     significance = []
     for group in comparison_groups(systems, baseline):
-        _log(f"paired bootstrap ({args.bootstrap} resamples) against {group[0]}")
+        log(f"paired bootstrap ({args.bootstrap} resamples) against {group[0]}")
         sacre = paired_bootstrap(
             [(n, hypotheses[n]) for n in group],
             references,
@@ -587,171 +583,6 @@ def _significance(
     return significance
 
 
-def _log(message: str) -> None:
+def log(message: str) -> None:
+    """One progress line on stderr, ``fadat evaluate: <message>``."""
     print(f"fadat evaluate: {message}", file=sys.stderr, flush=True)
-
-
-def _fmt(value: float | None, digits: int = 2) -> str:
-    return (
-        "-"
-        if value is None or (isinstance(value, float) and math.isnan(value))
-        else f"{value:.{digits}f}"
-    )
-
-
-def format_report(report: dict[str, Any]) -> str:
-    """The printed table: one row per system (quality, buckets, speed, speed-ups, p-values),
-    then the metric signatures and the tuned length penalties."""
-    systems = report["systems"]
-    baseline = report["baseline"]
-    buckets = [b["bucket"] for b in systems[0]["length_buckets"]]
-    header = (
-        ["system", "BLEU", "chrF", "tokBLEU"]
-        + [f"tok {b}" for b in buckets]
-        + ["lat ms", "speed-up", "sent/s", "tput ×", f"p vs {baseline}"]
-    )
-    rows = []
-    for s in systems:
-        p = (s.get("p_value_bleu") or {}).get(baseline)
-        p_text = "same" if baseline in s.get("identical_to", []) else _fmt(p, 4)
-        rows.append(
-            [s["name"], _fmt(s["bleu"]), _fmt(s["chrf"]), _fmt(s["tok_bleu"])]
-            + [_fmt(b["tok_bleu"]) for b in s["length_buckets"]]
-            + [
-                _fmt(s.get("latency_ms_median"), 1),
-                f"{s['speedup_latency']:.2f}×" if "speedup_latency" in s else "-",
-                _fmt(s["throughput"], 1),
-                f"{s['speedup_throughput']:.2f}×",
-                p_text,
-            ]
-        )
-    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
-    lines = [
-        "  ".join(
-            str(c).rjust(w) if k else str(c).ljust(w)
-            for k, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in [header, *rows]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    data = report["data"]
-    env = report["environment"]
-    lines.append("")
-    lines.append(
-        f"{data['sentences']} sentences, {data['references']} reference stream(s), "
-        f"{data['source_lang']}→{data['target_lang']}; bucket counts: "
-        + ", ".join(f"{b['bucket']}: {b['count']}" for b in systems[0]["length_buckets"])
-    )
-    lines.append(
-        f"speed: {env['device']}, {env['torch_threads']} threads, torch {env['torch']}, "
-        f"{env['cpu']}; latency = median at batch size 1; speed-ups relative to {baseline}"
-    )
-    lines.append(f"BLEU:    {systems[0]['bleu_signature']}")
-    lines.append(f"chrF:    {systems[0]['chrf_signature']}")
-    lines.append(f"tokBLEU: {systems[0]['tok_bleu_signature']}")
-    for name, t in report["tuning"].items():
-        grid = ", ".join(f"{g['length_penalty']:g}: {g['tok_bleu']:.2f}" for g in t["grid"])
-        lines.append(f"{name}: length penalty {t['best']:g} tuned on {t['split']} ({grid})")
-    lines += validset_metrics.format_table(systems)
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``fadat evaluate``."""
-    parser.add_argument(
-        "--model", nargs="+", required=True, help="model directories (DAT and/or AT)"
-    )
-    parser.add_argument("--data", required=True, help="data directory written by fadat prepare")
-    parser.add_argument("--split", default="test", help="split to evaluate (default test)")
-    parser.add_argument(
-        "--strategies",
-        default=",".join(DEFAULT_STRATEGIES),
-        help="comma-separated DAT strategies (default greedy,lookahead,joint-viterbi); "
-        "AT models always run greedy and beam search",
-    )
-    parser.add_argument(
-        "--subset", type=nonnegative_int, default=0, help="only the first N sentences"
-    )
-    parser.add_argument(
-        "--at-beam-size", type=positive_int, default=5, help="AT beam size (default 5)"
-    )
-    parser.add_argument(
-        "--at-length-penalty", type=finite_float, default=1.0, help="AT beam length penalty α"
-    )
-    parser.add_argument(
-        "--tune-length-penalty",
-        action="store_true",
-        help="tune joint-Viterbi's β_v on --tune-split by tokenized BLEU",
-    )
-    parser.add_argument(
-        "--length-penalty-grid",
-        type=finite_float_list,
-        default=",".join(f"{v:g}" for v in DEFAULT_GRID),
-        help="candidate β_v values (default 0.6,0.8,1,1.2,1.4)",
-    )
-    parser.add_argument("--tune-split", default="valid", help="split for tuning (default valid)")
-    parser.add_argument(
-        "--tune-subset",
-        type=nonnegative_int,
-        default=0,
-        help="first N tuning sentences (0 = --subset)",
-    )
-    parser.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=64,
-        help="sentences per batch for throughput (64)",
-    )
-    parser.add_argument(
-        "--max-tokens", type=nonnegative_int, default=0, help="optional batch budget too (0 = none)"
-    )
-    parser.add_argument(
-        "--latency",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="measure batch-1 latency (default on)",
-    )
-    parser.add_argument(
-        "--latency-subset",
-        type=nonnegative_int,
-        default=0,
-        help="latency on the first N sentences only",
-    )
-    parser.add_argument("--warmup", type=nonnegative_int, default=20, help="warm-up sentences (20)")
-    parser.add_argument(
-        "--threads", type=nonnegative_int, default=2, help="torch intra-op threads (2)"
-    )
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
-    add_upsample_argument(parser)
-    add_head_arguments(parser)
-    parser.add_argument(
-        "--baseline", default=None, help="system for speed-ups and significance (default AT beam)"
-    )
-    parser.add_argument(
-        "--bootstrap",
-        type=nonnegative_int,
-        default=1000,
-        help="paired bootstrap resamples (0 = skip)",
-    )
-    parser.add_argument("--report", default="report.json", help="report path (report.json)")
-    parser.add_argument("--save-hypotheses", default=None, help="write hypotheses to this dir")
-    add_decoding_arguments(parser)
-
-
-def run(args: argparse.Namespace) -> int:
-    """``fadat evaluate``: evaluate, write report.json, print the table."""
-    # Before any work: the outputs can be written (fadat.outputs).
-    inputs = [("--data", args.data), *(("--model", m) for m in args.model)]
-    path = outputs.check_output_file(args.report, "--report", inputs)
-    if args.save_hypotheses:
-        outputs.check_not_input(args.save_hypotheses, inputs, "--save-hypotheses")
-        outputs.check_output_dir(args.save_hypotheses, "hypotheses", "--save-hypotheses")
-    report = evaluate(args)
-    outputs.atomic_write(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n", "--report")
-    print(format_report(report))
-    _log(f"report written to {path}")
-    return 0

@@ -299,9 +299,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``fadat show-graph``: translate one sentence and draw its graph."""
-    from fadat.analysis import load_dat_model, model_outputs
     from fadat.data.spm import decode as detokenize
     from fadat.decoding import decode
+    from fadat.evaluation.analysis import load_dat_model, model_outputs
     from fadat.translate import check_strategy
     from fadat.verbs import decoding_options, stderr_warner
 
