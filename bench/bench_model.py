@@ -9,8 +9,8 @@ encoder, decoder, token head + log-softmax, links head, objective
 - ``bf16-eager``: ``torch.autocast("cpu", bfloat16)`` (links, log-softmax and DAG stay fp32);
 - ``bf16-fused``: ``bf16-eager`` with the training path of ``fadat.objectives``: the token head
   stops at the logits and the objective takes the reference tokens' log-probabilities through
-  ``fadat.losses.target_logprobs`` (row-blocked fp32 log-softmax, hand-written backward; no
-  ``(B, L, V)`` fp32 log-softmax; its backward writes the logits' gradient into their own
+  ``fadat.objectives.losses.target_logprobs`` (row-blocked fp32 log-softmax, hand-written backward;
+  no ``(B, L, V)`` fp32 log-softmax; its backward writes the logits' gradient into their own
   storage), so the log-softmax is timed under "objective"; and the cheaper dropout masks of
   ``fadat.models.transformer.dropout`` (``ModelConfig.fast_dropout``), as ``fadat train`` uses;
 - ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
@@ -172,7 +172,7 @@ class Step:
             lap("links_head")
         if self.fused:
             from fadat.dag import dag_log_likelihood_from_match
-            from fadat.losses import target_logprobs
+            from fadat.objectives.losses import target_logprobs
 
             match = target_logprobs(lp, target, inplace_backward=True)  # (B, T, L) fp32
             ll = dag_log_likelihood_from_match(match, links, gl, t_len)

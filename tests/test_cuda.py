@@ -364,7 +364,7 @@ def test_glancing_step_on_device_glances_at_the_best_alignment():
     """With glancing the random choices differ between devices, so check the rule: the glanced
     vertices get the reference token of the best path that the CPU computes from the CUDA
     pass-1 outputs, and the step's gradients are finite."""
-    from fadat.glancing import glance
+    from fadat.objectives.glancing import glance
 
     model = tiny_model().to(DEVICE).train()
     batch = train_batch().to(DEVICE)

@@ -13,7 +13,11 @@ from brute_dag import log_likelihood
 
 from fadat import dag
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, make_batch
-from fadat.glancing import (
+from fadat.models.config import make_config
+from fadat.models.dat import DATModel
+from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
+from fadat.objectives.at import LabelSmoothedCEOptions
+from fadat.objectives.glancing import (
     choose_glanced,
     decode_with_seed,
     draw_seed,
@@ -23,7 +27,7 @@ from fadat.glancing import (
     oracle_tokens,
     parse_glancing_schedule,
 )
-from fadat.losses import (
+from fadat.objectives.losses import (
     force_emit_match,
     fuzzy_loss,
     label_smoothed_nll,
@@ -31,10 +35,6 @@ from fadat.losses import (
     nll_loss_from_logits,
     target_logprobs,
 )
-from fadat.models.config import make_config
-from fadat.models.dat import DATModel
-from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
-from fadat.objectives.at import LabelSmoothedCEOptions
 
 # ---------------------------------------------------------------------------------- schedule
 

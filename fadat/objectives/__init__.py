@@ -7,7 +7,9 @@ registered by name in :data:`OBJECTIVES`; the trainer names none of them.
 
 To add an objective: one file under ``fadat/objectives/`` defining an ``Objective`` (its step,
 frozen options dataclass, statistics and log fields) and one line in :data:`REGISTRY`
-(docs/extending.md).
+(docs/extending.md). What several objectives share: the loss math (:mod:`.losses`: reference
+log-probabilities from logits, the DAG NLL, the fuzzy loss, label-smoothed CE) and glancing
+(:mod:`.glancing`: the schedule and the glancing pass).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Any
 from torch import nn
 
 from fadat.data.contract import Batch
-from fadat.losses import LossOutput
 from fadat.objectives.base import Objective, Option
+from fadat.objectives.losses import LossOutput
 
 #: name → ``"module:attribute"`` of its :class:`Objective`: one line per objective, imported
 #: only when :data:`OBJECTIVES` is asked for it.
@@ -122,7 +124,7 @@ def compute_loss(
             per run, not per micro-batch); looked up here when ``None``.
 
     Returns:
-        :class:`~fadat.losses.LossOutput` (``loss_sum`` carries the gradient).
+        :class:`~fadat.objectives.losses.LossOutput` (``loss_sum`` carries the gradient).
 
     Raises:
         ValueError: unknown objective name.

@@ -10,9 +10,9 @@ from typing import Any
 from torch import nn
 
 from fadat.data.contract import PAD_ID, Batch
-from fadat.glancing import no_autocast
-from fadat.losses import LossOutput, label_smoothed_nll, widen
 from fadat.objectives.base import Objective, option, token_count
+from fadat.objectives.glancing import no_autocast
+from fadat.objectives.losses import LossOutput, label_smoothed_nll, widen
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from fadat.data.contract import Batch
-from fadat.losses import LossOutput
+from fadat.objectives.losses import LossOutput
 
 
 @dataclass(frozen=True)

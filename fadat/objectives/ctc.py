@@ -11,18 +11,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from fadat.data.contract import PAD_ID, Batch
-from fadat.glancing import choose_glanced, draw_seed, forked_rng, glance_count
-from fadat.losses import LossOutput
 from fadat.models.ctc import best_alignment, content_targets
 from fadat.models.transformer import decoder_input
 from fadat.objectives.base import Objective
+from fadat.objectives.glancing import choose_glanced, draw_seed, forked_rng, glance_count
+from fadat.objectives.losses import LossOutput
 
 
 def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
     """One micro-batch of the CTC objective (with glancing when ``settings.glancing_ratio > 0``).
 
     Returns:
-        :class:`~fadat.losses.LossOutput`: the sum of per-sentence ``−log P(y|x) / |y|``,
+        :class:`~fadat.objectives.losses.LossOutput`: the sum of per-sentence ``−log P(y|x) / |y|``,
         counted per sentence; stats ``nll_sum`` (Σ −log P(y|x), nats), ``content_tokens`` (Σ |y|),
         ``invalid_too_long``
         (targets with no alignment), ``glanced``, ``target_tokens``, ``sentences``.

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from fadat.data.contract import Batch
-from fadat.glancing import GlanceResult, decode_with_seed, draw_seed, glance, no_autocast
 from fadat.kernels.triton_dag import BACKENDS
-from fadat.losses import LossOutput, fuzzy_loss, nll_loss_from_logits, widen
 from fadat.objectives.base import Objective, option
+from fadat.objectives.glancing import GlanceResult, decode_with_seed, draw_seed, glance, no_autocast
+from fadat.objectives.losses import LossOutput, fuzzy_loss, nll_loss_from_logits, widen
 
 _DAG_BACKEND_HELP = (
     "DAG likelihood and best alignment: auto (the PyTorch DPs until the Triton kernels have run "
@@ -97,8 +97,9 @@ def _finish(out: LossOutput, batch: Batch, glanced: GlanceResult | None) -> Loss
 
 
 def nll_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
-    """The DAG NLL of pass 2, straight from the logits (:func:`fadat.losses.nll_loss_from_logits`,
-    force-emit on the glanced vertices unless ``force_emit`` is off)."""
+    """The DAG NLL of pass 2, straight from the logits
+    (:func:`fadat.objectives.losses.nll_loss_from_logits`, force-emit on the glanced vertices unless
+    ``force_emit`` is off)."""
     logits, links, graph_lengths, glanced = forward(
         model, batch, settings.glancing_ratio, settings.options.dag_backend
     )
@@ -118,7 +119,7 @@ def nll_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
 
 
 def fuzzy_step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:
-    """FA-DAT's fuzzy alignment loss of pass 2 (:func:`fadat.losses.fuzzy_loss`)."""
+    """FA-DAT's fuzzy alignment loss of pass 2 (:func:`fadat.objectives.losses.fuzzy_loss`)."""
     logits, links, graph_lengths, glanced = forward(
         model, batch, settings.glancing_ratio, settings.options.dag_backend
     )

@@ -19,11 +19,11 @@ import torch
 from torch import nn
 
 from fadat.data.contract import UNK_ID, Batch
-from fadat.glancing import choose_glanced, draw_seed, forked_rng, glance_count
-from fadat.losses import LossOutput
 from fadat.models.nat import NATModel, nat_loss
 from fadat.models.transformer import decoder_input
 from fadat.objectives.base import Objective
+from fadat.objectives.glancing import choose_glanced, draw_seed, forked_rng, glance_count
+from fadat.objectives.losses import LossOutput
 
 
 def glance_input(

@@ -9,9 +9,9 @@ from typing import Any
 from torch import nn
 
 from fadat.data.contract import Batch
-from fadat.losses import LossOutput
 from fadat.models.nat import nat_loss
 from fadat.objectives.base import Objective
+from fadat.objectives.losses import LossOutput
 
 
 def step(model: nn.Module, batch: Batch, settings: Any) -> LossOutput:

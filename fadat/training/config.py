@@ -25,10 +25,10 @@ import yaml
 
 from fadat.data.text import read_lines
 from fadat.errors import InputError
-from fadat.glancing import parse_glancing_schedule
 from fadat.models.architectures import ARCHITECTURES
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, Option, all_options, default_objective
 from fadat.objectives.base import options_of
+from fadat.objectives.glancing import parse_glancing_schedule
 
 CONFIG_FILE = "config.yaml"
 LAST_NAME = "checkpoint_last.pt"

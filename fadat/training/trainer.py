@@ -46,9 +46,9 @@ import yaml
 
 from fadat import outputs
 from fadat.errors import InputError
-from fadat.glancing import parse_glancing_schedule
 from fadat.models.architectures import model_class
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
+from fadat.objectives.glancing import parse_glancing_schedule
 from fadat.training.checkpoints import (
     BEST_INDEX,
     CHECKPOINT_FORMAT,

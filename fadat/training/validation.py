@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from fadat.data.contract import Batch
-from fadat.glancing import forked_rng
 from fadat.models.architectures import TranslationModel
 from fadat.objectives import ObjectiveConfig, compute_loss
+from fadat.objectives.glancing import forked_rng
 from fadat.training.config import TrainConfig
 
 

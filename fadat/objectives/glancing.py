@@ -20,7 +20,7 @@ import torch
 
 from fadat import dag
 from fadat.data.contract import PAD_ID
-from fadat.losses import fit_rows, target_logprobs, widen
+from fadat.objectives.losses import fit_rows, target_logprobs, widen
 
 # --------------------------------------------------------------------------------------------
 # Glancing-ratio schedule (docs/reference-behaviour.md, "Glancing", ``--glat-p "v0:v1@N"``)

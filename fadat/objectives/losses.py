@@ -27,8 +27,8 @@ from fadat.data.contract import PAD_ID
 
 class GlancedVertices(Protocol):
     """The two fields of a glancing decision that force-emit reads
-    (:class:`fadat.glancing.GlanceResult` has them; typed here so that the loss does not import
-    the glancing module, which imports this one).
+    (:class:`fadat.objectives.glancing.GlanceResult` has them; typed here so that the loss does not
+    import the glancing module, which imports this one).
 
     Attributes:
         path: ``(B, L)`` int64 best alignment of pass 1 (−1 off the path).
@@ -250,8 +250,8 @@ def nll_loss_from_logits(
     backend: str = "auto",
 ) -> LossOutput:
     """:func:`nll_loss` with ``token_logprobs = log_softmax(logits)``, computed through
-    :func:`fadat.losses.target_logprobs` (``logits`` ``(B, L, V)`` in any float dtype; the other
-    arguments and the result as :func:`nll_loss`). With ``inplace_backward`` the backward
+    :func:`fadat.objectives.losses.target_logprobs` (``logits`` ``(B, L, V)`` in any float dtype;
+    the other arguments and the result as :func:`nll_loss`). With ``inplace_backward`` the backward
     overwrites ``logits`` with their gradient (see ``target_logprobs``): for a caller that
     owns them, as the training step does."""
 
