@@ -1,6 +1,6 @@
 """The cost of ``fadat distill``: sentences/s of the AT teacher's beam search on training
-sentences, fadat's PyTorch beam search against the CTranslate2 export (fadat.export), at 1 and 2
-threads, and how often the two engines give the same tokens.
+sentences, fadat's PyTorch beam search against the CTranslate2 export (fadat.translation.export), at
+1 and 2 threads, and how often the two engines give the same tokens.
 
 Usage::
 
@@ -11,8 +11,8 @@ Every ``N / sentences``-th training sentence is taken, ordered longest first and
 batches as ``fadat distill`` does; each engine translates them all once per thread count (one
 warm-up batch first, not timed). "same" counts sentences whose outputs are identical; of the
 others, "at limit" counts those where either engine's output reached the length limit
-``int(1.2·|x </s>| + 10) − 1`` (where the two differ by design, see fadat.export). The machine
-is shared: the load average and the busiest other processes are printed with the table.
+``int(1.2·|x </s>| + 10) − 1`` (where the two differ by design, see fadat.translation.export). The
+machine is shared: the load average and the busiest other processes are printed with the table.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from fadat.data.binarized import BinarizedDataset
-from fadat.distill import _translator
+from fadat.translation.distill import _translator
 
 
 def busy_processes(n: int = 4) -> str:

@@ -17,8 +17,8 @@ Rows (``--only REGEX`` keeps the rows whose name matches):
   without and with pruning at each ``--prune-thresholds`` τ (``+prune τ``; greedy computes the
   token head on its path only and is not pruned), at the model's λ and at each
   ``--upsample-ratios`` λ (``λ=x``; decode-time λ below the training λ);
-- the AT exported to CTranslate2 (fadat.export; ``--ct2-compute``, default int8): greedy and
-  beam 5; the same with CTranslate2's vocabulary map written from the same shortlist
+- the AT exported to CTranslate2 (fadat.translation.export; ``--ct2-compute``, default int8): greedy
+  and beam 5; the same with CTranslate2's vocabulary map written from the same shortlist
   (``+vmap``; CTranslate2 takes the union over a batch's sentences); and with every output
   forced to its reference's length (``=ref len``: ``n + 1`` decoding steps for a reference of
   ``n`` pieces, the work of an AT whose outputs have the references' lengths; for when no
@@ -213,9 +213,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     import sentencepiece as spm
 
-    from fadat.export import CTranslate2AT, export_ctranslate2
     from fadat.models.directory import read_model_metadata, spm_model_path
     from fadat.models.shortlist import SHORTLIST_NAME, load_shortlist, write_ctranslate2_vmap
+    from fadat.translation.export import CTranslate2AT, export_ctranslate2
 
     if args.data:
         raw = Path(args.data) / "raw"

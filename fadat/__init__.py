@@ -13,13 +13,13 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time see __getattr__
-    from fadat.translator import Translator as Translator
+    from fadat.translation.translator import Translator as Translator
 
 
 def __getattr__(name: str):
     # Lazy export: `import fadat` stays light (no torch import) until Translator is used.
     if name == "Translator":
-        from fadat.translator import Translator
+        from fadat.translation.translator import Translator
 
         return Translator
     raise AttributeError(f"module 'fadat' has no attribute {name!r}")

@@ -9,8 +9,8 @@ Example::
 
 And :data:`DECODING_OPTIONS`, the one table of the decoders' options that the command line
 (``--beta`` …, :func:`fadat.verbs.add_decoding_arguments`), the Python API
-(:func:`fadat.translate.check_option_values`) and the HTTP API (``"beta": …`` in a request,
-:meth:`fadat.serve.engine.Engine.check`) read.
+(:func:`fadat.translation.pipeline.check_option_values`) and the HTTP API (``"beta": …`` in a
+request, :meth:`fadat.serve.engine.Engine.check`) read.
 """
 
 from __future__ import annotations
@@ -110,8 +110,9 @@ class DecodingOption:
 
 #: Decoder keyword → :class:`DecodingOption`, in the order of ``fadat translate --help``. The
 #: types reject NaN, infinities and sizes below their minimum; the decoders check their own
-#: ranges (``top_p`` in (0, 1], ...) in :func:`fadat.translate.check_strategy`. Options that
-#: are not numbers (a KenLM model for the DAG beam search) are not here: no flag, no HTTP field.
+#: ranges (``top_p`` in (0, 1], ...) in :func:`fadat.translation.pipeline.check_strategy`. Options
+#: that are not numbers (a KenLM model for the DAG beam search) are not here: no flag, no HTTP
+#: field.
 DECODING_OPTIONS: dict[str, DecodingOption] = {
     "beta": DecodingOption(
         float,

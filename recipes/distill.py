@@ -1,5 +1,5 @@
 """Sequence-level knowledge distillation: this recipe is now the ``fadat distill`` verb
-(:func:`fadat.distill.distill`); kept so that older commands keep working.
+(:func:`fadat.translation.distill.distill`); kept so that older commands keep working.
 
 Usage::
 

@@ -847,14 +847,14 @@ def train_fixed(t: Training, name: str) -> None:
 
 
 def nll_report(report: Path, data: Path, model_dirs: tuple[Path, ...]) -> dict:
-    """Test-set NLL of every model (:func:`fadat.translate.score_pairs`: DAT paper Eq. 3 on the
-    decoding graph over ``<s> y </s>``; AT teacher-forced over ``y </s>``) against the single
+    """Test-set NLL of every model (:func:`fadat.translation.pipeline.score_pairs`: DAT paper Eq. 3
+    on the decoding graph over ``<s> y </s>``; AT teacher-forced over ``y </s>``) against the single
     reference, written to ``report`` as ``{model: {"nll_per_token", "nll_per_sentence",
     "tokens", "sentences", "unscorable"}}`` in nats. Unscorable pairs (−inf/NaN: a target longer
     than the graph) are counted and left out."""
     from fadat.evaluation.scoring import load_split
     from fadat.models.directory import load_model
-    from fadat.translate import score_pairs
+    from fadat.translation.pipeline import score_pairs
 
     sources, references = load_split(data, "test", 0)
     out = {}

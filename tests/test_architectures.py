@@ -83,7 +83,7 @@ def test_validation_options_name_train_config_fields_the_strategy_takes(model_ty
 
 @pytest.mark.parametrize("model_type", list(ARCHITECTURES))
 def test_precision_and_reduced_head_follow_the_capabilities(model_type, tmp_path):
-    from fadat.translate import apply_precision, apply_reduced_head
+    from fadat.translation.pipeline import apply_precision, apply_reduced_head
 
     model = tiny(model_type)
     for precision in ("bf16", "int8"):

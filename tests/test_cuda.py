@@ -234,7 +234,7 @@ def released():
     if not (RELEASED / "config.json").exists():
         pytest.skip("no released model")
     from fadat.data.spm import encode_source
-    from fadat.translator import Translator
+    from fadat.translation.translator import Translator
 
     translator = Translator.from_pretrained(RELEASED)
     lines = TEST_50.read_text(encoding="utf-8").splitlines()[:16]

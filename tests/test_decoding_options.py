@@ -19,7 +19,7 @@ from fadat.options import (
     positive_int,
 )
 from fadat.serve.engine import Engine
-from fadat.translate import check_option_values
+from fadat.translation.pipeline import check_option_values
 from fadat.verbs import add_decoding_arguments, decoding_options
 
 #: keyword → (CLI flag or None, CLI value type, HTTP kind, HTTP range), CLI flags in --help order.

@@ -21,10 +21,10 @@ from test_translate import random_sentences
 from fadat import cli
 from fadat.data.binarized import BinarizedDataset, read_meta
 from fadat.data.contract import BOS_ID, EOS_ID
-from fadat.distill import PARTIAL, distill
 from fadat.errors import InputError
 from fadat.models.at import ATModel
 from fadat.models.config import make_config
+from fadat.translation.distill import PARTIAL, distill
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -188,8 +188,8 @@ def test_ctranslate2_engine_gives_the_same_targets(gen, reference, tmp_path):
     assert _files(ours) == _files(theirs)
     assert not (theirs / "teacher-ctranslate2").exists()
     # Beam: not compared here. This random teacher puts much probability on <s> and <pad>,
-    # which CTranslate2 removes before its softmax and fadat after (fadat.export); the beam
-    # comparison is tests/test_export.py's, on a trained model. The targets are well formed.
+    # which CTranslate2 removes before its softmax and fadat after (fadat.translation.export); the
+    # beam comparison is tests/test_export.py's, on a trained model. The targets are well formed.
     theirs = distill(gen["at"], gen["data"], tmp_path / "b", beam=3, engine="ctranslate2", **kwargs)
     kd = BinarizedDataset(theirs, "train")
     assert len(kd) == 300 and all(

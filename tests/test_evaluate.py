@@ -27,7 +27,7 @@ from fadat.evaluation.evaluate import (
     paired_bootstrap,
     tokenized_bleu_metric,
 )
-from fadat.translator import Translator
+from fadat.translation.translator import Translator
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -18,7 +18,7 @@ from fadat.objectives.at import LabelSmoothedCEOptions
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from fadat.export import CTranslate2AT, export_ctranslate2  # noqa: E402
+from fadat.translation.export import CTranslate2AT, export_ctranslate2  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 TEST_50 = DATA / "bible-en-es-test-50"  # .en / .es: the first 50 pairs of the test split
@@ -33,7 +33,7 @@ def briefly_trained_at(root: str) -> dict[str, Path]:
     It learns them by heart, imperfectly: most outputs are the reference or close to it and end
     with ``</s>`` before the length limit, as a trained translator's do (a model trained briefly
     on a real training set only repeats words up to the limit, where fadat and CTranslate2
-    differ on purpose, see fadat.export).
+    differ on purpose, see fadat.translation.export).
     """
     from fadat.training.checkpoints import write_averaged_model
     from fadat.training.trainer import TrainConfig, train
@@ -126,7 +126,7 @@ def test_export_gives_fadats_greedy_and_beam_tokens(trained, exported):
     assert [engine.translate_ids([s], beam_size=1)[0] for s in sources] == greedy
 
     # Beam search: the same tokens whenever neither search's best hypothesis was cut by the
-    # length limit (there fadat forces </s> and CTranslate2 stops; see fadat.export).
+    # length limit (there fadat forces </s> and CTranslate2 stops; see fadat.translation.export).
     natural = 0
     for s in sources:
         limit = int(model._max_lengths(torch.tensor([s]), 1.2, 10))

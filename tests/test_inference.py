@@ -13,7 +13,7 @@ from fadat.data.contract import pad_sequences
 from fadat.data.spm import encode_source
 from fadat.decoding import VertexTop1, decode
 from fadat.models.inference import graph_top1, with_precision
-from fadat.translator import Translator
+from fadat.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "bible-en-es-fadat-cpu-small"

@@ -25,7 +25,7 @@ from fadat.models.config import make_config
 from fadat.models.ctc import CTCModel
 from fadat.models.inference import with_reduced_head
 from fadat.models.nat import NATModel
-from fadat.translator import Translator
+from fadat.translation.translator import Translator
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "bible-en-es-fadat-cpu-small"

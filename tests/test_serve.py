@@ -41,7 +41,7 @@ from fadat.serve.app import Limits, create_app  # noqa: E402
 from fadat.serve.batching import Batcher  # noqa: E402
 from fadat.serve.engine import Engine, confidence  # noqa: E402
 from fadat.serve.quality import average_ranks, spearman  # noqa: E402
-from fadat.translate import score_pairs, translate_lines  # noqa: E402
+from fadat.translation.pipeline import score_pairs, translate_lines  # noqa: E402
 
 WORDS = "ab cd ef gh ij kl mn op qr st uv wx".split()
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from test_translate import random_sentences
 
 from fadat import cli
 from fadat.models.directory import load_model
-from fadat.translate import iter_translations, translate_lines
+from fadat.translation.pipeline import iter_translations, translate_lines
 
 
 def test_chunks_give_the_same_translations_in_order(models):

@@ -39,7 +39,7 @@ def test_import_fadat_leaves_the_process_alone():
 
     code = (
         "import os; os.environ.pop('THP_MEM_ALLOC_ENABLE', None); "
-        "import fadat, fadat.translate, fadat.training.trainer; "
+        "import fadat, fadat.translation.pipeline, fadat.training.trainer; "
         "print(os.environ.get('THP_MEM_ALLOC_ENABLE')); "
         "from fadat.process import tune_memory; print(tune_memory()['huge_pages'])"
     )

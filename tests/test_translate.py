@@ -1,7 +1,8 @@
-"""Tests of fadat.translate / fadat.evaluation.score: the translation core against the decoders on
-the same tensors, batching and order, the input problems of issue #5 (empty, over-long, invalid
-UTF-8, missing/corrupt model, vocabulary mismatch), scoring against Eq. 3 and the AT chain rule, and
-the acceptance test: a tiny DAT trained on a copy task reproduces held-out inputs exactly."""
+"""Tests of fadat.translation.pipeline / fadat.evaluation.score: the translation core against the
+decoders on the same tensors, batching and order, the input problems of issue #5 (empty, over-long,
+invalid UTF-8, missing/corrupt model, vocabulary mismatch), scoring against Eq. 3 and the AT chain
+rule, and the acceptance test: a tiny DAT trained on a copy task reproduces held-out inputs
+exactly."""
 
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ from fadat.models.at import ATModel
 from fadat.models.config import make_config
 from fadat.models.dat import DATModel
 from fadat.models.directory import load_model
-from fadat.translate import make_batches, score_pairs
-from fadat.translator import Translator
+from fadat.translation.pipeline import make_batches, score_pairs
+from fadat.translation.translator import Translator
 
 WORDS = "ab cd ef gh ij kl mn op qr st uv wx".split()
 
@@ -434,7 +435,7 @@ def test_read_lines_reads_stdin_only_when_asked(tmp_path, monkeypatch):
 def test_lazy_translator_export():
     code = (
         "import sys, fadat; assert 'torch' not in sys.modules; "
-        "T = fadat.Translator; assert T.__module__ == 'fadat.translator'; print('ok')"
+        "T = fadat.Translator; assert T.__module__ == 'fadat.translation.translator'; print('ok')"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=120)
     assert proc.stdout.strip() == b"ok", proc.stderr

@@ -48,8 +48,14 @@ VERBS: dict[str, tuple[str, str]] = {
         "fadat.evaluation.show_graph",
         "draw the DAG behind the translation of one sentence",
     ),
-    "distill": ("fadat.distill", "re-translate a dataset's training targets with an AT (KD)"),
-    "export": ("fadat.export", "export an AT model to another inference engine (CTranslate2)"),
+    "distill": (
+        "fadat.translation.distill",
+        "re-translate a dataset's training targets with an AT (KD)",
+    ),
+    "export": (
+        "fadat.translation.export",
+        "export an AT model to another inference engine (CTranslate2)",
+    ),
     "shortlist": ("fadat.models.shortlist", "build a lexical vocabulary shortlist for a DAT model"),
     "serve": ("fadat.serve.cli", "serve translations and the graph over HTTP, with a web page"),
 }

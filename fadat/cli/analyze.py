@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     """``fadat analyze``: print Tables 3 and 5, write Figure 1 and the numbers as JSON."""
     from fadat.evaluation.scoring import load_split, read_languages
     from fadat.models.directory import model_labels
-    from fadat.translate import strategy_options
+    from fadat.translation.pipeline import strategy_options
     from fadat.verbs import apply_threads, decoding_options, stderr_warner
 
     apply_threads(args.threads)

@@ -1,5 +1,5 @@
 """``fadat translate``: the command line (arguments, reading the input, writing the output);
-the translation itself is :func:`fadat.translate.iter_translations`.
+the translation itself is :func:`fadat.translation.pipeline.iter_translations`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 from fadat.data.text import read_lines
 from fadat.models.directory import load_model
 from fadat.options import nonnegative_int, positive_int
-from fadat.translate import (
+from fadat.translation.pipeline import (
     Translation,
     apply_precision,
     apply_reduced_head,

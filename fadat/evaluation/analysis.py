@@ -232,9 +232,9 @@ def model_outputs(
 ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor, torch.Tensor]]:
     """The DAT's raw outputs for raw text lines, batch by batch.
 
-    Encoding, truncation and batching are :func:`fadat.translate.translate_lines`' own
-    (:func:`~fadat.translate.encode_sources`, the model's ``batch_cost``,
-    :func:`~fadat.translate.make_batches`), so the graphs analysed are the graphs ``fadat
+    Encoding, truncation and batching are :func:`fadat.translation.pipeline.translate_lines`' own
+    (:func:`~fadat.translation.pipeline.encode_sources`, the model's ``batch_cost``,
+    :func:`~fadat.translation.pipeline.make_batches`), so the graphs analysed are the graphs ``fadat
     translate`` decodes. Empty (all-blank) lines are skipped, as translate skips them.
 
     Args:
@@ -252,7 +252,7 @@ def model_outputs(
     """
     from fadat.models.architectures import naming_inputs
     from fadat.models.directory import model_device
-    from fadat.translate import encode_sources, make_batches
+    from fadat.translation.pipeline import encode_sources, make_batches
     from fadat.verbs import DEFAULT_MAX_TOKENS
 
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
@@ -375,7 +375,7 @@ def analyze_model(
     """
     from fadat.decoding import decode
     from fadat.evaluation.scoring import bucket_scores, corpus_scores, moses_tokenize
-    from fadat.translate import check_strategy
+    from fadat.translation.pipeline import check_strategy
 
     if not sources:
         raise InputError("no sentences to analyse")

@@ -22,8 +22,8 @@ One process, one test set, one device, one thread setting for every model and st
   A system whose outputs equal the baseline's is shown as ``same`` (sacreBLEU reports
   ``p = 1/(samples+1)`` for identical systems) and listed in its ``identical_to``.
 - **Latency** (docs/reference-behaviour.md, "Evaluation"; the reference's ``--batch-size 1``):
-  raw string in → detokenised string out through :func:`fadat.translate.translate_lines` at
-  batch size 1, median over the test sentences, after
+  raw string in → detokenised string out through :func:`fadat.translation.pipeline.translate_lines`
+  at batch size 1, median over the test sentences, after
   ``--warmup`` (20) untimed sentences; systems are interleaved sentence by sentence (the order
   rotates each sentence) so drifts of the machine hit every system alike.
 - **Throughput**: sentences/s of the whole test set in batches of ``--batch-size`` (64)
@@ -70,7 +70,12 @@ from fadat.evaluation.scoring import (
     tokenized_bleu_metric,
 )
 from fadat.models.directory import load_model, model_device, model_labels, resolve_device
-from fadat.translate import apply_reduced_head, check_strategy, encode_sources, translate_lines
+from fadat.translation.pipeline import (
+    apply_reduced_head,
+    check_strategy,
+    encode_sources,
+    translate_lines,
+)
 from fadat.verbs import (
     apply_threads,
     decoding_options,
@@ -87,7 +92,7 @@ class System:
         name: ``"<model label>:<strategy>"`` (AT beam: ``"<label>:beam<k>"``).
         label: the model's label (its directory name, made unique).
         model, sp: the loaded model and its sentencepiece processor.
-        strategy: a name of :func:`fadat.translate.strategy_options`.
+        strategy: a name of :func:`fadat.translation.pipeline.strategy_options`.
         options: the strategy's keyword options.
         upsample_ratio: the decoding λ (``--upsample-ratio``); ``None`` = the model's.
     """

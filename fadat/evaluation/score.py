@@ -3,7 +3,7 @@
 DAT: paper Eq. 3 (the sum over every path through the graph with ``|<s> y </s>|`` vertices),
 computed by :func:`fadat.dag.dag_log_likelihood` on the graph that ``fadat translate`` decodes.
 AT: ``Σ_t log P(y_t | y_<t, x)`` over ``y </s>``. The pipeline is
-:func:`fadat.translate.score_pairs`; this module is the command line only.
+:func:`fadat.translation.pipeline.score_pairs`; this module is the command line only.
 
 Input: ``--source FILE --target FILE`` (parallel, one sentence per line) or, without them,
 tab-separated ``SOURCE<TAB>TARGET`` lines on stdin / ``--input``. Output: one line per pair,
@@ -18,7 +18,7 @@ import argparse
 from fadat.data.text import read_lines
 from fadat.errors import InputError
 from fadat.models.directory import load_model
-from fadat.translate import score_pairs
+from fadat.translation.pipeline import score_pairs
 from fadat.verbs import (
     add_common_arguments,
     apply_threads,

@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
     from fadat.data.spm import decode as detokenize
     from fadat.decoding import decode
     from fadat.evaluation.analysis import load_dat_model, model_outputs
-    from fadat.translate import check_strategy
+    from fadat.translation.pipeline import check_strategy
     from fadat.verbs import decoding_options, stderr_warner
 
     if not args.sentence.strip():

@@ -3,8 +3,8 @@
 Every architecture (``model_type`` in a model directory's config.json) is one subclass of
 :class:`TranslationModel`, an abstract ``nn.Module`` with defaults. ``fadat translate``,
 ``score``, ``evaluate``, ``serve``, the trainer's validation and the Python API
-(:class:`fadat.translator.Translator`) talk to a model only through this interface and its
-capabilities (``has_graph``, ``precisions``, ``reduced_head``, ...); none of them names an
+(:class:`fadat.translation.translator.Translator`) talk to a model only through this interface and
+its capabilities (``has_graph``, ``precisions``, ``reduced_head``, ...); none of them names an
 architecture. To add one, write its class in one file and add one line to
 :data:`ARCHITECTURES` (docs/extending.md).
 

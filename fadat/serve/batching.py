@@ -12,9 +12,9 @@ options while
 then one :meth:`~fadat.serve.engine.Engine.translate` call runs the batch and each job gets
 its own slice of the results. Inside that call the translation core sorts the batch's sentences
 by length and cuts them into model batches of at most ``model_batch_tokens`` padded positions
-(:func:`fadat.translate.make_batches`): on a CPU, one model batch of thousands of graph vertices
-is slower than the same sentences one by one (the ``(B, L, V)`` token log-probabilities leave
-the caches), while length-sorted model batches of ≈ 512 vertices are faster (RESULTS.md,
+(:func:`fadat.translation.pipeline.make_batches`): on a CPU, one model batch of thousands of graph
+vertices is slower than the same sentences one by one (the ``(B, L, V)`` token log-probabilities
+leave the caches), while length-sorted model batches of ≈ 512 vertices are faster (RESULTS.md,
 "fadat serve"). Jobs with other options
 wait for a later batch, in arrival order. ``max_batch_tokens = 0`` turns batching off: every job
 runs alone, as it arrives.

@@ -3,7 +3,7 @@
 :class:`Engine` wraps one model directory and offers what the HTTP layer needs, with no HTTP
 in it and no architecture named (it uses the translation-model interface,
 :class:`fadat.models.architectures.TranslationModel`, and the translation core of
-:mod:`fadat.translate`): the strategies and their options (:meth:`Engine.check` turns a
+:mod:`fadat.translation.pipeline`): the strategies and their options (:meth:`Engine.check` turns a
 request's strategy and options into decoder keywords or an :class:`~fadat.errors.InputError`
 naming the problem), the batch cost of a sentence (:meth:`Engine.cost`), translation of a list
 of sentences with a score and a confidence each (:meth:`Engine.translate`), and the graph of
@@ -19,13 +19,13 @@ taken from the pass that translated them
 every token. Its use as a quality estimate is measured in ``bench/qe_confidence.py``.
 
 Until issue 33 the server scored the detokenised output in a second forward pass
-(:func:`fadat.translate.score_pairs`). The one-pass value is the same wherever sentencepiece
-re-encodes the text to the decoded tokens (``tests/test_serve.py`` compares both to 1e-5);
-where it does not (a non-canonical segmentation, an ``<unk>``), it is the probability of the
+(:func:`fadat.translation.pipeline.score_pairs`). The one-pass value is the same wherever
+sentencepiece re-encodes the text to the decoded tokens (``tests/test_serve.py`` compares both to
+1e-5); where it does not (a non-canonical segmentation, an ``<unk>``), it is the probability of the
 tokens the model produced rather than of another segmentation of their text. A model that
 cannot score its output from the translating pass (a vanilla NAT that dropped a ``<pad>``: the
 output is shorter than the predicted length) has that sentence scored by
-:func:`~fadat.translate.score_pairs`, a second pass for that sentence only.
+:func:`~fadat.translation.pipeline.score_pairs`, a second pass for that sentence only.
 
 Not thread-safe: the server calls :meth:`Engine.translate` and :meth:`Engine.graph` from one
 worker thread (:mod:`fadat.serve.batching`).
@@ -60,8 +60,8 @@ class Result:
 
     Attributes:
         text: detokenised output (``""`` for a blank input).
-        score: the strategy's score in nats (:class:`fadat.translate.Translation`); ``None`` for
-            a blank input.
+        score: the strategy's score in nats (:class:`fadat.translation.pipeline.Translation`);
+            ``None`` for a blank input.
         log_prob: ``log P(y|x)`` of ``text`` in nats (``None`` for a blank input).
         confidence: :func:`confidence` of ``log_prob`` (``None`` for a blank input).
     """
@@ -203,7 +203,7 @@ class Engine:
                 a value of the wrong type or outside its ``http_range``
                 (:data:`fadat.options.DECODING_OPTIONS`), or a value the decoder rejects.
         """
-        from fadat.translate import check_strategy
+        from fadat.translation.pipeline import check_strategy
 
         strategies = self.strategies
         strategy = self.default_strategy if strategy is None else strategy
@@ -256,11 +256,11 @@ class Engine:
     ) -> list[Result]:
         """Translate and score sentences (options already :meth:`check`-ed), in input order.
 
-        One call of :func:`fadat.translate.translate_lines` (``max_tokens`` its batch budget;
-        ``None`` = one batch) with ``log P(y|x)`` of the outputs from the same forward pass
+        One call of :func:`fadat.translation.pipeline.translate_lines` (``max_tokens`` its batch
+        budget; ``None`` = one batch) with ``log P(y|x)`` of the outputs from the same forward pass
         (see the module docstring for the one exception).
         """
-        from fadat.translate import score_pairs, translate_lines
+        from fadat.translation.pipeline import score_pairs, translate_lines
 
         results = translate_lines(
             self.model,

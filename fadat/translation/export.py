@@ -235,7 +235,7 @@ def export_ctranslate2(
                 "translate_batch(pieces without </s>, beam_size=K, length_penalty=α, "
                 "return_end_token=True, min_decoding_length=0, "
                 "suppress_sequences=[['<s>'], ['<pad>']], max_decoding_length=limit-1) with "
-                "limit = int(1.2·(|x|+1) + 10); see fadat.export.CTranslate2AT"
+                "limit = int(1.2·(|x|+1) + 10); see fadat.translation.export.CTranslate2AT"
             ),
         }
         (staged / EXPORT_INFO).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")

@@ -16,8 +16,9 @@ same files as an uninterrupted one. ``OUTPUT/meta.json`` is written last: its pr
 complete dataset.
 
 Engines: ``fadat`` runs :meth:`fadat.models.at.ATModel.beam_search`; ``ctranslate2`` exports the
-teacher (:mod:`fadat.export`) and runs CTranslate2 with fadat's decoding rules, which gives the
-same tokens except where a beam reaches the length limit (see :mod:`fadat.export`).
+teacher (:mod:`fadat.translation.export`) and runs CTranslate2 with fadat's decoding rules, which
+gives the same tokens except where a beam reaches the length limit (see
+:mod:`fadat.translation.export`).
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def _translator(
     (the numbers name the pairs whose outputs are not finite:
     :func:`fadat.models.architectures.naming_inputs`)."""
     if engine == "ctranslate2":
-        from fadat.export import CTranslate2AT, export_ctranslate2
+        from fadat.translation.export import CTranslate2AT, export_ctranslate2
 
         export_ctranslate2(model_dir, work / "teacher-ctranslate2", force=True)
         ct2 = CTranslate2AT(work / "teacher-ctranslate2", "float32", intra_threads=threads)

@@ -1,6 +1,6 @@
 """The Python API of translation: :class:`Translator`, a model directory loaded once and
 translated or scored with from Python (``fadat.Translator``). The pipeline it calls is
-:mod:`fadat.translate`'s.
+:mod:`fadat.translation.pipeline`'s.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import nn
 
 from fadat.errors import InputError
 from fadat.models.directory import check_vocabulary, load_model
-from fadat.translate import (
+from fadat.translation.pipeline import (
     PairScore,
     Translation,
     apply_precision,

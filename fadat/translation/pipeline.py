@@ -1,5 +1,5 @@
 """The translation core shared by ``fadat translate`` (:mod:`fadat.cli.translate`), ``score``,
-``evaluate``, ``serve`` and the Python API (:class:`fadat.translator.Translator`).
+``evaluate``, ``serve`` and the Python API (:class:`fadat.translation.translator.Translator`).
 
 Data flow (one function, :func:`translate_lines`): raw text lines → sentencepiece ids ``x </s>``
 (truncated to the model's ``max_source_positions`` with a warning) → token-budget batches of
@@ -283,10 +283,10 @@ def translate_lines(
     """Translate raw text lines: encode → batch → model → decode → detokenise, in input order.
 
     The one translation pipeline of fadat (``fadat translate``, ``fadat evaluate`` and
-    :class:`~fadat.translator.Translator` all call it, through :func:`iter_translations`).
-    Sentences are sorted by length into batches under a budget (:func:`make_batches`, cost
-    ``model.batch_cost``) and the results are put back in input order. The model runs under
-    ``torch.inference_mode`` on the device of its parameters.
+    :class:`~fadat.translation.translator.Translator` all call it, through
+    :func:`iter_translations`). Sentences are sorted by length into batches under a budget
+    (:func:`make_batches`, cost ``model.batch_cost``) and the results are put back in input order.
+    The model runs under ``torch.inference_mode`` on the device of its parameters.
 
     Args:
         model: a DAT or AT model (eval mode).
