@@ -34,7 +34,7 @@ from fadat.training.config import (
     parse_duration,
     validate_config,
 )
-from fadat.training.trainer import inverse_sqrt_lr
+from fadat.training.schedule import inverse_sqrt_lr
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -27,7 +27,8 @@ from fadat.training.config import (
     load_yaml_config,
     validate_config,
 )
-from fadat.training.trainer import stop_text, train
+from fadat.training.schedule import stop_text
+from fadat.training.trainer import train
 
 # flag -> (config key, type, help). Every flag defaults to None so that only explicit flags
 # override the YAML file and the defaults.
