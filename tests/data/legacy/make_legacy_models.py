@@ -25,9 +25,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from fadat.architectures import model_class
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
-from fadat.models.architectures import model_class
-from fadat.models.config import make_config
+from fadat.model_config import make_config
 
 VOCAB = 12
 SIZES = dict(
@@ -105,11 +105,11 @@ def forward_outputs(model, source, target) -> dict[str, torch.Tensor]:
 def translations(model, source, target, target_lengths) -> dict:
     """``translate_batch`` of every strategy (DAT: also bf16 and int8) as ``(tokens, score)``
     and ``score_batch``."""
-    from fadat.models.inference import with_precision
+    from fadat.inference import with_precision
 
     def kept(hyps):
         # (tokens, score) of each hypothesis: what translate_batch returned when the fixture was
-        # written; later versions return more fields (fadat.models.architectures.Scored) first.
+        # written; later versions return more fields (fadat.architectures.Scored) first.
         return [[tuple(h[:2]) for h in sentence] for sentence in hyps]
 
     options = {"sample": {"seed": 3}, "beam": {"beam_size": 3}}
@@ -141,13 +141,13 @@ def train_step(model, optimizer, source, target) -> None:
 
 
 def make_optimizer(model) -> torch.optim.Optimizer:
-    """AdamW as fadat.training.trainer.Trainer builds it."""
+    """AdamW as fadat.train.Trainer builds it."""
     return torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8)
 
 
 def save_checkpoint(model, name: str, out: Path, source, target) -> None:
     """checkpoint_last after one update, and the weights after a second one."""
-    from fadat.training.checkpoints import Progress, atomic_save, capture_rng_state, last_state
+    from fadat.checkpoints import Progress, atomic_save, capture_rng_state, last_state
 
     optimizer = make_optimizer(model)
     train_step(model, optimizer, source, target)
