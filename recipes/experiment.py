@@ -735,7 +735,12 @@ def length_ratio(bleu_verbose: str) -> float:
 
 def write_drift(report_file: Path, hyps_dir: Path, data: Path, subset: int) -> Path:
     """``drift-sSEED.json`` next to the report: reference and per-system statistics."""
-    from fadat.evaluation.scoring import load_split
+    try:
+        from fadat.evaluation.scoring import load_split
+    except ModuleNotFoundError:
+        # PYTHONPATH names a frozen library from before the package layout (issue 33), whose
+        # modules sat flat in fadat/: the runs of this session's experiments use one.
+        from fadat.scoring import load_split
 
     report = json.loads(report_file.read_text(encoding="utf-8"))
     reference = load_split(data, report["data"]["split"], subset)[1][0]
