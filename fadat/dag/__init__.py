@@ -20,7 +20,14 @@ CPU only (CUDA was not run here). The likelihood (forward and backward) and the 
 also exist as Triton kernels (:mod:`fadat.kernels.triton_dag`), chosen with the ``backend``
 argument (``"auto"`` keeps this PyTorch path until the kernels have passed ``tests/test_cuda.py``
 on a GPU: ``AUTO_USES_TRITON``).
+
+One module per idea: :mod:`.links` (transitions, passing probabilities), :mod:`.likelihood`
+(the vertex-token match, log P(y|x) with its backward, log P(y|x) of decoded outputs),
+:mod:`.alignment` (best alignment), :mod:`.fuzzy` (fuzzy alignment), :mod:`._shared` (checks,
+masks and the chunked execution they share). This package exports the public names of all.
 """
+
+from __future__ import annotations
 
 from fadat.dag.alignment import best_alignment, best_alignment_from_match
 from fadat.dag.fuzzy import FuzzyAlignment, fuzzy_alignment, reference_ngrams

@@ -31,6 +31,11 @@ Greedy, lookahead, Viterbi and the candidate tables of sampling are batched tens
 on the device of the inputs (CUDA was not run: this machine has no GPU). Beam search is a
 per-sentence NumPy/Python search on the CPU, as the reference's (C++/OpenMP) one is; its
 optional n-gram language model needs the ``kenlm`` package (not a core dependency).
+
+One module per family: :mod:`.paths` (what every decoder shares: :class:`Hypothesis`, outputs
+and scores of paths, input checks), :mod:`.greedy` (greedy, lookahead), :mod:`.viterbi`
+(Viterbi, joint-Viterbi), :mod:`.sampling` (candidate tables, n-gram bans, sampling),
+:mod:`.beam` (beam search); the registry and the dispatcher are here.
 """
 
 from __future__ import annotations
