@@ -52,7 +52,7 @@ from fadat.decoding.paths import (
     TOP1_STRATEGIES,
     Hypothesis,
     VertexTop1,
-    _check_inputs,
+    check_inputs,
     output_tokens,
     path_score,
     vertex_top1,
@@ -134,6 +134,6 @@ def decode(
             f"strategy {strategy!r} with these options reads more of the token head than "
             "VertexTop1 holds; pass the (B, L, V) token log-probabilities"
         )
-    _check_inputs(token_logprobs, links, graph_lengths)
+    check_inputs(token_logprobs, links, graph_lengths)
     with torch.no_grad():
         return fn(token_logprobs, links, graph_lengths, **options)

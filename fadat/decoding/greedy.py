@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from fadat.decoding.paths import Hypothesis, _hypotheses_from_paths, _working_dtype, vertex_top1
-from fadat.decoding.sampling import _candidate_table, _candidate_walk, _check_ban_options
+from fadat.decoding.paths import Hypothesis, hypotheses_from_paths, vertex_top1, working_dtype
+from fadat.decoding.sampling import candidate_table, candidate_walk, check_ban_options
 
 
 def _walk(
@@ -52,7 +52,7 @@ def walk_links(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The greedy path (``next = argmax_j links[i, j]`` from vertex 0) of every sentence, as
     :func:`greedy` finds it: ``(paths (B, K), lengths (B,))`` int64 (see :func:`_walk`)."""
-    return _walk(_working_dtype(links).argmax(dim=2), graph_lengths)
+    return _walk(working_dtype(links).argmax(dim=2), graph_lengths)
 
 
 def greedy(
@@ -80,14 +80,14 @@ def _lookahead_like(
     graph_lengths: torch.Tensor,
     beta: float | None,
 ) -> list[Hypothesis]:
-    token_logprobs, links = _working_dtype(token_logprobs), _working_dtype(links)
+    token_logprobs, links = working_dtype(token_logprobs), working_dtype(links)
     s, tok = vertex_top1(token_logprobs)  # (B, L), (B, L)
     # β = 0 reads no s (and 0·(−inf) of a pruned vertex would be NaN, fadat.inference)
     scores = links if not beta else links + beta * s[:, None, :]  # (B, L, L)
     next_vertex = scores.argmax(dim=2)  # (B, L)
     paths, lengths = _walk(next_vertex, graph_lengths)  # (B, K), (B,)
     path_tokens = tok.gather(1, paths)  # (B, K)
-    return _hypotheses_from_paths(token_logprobs, links, paths, path_tokens, lengths)
+    return hypotheses_from_paths(token_logprobs, links, paths, path_tokens, lengths)
 
 
 def lookahead(
@@ -140,13 +140,13 @@ def lookahead(
     Raises:
         ValueError: a negative option or ``top_cand_n < 1``.
     """
-    _check_ban_options(no_consecutive_repeated_ngram, no_repeated_ngram)
+    check_ban_options(no_consecutive_repeated_ngram, no_repeated_ngram)
     if no_consecutive_repeated_ngram == 0 and no_repeated_ngram == 0:
         return _lookahead_like(token_logprobs, links, graph_lengths, beta=beta)
-    table = _candidate_table(
+    table = candidate_table(
         token_logprobs, links, graph_lengths, top_cand_n, beta, 1.0, None, end_as_vertex=True
     )
-    return _candidate_walk(
+    return candidate_walk(
         token_logprobs,
         links,
         graph_lengths,

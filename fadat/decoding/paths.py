@@ -123,9 +123,16 @@ def path_score(
     return float(ln[p[:-1], p[1:]].astype(np.float64).sum() + lp[p, t].astype(np.float64).sum())
 
 
-def _check_inputs(
+def check_inputs(
     token_logprobs: torch.Tensor, links: torch.Tensor, graph_lengths: torch.Tensor
 ) -> None:
+    """Check the decoders' inputs (module docstring of :mod:`fadat.decoding`): ``(B, L, V)``
+    token log-probabilities or their :class:`VertexTop1`, ``(B, L, L)`` links, ``(B,)`` integer
+    graph lengths in ``[2, L]``.
+
+    Raises:
+        ValueError: a shape, dtype or length that breaks the contract.
+    """
     if isinstance(token_logprobs, VertexTop1):
         token_logprobs = token_logprobs.s[..., None]  # (B, L, 1): the shapes to check
     if token_logprobs.dim() != 3:
@@ -143,14 +150,16 @@ def _check_inputs(
         raise ValueError(f"graph lengths must lie in [2, {L}], got {graph_lengths.tolist()}")
 
 
-def _working_dtype(x: torch.Tensor) -> torch.Tensor:
+def working_dtype(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (a tensor or :class:`VertexTop1`) in the dtype the decoders compute in: float16 and
+    bfloat16 become float32, other dtypes stay."""
     # Half precision sums of ~100 log-probabilities lose too much; float64 input stays float64.
     if isinstance(x, VertexTop1):
-        return VertexTop1(_working_dtype(x.s), x.tok)
+        return VertexTop1(working_dtype(x.s), x.tok)
     return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
-def _hypotheses_from_paths(
+def hypotheses_from_paths(
     token_logprobs: torch.Tensor,
     links: torch.Tensor,
     paths: torch.Tensor,

@@ -15,10 +15,10 @@ from fadat.data.contract import PAD_ID
 from fadat.decoding.paths import (
     NEG_INF,
     Hypothesis,
-    _hypotheses_from_paths,
-    _working_dtype,
+    hypotheses_from_paths,
     output_tokens,
     vertex_top1,
+    working_dtype,
 )
 
 #: Weight a banned candidate keeps in sampling, as in the reference
@@ -31,14 +31,17 @@ _PAIR_CHUNK_ELEMENTS = 1 << 24
 
 
 @dataclass(frozen=True)
-class _CandidateTable:
+class CandidateTable:
+    """The ``n`` best (vertex, token) continuations of every source vertex, from
+    :func:`candidate_table`."""
+
     vertex: torch.Tensor  # (B, L, n) int64 destination vertex of each candidate
     token: torch.Tensor  # (B, L, n) int64 its token
     score: torch.Tensor  # (B, L, n) float log weight, descending; −inf = no candidate
     is_end: torch.Tensor  # (B, L, n) bool destination is the end vertex
 
 
-def _candidate_table(
+def candidate_table(
     token_logprobs: torch.Tensor,
     links: torch.Tensor,
     graph_lengths: torch.Tensor,
@@ -47,7 +50,7 @@ def _candidate_table(
     temperature: float,
     top_p: float | None,
     end_as_vertex: bool,
-) -> _CandidateTable:
+) -> CandidateTable:
     """Top ``top_cand_n`` (vertex, token) pairs per source vertex (docs/reference-behaviour.md,
     sampling and n-gram bans).
 
@@ -62,7 +65,7 @@ def _candidate_table(
         raise ValueError(f"top_cand_n must be >= 1, got {top_cand_n}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    token_logprobs, links = _working_dtype(token_logprobs), _working_dtype(links)
+    token_logprobs, links = working_dtype(token_logprobs), working_dtype(links)
     B, L, V = token_logprobs.shape
     device = links.device
     n_tok = min(top_cand_n, V)
@@ -97,12 +100,13 @@ def _candidate_table(
         w = score.exp()  # (B, L, n)
         before = w.cumsum(2) - w  # (B, L, n) mass ranked before each candidate
         score = score.masked_fill(before >= top_p, NEG_INF)
-    return _CandidateTable(
+    return CandidateTable(
         vertex, token, score, is_end_v.gather(1, vertex.reshape(B, -1)).reshape(B, L, n)
     )
 
 
-def _check_ban_options(consecutive: int, repeated: int) -> None:
+def check_ban_options(consecutive: int, repeated: int) -> None:
+    """Raises ValueError unless both n-gram ban orders are ``>= 0`` (0 = no ban)."""
     if consecutive < 0 or repeated < 0:
         raise ValueError("n-gram ban orders must be >= 0")
 
@@ -157,11 +161,11 @@ def _chosen_output(path_tokens: Sequence[int]) -> list[int]:
     return [int(t) for t in list(path_tokens)[1:-1] if t != PAD_ID]
 
 
-def _candidate_walk(
+def candidate_walk(
     token_logprobs: torch.Tensor,
     links: torch.Tensor,
     graph_lengths: torch.Tensor,
-    table: _CandidateTable,
+    table: CandidateTable,
     sample: bool,
     top_p: float,
     consecutive: int,
@@ -182,7 +186,7 @@ def _candidate_walk(
     weight = table.score.cpu().to(torch.float64).exp().numpy()  # (B, L, n), 0 = no candidate
     is_end = table.is_end.cpu().numpy()  # (B, L, n)
     end = (graph_lengths.cpu() - 1).numpy().astype(np.int64)  # (B,)
-    tok = vertex_top1(_working_dtype(token_logprobs))[1].cpu().numpy()  # (B, L)
+    tok = vertex_top1(working_dtype(token_logprobs))[1].cpu().numpy()  # (B, L)
     bans = consecutive > 0 or repeated > 0
     states = []
     if bans:
@@ -245,9 +249,9 @@ def _candidate_walk(
     path_t = torch.from_numpy(np.stack(paths, 1)).to(device)  # (B, K)
     tok_t = torch.from_numpy(np.stack(ptoks, 1)).to(device)  # (B, K)
     lengths = (path_t != torch.from_numpy(end).to(device)[:, None]).sum(1) + 1  # (B,)
-    return _hypotheses_from_paths(
-        _working_dtype(token_logprobs),
-        _working_dtype(links),
+    return hypotheses_from_paths(
+        working_dtype(token_logprobs),
+        working_dtype(links),
         path_t,
         tok_t,
         lengths,
@@ -313,8 +317,8 @@ def sample(
     """
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    _check_ban_options(no_consecutive_repeated_ngram, no_repeated_ngram)
-    table = _candidate_table(
+    check_ban_options(no_consecutive_repeated_ngram, no_repeated_ngram)
+    table = candidate_table(
         token_logprobs,
         links,
         graph_lengths,
@@ -325,7 +329,7 @@ def sample(
         end_as_vertex=False,
     )
     rng = np.random.default_rng(seed)
-    return _candidate_walk(
+    return candidate_walk(
         token_logprobs,
         links,
         graph_lengths,

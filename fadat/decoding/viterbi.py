@@ -10,9 +10,9 @@ import torch
 from fadat.decoding.paths import (
     NEG_INF,
     Hypothesis,
-    _hypotheses_from_paths,
-    _working_dtype,
+    hypotheses_from_paths,
     vertex_top1,
+    working_dtype,
 )
 
 
@@ -26,7 +26,7 @@ def _viterbi(
 ) -> list[Hypothesis]:
     if max_length is not None and max_length < 1:
         raise ValueError(f"max_length must be >= 1, got {max_length}")
-    token_logprobs, links = _working_dtype(token_logprobs), _working_dtype(links)
+    token_logprobs, links = working_dtype(token_logprobs), working_dtype(links)
     B, L, _ = links.shape
     device = links.device
     s, tok = vertex_top1(token_logprobs)  # (B, L), (B, L)
@@ -94,7 +94,7 @@ def _pad_and_score(
     padded = torch.tensor([p + [p[-1]] * (K - len(p)) for p in paths], dtype=torch.int64)
     padded = padded.reshape(len(paths), K).to(device)  # (B, K)
     lengths = torch.tensor([len(p) for p in paths], dtype=torch.int64, device=device)  # (B,)
-    return _hypotheses_from_paths(token_logprobs, links, padded, tok.gather(1, padded), lengths)
+    return hypotheses_from_paths(token_logprobs, links, padded, tok.gather(1, padded), lengths)
 
 
 def viterbi(
