@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
@@ -24,12 +24,7 @@ from fadat.options import (
     positive_float,
     probability,
 )
-
-#: Default per-batch budget, in the models' ``batch_cost`` units
-#: (:meth:`fadat.models.architectures.TranslationModel.batch_cost`).
-DEFAULT_MAX_TOKENS = 4096
-
-Warn = Callable[[str], None]
+from fadat.translation.pipeline import DEFAULT_MAX_TOKENS, Warn
 
 
 def check_output(path: str | None, inputs: Iterable[tuple[str, str | None]] = ()) -> None:

@@ -252,8 +252,7 @@ def model_outputs(
     """
     from fadat.models.architectures import naming_inputs
     from fadat.models.directory import model_device
-    from fadat.translation.pipeline import encode_sources, make_batches
-    from fadat.verbs import DEFAULT_MAX_TOKENS
+    from fadat.translation.pipeline import DEFAULT_MAX_TOKENS, encode_sources, make_batches
 
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
     budget = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens

@@ -37,7 +37,14 @@ from fadat.errors import InputError
 from fadat.models.architectures import naming_inputs
 from fadat.models.directory import model_device
 from fadat.options import DECODING_OPTIONS
-from fadat.verbs import DEFAULT_MAX_TOKENS, Warn
+
+#: Default per-batch budget, in the models' ``batch_cost`` units
+#: (:meth:`fadat.models.architectures.TranslationModel.batch_cost`); the verbs' ``--max-tokens``
+#: default too.
+DEFAULT_MAX_TOKENS = 4096
+
+#: A callback that reports one problem of the input (a line skipped or cut) to the user.
+Warn = Callable[[str], None]
 
 
 @dataclass(frozen=True)

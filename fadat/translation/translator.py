@@ -15,6 +15,7 @@ from torch import nn
 from fadat.errors import InputError
 from fadat.models.directory import check_vocabulary, load_model
 from fadat.translation.pipeline import (
+    DEFAULT_MAX_TOKENS,
     PairScore,
     Translation,
     apply_precision,
@@ -23,7 +24,6 @@ from fadat.translation.pipeline import (
     score_pairs,
     translate_lines,
 )
-from fadat.verbs import DEFAULT_MAX_TOKENS
 
 
 class Translator:
