@@ -25,9 +25,16 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from fadat.architectures import model_class
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
-from fadat.model_config import make_config
+
+# The module paths of today (tests/test_legacy_models.py runs this file's helpers with the
+# current code) and of 890da67, the flat layout that wrote the fixture.
+try:
+    from fadat.models.architectures import model_class
+    from fadat.models.config import make_config
+except ModuleNotFoundError:
+    from fadat.architectures import model_class
+    from fadat.transformer import make_config
 
 VOCAB = 12
 SIZES = dict(
@@ -105,7 +112,10 @@ def forward_outputs(model, source, target) -> dict[str, torch.Tensor]:
 def translations(model, source, target, target_lengths) -> dict:
     """``translate_batch`` of every strategy (DAT: also bf16 and int8) as ``(tokens, score)``
     and ``score_batch``."""
-    from fadat.inference import with_precision
+    try:
+        from fadat.models.inference import with_precision
+    except ModuleNotFoundError:  # 890da67
+        from fadat.inference import with_precision
 
     def kept(hyps):
         # (tokens, score) of each hypothesis: what translate_batch returned when the fixture was
@@ -147,7 +157,15 @@ def make_optimizer(model) -> torch.optim.Optimizer:
 
 def save_checkpoint(model, name: str, out: Path, source, target) -> None:
     """checkpoint_last after one update, and the weights after a second one."""
-    from fadat.checkpoints import Progress, atomic_save, capture_rng_state, last_state
+    try:
+        from fadat.training.checkpoints import (
+            Progress,
+            atomic_save,
+            capture_rng_state,
+            last_state,
+        )
+    except ModuleNotFoundError:  # 890da67
+        from fadat.checkpoints import Progress, atomic_save, capture_rng_state, last_state
 
     optimizer = make_optimizer(model)
     train_step(model, optimizer, source, target)
