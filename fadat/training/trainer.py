@@ -114,26 +114,55 @@ class Trainer:
         self.stat_keys = (*CORE_STATS, *self.objective.statistics)
         self.schedule = parse_glancing_schedule(cfg.resolved_glat_p())
         self.train_data, self.valid_data = load_data(cfg)
+        self.model = self._build_model(resume)
+        self.model.train()
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self._build_optimizer()
+        self.progress = Progress()
+        dropped = self._build_sampler()
+        if resume:
+            self._resume()
+        else:
+            # Training randomness (dropout, glancing) differs per rank but is reproducible.
+            torch.manual_seed(cfg.seed + 1000 * self.info.rank + 1)
+            random.seed(cfg.seed + self.info.rank)
+            np.random.seed((cfg.seed + self.info.rank) % 2**32)
+        self.writer = None
+        if self.info.is_main:
+            self._start_run_dir(dropped)
+        self._log_startup(started)
+
+    # ---- setup helpers
+
+    def _build_model(self, resume: bool) -> torch.nn.Module:
+        """The model on the run's device: a new one (:func:`build_model`), or for a resumed run
+        the architecture checkpoint_last saved (its weights are loaded by :meth:`_resume`).
+
+        Raises:
+            InputError: checkpoint_last holds no model config.
+        """
+        cfg = self.cfg
         vocab = data_vocab_size(Path(cfg.data))
         # Model initialisation draws from the seed on every rank: identical replicas.
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         np.random.seed(cfg.seed % 2**32)
         self._resume_state = load_checkpoint(self.run_dir / LAST_NAME) if resume else None
-        if self._resume_state is not None:
-            # A resumed run rebuilds the architecture it saved (an --init-from model need not
-            # match --preset) and then loads checkpoint_last's weights.
-            from fadat.models.config import ModelConfig
+        if self._resume_state is None:
+            return build_model(cfg, vocab).to(self.info.device)
+        # A resumed run rebuilds the architecture it saved (an --init-from model need not
+        # match --preset) and then loads checkpoint_last's weights.
+        from fadat.models.config import ModelConfig
 
-            try:
-                model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))
-            except (KeyError, TypeError) as err:
-                raise InputError(f"{self.run_dir / LAST_NAME}: no model config ({err})") from None
-            self.model = model_class(cfg.arch)(model_config).to(self.info.device)
-        else:
-            self.model = build_model(cfg, vocab).to(self.info.device)
-        self.model.train()
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        try:
+            model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))
+        except (KeyError, TypeError) as err:
+            raise InputError(f"{self.run_dir / LAST_NAME}: no model config ({err})") from None
+        return model_class(cfg.arch)(model_config).to(self.info.device)
+
+    def _build_optimizer(self) -> None:
+        """AdamW over the trainable parameters, the fp16 grad scaler and the autocast options."""
+        cfg = self.cfg
         self.optimizer = torch.optim.AdamW(
             self.params,
             lr=cfg.warmup_init_lr if cfg.warmup else cfg.lr,
@@ -146,10 +175,18 @@ class Trainer:
         self.autocast = dict(
             device_type=self.info.device.type, dtype=dtype, enabled=cfg.bf16 or cfg.fp16
         )
-        self.progress = Progress()
-        ratio, max_graph = self.model.length_budget()
+
+    def _build_sampler(self) -> int:
+        """This rank's token-budget batch sampler over the training sentences the model's
+        positions fit; returns how many sentences were left out as too long.
+
+        Raises:
+            InputError: no training sentence fits.
+        """
         from fadat.data.batching import TokenBatchSampler
 
+        cfg = self.cfg
+        ratio, max_graph = self.model.length_budget()
         self.train_index = usable_indices(self.train_data, self.model)  # (N',)
         dropped = len(self.train_data) - len(self.train_index)
         if not len(self.train_index):
@@ -165,32 +202,31 @@ class Trainer:
             rank=self.info.rank,
             world_size=self.info.world_size,
         )
-        if resume:
-            self._resume()
-        else:
-            # Training randomness (dropout, glancing) differs per rank but is reproducible.
-            torch.manual_seed(cfg.seed + 1000 * self.info.rank + 1)
-            random.seed(cfg.seed + self.info.rank)
-            np.random.seed((cfg.seed + self.info.rank) % 2**32)
-        self.writer = None
-        if self.info.is_main:
-            outputs.mark_dir(self.run_dir, "run")
-            atomic_write_text(
-                self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
-            )
-            self._setup_logging()
-            n_params = sum(p.numel() for p in self.params)
-            logger.info(
-                "%s model, %d parameters, objective %s, %d training sentences (%d longer than the "
-                "model's positions skipped), %d process(es)",
-                cfg.arch,
-                n_params,
-                self.objective.name,
-                len(self.train_index),
-                dropped,
-                self.info.world_size,
-            )
-        # Start-up cost (data, batch plan, model, optimizer; not the imports), every rank's.
+        return dropped
+
+    def _start_run_dir(self, dropped: int) -> None:
+        """Rank 0: mark the run directory, write the resolved config, open the logs."""
+        cfg = self.cfg
+        outputs.mark_dir(self.run_dir, "run")
+        atomic_write_text(
+            self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
+        )
+        self._setup_logging()
+        n_params = sum(p.numel() for p in self.params)
+        logger.info(
+            "%s model, %d parameters, objective %s, %d training sentences (%d longer than the "
+            "model's positions skipped), %d process(es)",
+            cfg.arch,
+            n_params,
+            self.objective.name,
+            len(self.train_index),
+            dropped,
+            self.info.world_size,
+        )
+
+    def _log_startup(self, started: float) -> None:
+        """Log the start-up cost (data, batch plan, model, optimizer; not the imports) and every
+        rank's peak RSS (collective)."""
         rss = torch.zeros(self.info.world_size, dtype=torch.float64, device=self.info.device)
         rss[self.info.rank] = peak_rss_mib()
         rss = all_reduce(rss, self.info)
@@ -200,8 +236,6 @@ class Trainer:
                 time.perf_counter() - started,
                 ", ".join(f"{x:.0f}" for x in rss.tolist()),
             )
-
-    # ---- setup helpers
 
     def _setup_logging(self) -> None:
         handler = logging.FileHandler(self.run_dir / "train.log", encoding="utf-8")
@@ -424,22 +458,8 @@ class Trainer:
                         bleu="-" if math.isnan(last_bleu) else f"{last_bleu:.2f}",
                         tok_s=f"{record['tokens_per_s']:.0f}",
                     )
-                if stats.get("invalid_nonfinite", 0) > 0 and not warned_nonfinite:
-                    warned_nonfinite = True
-                    logger.warning(
-                        "update %d: %d sentence(s) with a non-finite loss (counted as 0); "
-                        "if this goes on, lower --lr",
-                        p.update,
-                        int(stats["invalid_nonfinite"]),
-                    )
-                bad = bad + 1 if diverged_update(stats) else 0
-                if bad == 1:
-                    logger.warning(
-                        "update %d: non-finite loss or gradient; training stops after %d such "
-                        "updates in a row (no checkpoint or validation until it recovers)",
-                        p.update,
-                        DIVERGED_UPDATES,
-                    )
+                warned_nonfinite = self._warn_nonfinite(stats, warned_nonfinite)
+                bad = self._count_diverged(stats, bad)
                 if bad >= DIVERGED_UPDATES:
                     stop_reason = "diverged"
                     break
@@ -465,11 +485,7 @@ class Trainer:
                 last_bleu = self._validate_and_track()
             self.save_last()
         if bar is not None:
-            # The bar's last line says what ended the stage (a cap, not convergence).
-            bar.set_description_str(f"stopped: {stop_text(stop_reason, cfg, p.update)}")
-            if not math.isnan(last_bleu):
-                bar.set_postfix(bleu=f"{last_bleu:.2f}")
-            bar.close()
+            self._close_bar(bar, stop_reason, last_bleu)
         summary = {
             "stop_reason": stop_reason,
             "update": p.update,
@@ -483,6 +499,40 @@ class Trainer:
         if stop_reason == "interrupted":
             raise KeyboardInterrupt
         return summary
+
+    def _warn_nonfinite(self, stats: dict[str, float], warned: bool) -> bool:
+        """Warn once per run about sentences with a non-finite loss; returns "warned"."""
+        if stats.get("invalid_nonfinite", 0) > 0 and not warned:
+            logger.warning(
+                "update %d: %d sentence(s) with a non-finite loss (counted as 0); "
+                "if this goes on, lower --lr",
+                self.progress.update,
+                int(stats["invalid_nonfinite"]),
+            )
+            return True
+        return warned
+
+    def _count_diverged(self, stats: dict[str, float], bad: int) -> int:
+        """The number of diverged updates in a row after this one (0 if it did not diverge);
+        warns at the first of a run."""
+        bad = bad + 1 if diverged_update(stats) else 0
+        if bad == 1:
+            logger.warning(
+                "update %d: non-finite loss or gradient; training stops after %d such "
+                "updates in a row (no checkpoint or validation until it recovers)",
+                self.progress.update,
+                DIVERGED_UPDATES,
+            )
+        return bad
+
+    def _close_bar(self, bar: Any, stop_reason: str, last_bleu: float) -> None:
+        # The bar's last line says what ended the stage (a cap, not convergence).
+        bar.set_description_str(
+            f"stopped: {stop_text(stop_reason, self.cfg, self.progress.update)}"
+        )
+        if not math.isnan(last_bleu):
+            bar.set_postfix(bleu=f"{last_bleu:.2f}")
+        bar.close()
 
     def _stop_diverged(self, bad: int) -> None:
         """End a run whose last ``bad`` updates diverged (or that stopped during such a run of
