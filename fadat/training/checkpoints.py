@@ -14,6 +14,7 @@ report best-5 averages)::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -281,6 +282,39 @@ def rank_best(
     candidates = best + [{"file": name, "bleu": bleu, "update": update}]
     candidates.sort(key=lambda b: (-b["bleu"], b["update"]))
     return name, candidates[:k], candidates[k:]
+
+
+def save_best(
+    run_dir: Path,
+    best: list[dict[str, Any]],
+    bleu: float,
+    update: int,
+    keep_best: int,
+    arch: str,
+    model: torch.nn.Module,
+    data: str,
+) -> list[dict[str, Any]]:
+    """Keep the ``keep_best`` best checkpoints by BLEU (ties: the earlier stays ahead): write
+    this update's weights if they enter the list, delete the checkpoints that leave it and
+    rewrite ``best.json``. Returns the new best list (``file``, ``bleu``, ``update``)."""
+    name, keep, drop = rank_best(best, bleu, update, keep_best)
+    if any(b["file"] == name for b in keep):
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "arch": arch,
+            "model_config": model.config.to_dict(),
+            "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "bleu": bleu,
+            "update": update,
+            "data": data,
+        }
+        atomic_save(state, run_dir / name)
+    for b in drop:
+        with contextlib.suppress(FileNotFoundError):
+            (run_dir / b["file"]).unlink()
+    index = {"metric": "bleu", "checkpoints": keep}
+    atomic_write_text(run_dir / BEST_INDEX, json.dumps(index, indent=2) + "\n")
+    return keep
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ setup (config, data, model, optimizer) → resume → loop over updates (token-b
 → checkpoints. The configuration is :mod:`fadat.training.config`, the run directory's files
 (checkpoints, best list, averaging) :mod:`fadat.training.checkpoints`, the objectives
 :mod:`fadat.objectives`: this loop names no objective and no architecture. A run also writes
-``RUN_DIR/train.log`` (human-readable) and ``RUN_DIR/tensorboard/``.
+``RUN_DIR/train.log`` (human-readable), JSON lines per update and validation and
+``RUN_DIR/tensorboard/`` (:mod:`fadat.training.run_log`).
 
 Loss normalisation (docs/reference-behaviour.md, "DAG likelihood"): the DAG losses are
 per-sentence means over the whole update (all micro-batches, all ranks): each micro-batch
@@ -26,10 +27,8 @@ CPU was run; CUDA/nccl paths are written device-agnostically but untested.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
-import json
 import logging
 import math
 import random
@@ -49,8 +48,6 @@ from fadat.models.architectures import model_class
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.objectives.glancing import parse_glancing_schedule
 from fadat.training.checkpoints import (
-    BEST_INDEX,
-    CHECKPOINT_FORMAT,
     CONFIG_FILE,
     LAST_NAME,
     TRAIN_LOG,
@@ -62,6 +59,7 @@ from fadat.training.checkpoints import (
     load_checkpoint,
     rank_best,
     restore_last,
+    save_best,
     truncate_log,
 )
 from fadat.training.config import (
@@ -74,6 +72,7 @@ from fadat.training.config import (
 )
 from fadat.training.distributed import all_reduce, gather_rng, peak_rss_mib, setup_distributed
 from fadat.training.model_init import build_model, data_vocab_size, load_data
+from fadat.training.run_log import RunLog, close_bar, open_bar, update_bar
 from fadat.training.schedule import (
     DIVERGED_UPDATES,
     Interrupt,
@@ -127,7 +126,7 @@ class Trainer:
             torch.manual_seed(cfg.seed + 1000 * self.info.rank + 1)
             random.seed(cfg.seed + self.info.rank)
             np.random.seed((cfg.seed + self.info.rank) % 2**32)
-        self.writer = None
+        self.log: RunLog | None = None  # rank 0's
         if self.info.is_main:
             self._start_run_dir(dropped)
         self._log_startup(started)
@@ -211,7 +210,7 @@ class Trainer:
         atomic_write_text(
             self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
         )
-        self._setup_logging()
+        self.log = RunLog(self.run_dir, logger, cfg.log_every)
         n_params = sum(p.numel() for p in self.params)
         logger.info(
             "%s model, %d parameters, objective %s, %d training sentences (%d longer than the "
@@ -237,26 +236,9 @@ class Trainer:
                 ", ".join(f"{x:.0f}" for x in rss.tolist()),
             )
 
-    def _setup_logging(self) -> None:
-        handler = logging.FileHandler(self.run_dir / "train.log", encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        self._log_handler = handler
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))
-        except ImportError:  # tensorboard is a dependency; tolerate a broken install
-            logger.warning("tensorboard unavailable; no event files written")
-
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        handler = getattr(self, "_log_handler", None)
-        if handler is not None:
-            logger.removeHandler(handler)
-            handler.close()
+        if self.log is not None:
+            self.log.close()
 
     def _resume(self) -> None:
         state = self._resume_state
@@ -296,26 +278,11 @@ class Trainer:
             atomic_save(state, self.run_dir / LAST_NAME)
 
     def _save_best(self, bleu: float) -> None:
-        """Keep the ``keep_best`` best checkpoints by BLEU (ties: the earlier stays ahead)."""
         p = self.progress
-        name, keep, drop = rank_best(p.best, bleu, p.update, self.cfg.keep_best)
-        if any(b["file"] == name for b in keep):
-            state = {
-                "format": CHECKPOINT_FORMAT,
-                "arch": self.cfg.arch,
-                "model_config": self.model.config.to_dict(),
-                "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-                "bleu": bleu,
-                "update": p.update,
-                "data": self.cfg.data,
-            }
-            atomic_save(state, self.run_dir / name)
-        for b in drop:
-            with contextlib.suppress(FileNotFoundError):
-                (self.run_dir / b["file"]).unlink()
-        p.best = keep
-        index = {"metric": "bleu", "checkpoints": keep}
-        atomic_write_text(self.run_dir / BEST_INDEX, json.dumps(index, indent=2) + "\n")
+        cfg = self.cfg
+        p.best = save_best(
+            self.run_dir, p.best, bleu, p.update, cfg.keep_best, cfg.arch, self.model, cfg.data
+        )
 
     # ---- one update
 
@@ -433,7 +400,9 @@ class Trainer:
         writing checkpoint_last if interrupted with Ctrl-C."""
         cfg = self.cfg
         p = self.progress
-        bar = self._progress_bar()
+        bar = None
+        if self.info.is_main and cfg.progress_bar:
+            bar = open_bar(cfg.max_updates or None, p.update)
         session_start = time.perf_counter()
         start_elapsed = p.elapsed
         last_bleu = float("nan")
@@ -452,12 +421,7 @@ class Trainer:
                 p.elapsed = start_elapsed + (time.perf_counter() - session_start)
                 record = self._log_update(stats, epoch, time.perf_counter() - t0)
                 if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(
-                        loss=f"{record['loss']:.4g}",
-                        bleu="-" if math.isnan(last_bleu) else f"{last_bleu:.2f}",
-                        tok_s=f"{record['tokens_per_s']:.0f}",
-                    )
+                    update_bar(bar, record, last_bleu)
                 warned_nonfinite = self._warn_nonfinite(stats, warned_nonfinite)
                 bad = self._count_diverged(stats, bad)
                 if bad >= DIVERGED_UPDATES:
@@ -485,7 +449,7 @@ class Trainer:
                 last_bleu = self._validate_and_track()
             self.save_last()
         if bar is not None:
-            self._close_bar(bar, stop_reason, last_bleu)
+            close_bar(bar, stop_text(stop_reason, cfg, p.update), last_bleu)
         summary = {
             "stop_reason": stop_reason,
             "update": p.update,
@@ -525,15 +489,6 @@ class Trainer:
             )
         return bad
 
-    def _close_bar(self, bar: Any, stop_reason: str, last_bleu: float) -> None:
-        # The bar's last line says what ended the stage (a cap, not convergence).
-        bar.set_description_str(
-            f"stopped: {stop_text(stop_reason, self.cfg, self.progress.update)}"
-        )
-        if not math.isnan(last_bleu):
-            bar.set_postfix(bleu=f"{last_bleu:.2f}")
-        bar.close()
-
     def _stop_diverged(self, bad: int) -> None:
         """End a run whose last ``bad`` updates diverged (or that stopped during such a run of
         updates), keeping the last checkpoint written before.
@@ -570,14 +525,6 @@ class Trainer:
             return "patience"
         return ""
 
-    def _progress_bar(self):
-        if not (self.info.is_main and self.cfg.progress_bar):
-            return None
-        from tqdm import tqdm
-
-        total = self.cfg.max_updates or None
-        return tqdm(total=total, initial=self.progress.update, unit="upd", dynamic_ncols=True)
-
     def _log_update(self, stats: dict[str, float], epoch: int, seconds: float) -> dict[str, Any]:
         count = max(stats["count"], 1.0)
         record: dict[str, Any] = {
@@ -595,15 +542,8 @@ class Trainer:
         if not math.isfinite(stats["grad_norm"]):
             record["skipped"] = True
             record["grad_norm"] = None
-        if self.info.is_main:
-            with open(self.run_dir / TRAIN_LOG, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record) + "\n")
-            if self.writer is not None:
-                for key, value in record.items():
-                    if key not in ("update", "epoch") and isinstance(value, (int, float)):
-                        self.writer.add_scalar(f"train/{key}", value, record["update"])
-            if self.cfg.log_every and record["update"] % self.cfg.log_every == 0:
-                logger.info("update %s", json.dumps(record))
+        if self.log is not None:
+            self.log.update(record)
         return record
 
     def _validate_and_track(self) -> float:
@@ -627,12 +567,8 @@ class Trainer:
                 "elapsed": round(p.elapsed, 1),
                 **metrics,
             }
-            with open(self.run_dir / VALID_LOG, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record) + "\n")
-            if self.writer is not None:
-                self.writer.add_scalar("valid/loss", metrics["valid_loss"], p.update)
-                self.writer.add_scalar("valid/bleu", metrics["bleu"], p.update)
-            logger.info("valid %s", json.dumps(record))
+            if self.log is not None:
+                self.log.validation(record)
         if self.info.world_size > 1:
             dist.broadcast(result, src=0)
         if self.valid_data is None:
