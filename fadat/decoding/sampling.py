@@ -204,35 +204,9 @@ def candidate_walk(
         cand_t, cand_free = tokt[rows, cur], never_banned[rows, cur]  # (B, n), (B, n)
         active = np.flatnonzero(~done).tolist()
         if sample:
-            if bans:
-                for b in active:
-                    for c in range(n):
-                        if (
-                            w[b, c] > 0
-                            and not cand_free[b, c]
-                            and states[b].banned(int(cand_t[b, c]))
-                        ):
-                            w[b, c] = BANNED_WEIGHT
-            w[done] = 0.0
-            w[done, 0] = 1.0
-            cdf = np.cumsum(w, axis=1)  # (B, n)
-            u = rng.random(B) * cdf[:, -1]  # (B,)
-            choice = np.minimum((cdf <= u[:, None]).sum(1), n - 1)  # (B,) inverse CDF
-            # u rounded up to the total could land on a trailing zero weight: never draw it
-            choice = np.where(w[rows, choice] > 0, choice, 0)
+            choice = _draw_choice(w, cand_t, cand_free, done, active, states if bans else None, rng)
         else:
-            choice = np.zeros(B, dtype=np.int64)
-            for b in active:
-                skipped = 0.0
-                for c in range(n):
-                    if w[b, c] <= 0:
-                        break  # candidates are sorted: the rest are missing too
-                    if cand_free[b, c] or not states[b].banned(int(cand_t[b, c])):
-                        choice[b] = c
-                        break
-                    skipped += w[b, c]
-                    if skipped > top_p:
-                        break  # too much mass skipped: fall back to the top candidate
+            choice = _lookahead_choice(w, cand_t, cand_free, active, states, top_p)
         nxt_v = vert[rows, cur, choice]  # (B,)
         nxt_t = tokt[rows, cur, choice]  # (B,)
         if ((nxt_v <= cur) & ~done).any():
@@ -257,6 +231,59 @@ def candidate_walk(
         lengths,
         output_tokens if sample else _chosen_output,
     )
+
+
+def _draw_choice(
+    w: np.ndarray,
+    cand_t: np.ndarray,
+    cand_free: np.ndarray,
+    done: np.ndarray,
+    active: list[int],
+    states: list[_BanState] | None,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Sampling's step: draw one candidate ``(B,)`` of the current vertices by weight ``w``
+    ``(B, n)`` (modified in place), banned candidates (``states`` given) down-weighted to
+    :data:`BANNED_WEIGHT`; finished sentences take candidate 0. One ``rng.random(B)`` call."""
+    B, n = w.shape
+    if states is not None:
+        for b in active:
+            for c in range(n):
+                if w[b, c] > 0 and not cand_free[b, c] and states[b].banned(int(cand_t[b, c])):
+                    w[b, c] = BANNED_WEIGHT
+    w[done] = 0.0
+    w[done, 0] = 1.0
+    cdf = np.cumsum(w, axis=1)  # (B, n)
+    u = rng.random(B) * cdf[:, -1]  # (B,)
+    choice = np.minimum((cdf <= u[:, None]).sum(1), n - 1)  # (B,) inverse CDF
+    # u rounded up to the total could land on a trailing zero weight: never draw it
+    return np.where(w[np.arange(B), choice] > 0, choice, 0)
+
+
+def _lookahead_choice(
+    w: np.ndarray,
+    cand_t: np.ndarray,
+    cand_free: np.ndarray,
+    active: list[int],
+    states: list[_BanState],
+    top_p: float,
+) -> np.ndarray:
+    """Lookahead's step with bans: each active sentence's best candidate ``(B,)`` that is not
+    banned, or the top one (0) once the weight of the banned ones skipped exceeds ``top_p``."""
+    B, n = w.shape
+    choice = np.zeros(B, dtype=np.int64)
+    for b in active:
+        skipped = 0.0
+        for c in range(n):
+            if w[b, c] <= 0:
+                break  # candidates are sorted: the rest are missing too
+            if cand_free[b, c] or not states[b].banned(int(cand_t[b, c])):
+                choice[b] = c
+                break
+            skipped += w[b, c]
+            if skipped > top_p:
+                break  # too much mass skipped: fall back to the top candidate
+    return choice
 
 
 def sample(
