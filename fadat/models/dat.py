@@ -383,37 +383,10 @@ class DATModel(PretrainedMixin, TranslationModel):
                 hypotheses carry ``log_prob=None``.
         """
         from fadat.decoding import decode
-        from fadat.models.inference import (
-            graph_top1,
-            output_match,
-            precision_autocast,
-            reads_top1_only,
-        )
+        from fadat.models.inference import precision_autocast, reads_top1_only
 
         if nbest == 1 and reads_top1_only(strategy, options):
-            top1, links, lengths, states = graph_top1(
-                self,
-                source,
-                path_only=strategy == "greedy",
-                shortlist=getattr(self, "inference_shortlist", None),
-                prune_threshold=getattr(self, "inference_prune_threshold", None),
-                return_states=True,
-                upsample_ratio=upsample_ratio,
-            )
-            hyps = decode(top1, links, lengths, strategy, **options)
-            outputs = [list(h.tokens) for h in hyps]
-            log_probs: list[float | None] = [None] * len(outputs)
-            if with_log_prob:
-                targets, target_lengths = bos_eos_targets(outputs, source.device)  # (B, T), (B,)
-                with torch.inference_mode(), precision_autocast(self):
-                    match = output_match(self, states, targets)  # (B, T, L)
-                log_probs = dag_log_likelihood_from_match(
-                    match, links, lengths, target_lengths
-                ).tolist()
-            return [
-                [Scored(y, float(h.score), lp, len(y) + 2)]
-                for y, h, lp in zip(outputs, hyps, log_probs, strict=True)
-            ]
+            return self._translate_top1(source, strategy, options, upsample_ratio, with_log_prob)
         with torch.inference_mode(), precision_autocast(self):
             token_logprobs, links, graph_lengths = self.graph_outputs(source, upsample_ratio)
         draws = []
@@ -422,24 +395,53 @@ class DATModel(PretrainedMixin, TranslationModel):
             if nbest > 1 and options.get("seed") is not None:
                 opts["seed"] = int(options["seed"]) + k
             draws.append(decode(token_logprobs, links, graph_lengths, strategy, **opts))
-        out = []
-        for b in range(source.shape[0]):
-            unique: dict[tuple[int, ...], float] = {}
-            for draw in draws:
-                h = draw[b]
-                key = tuple(h.tokens)
-                unique[key] = max(unique.get(key, -math.inf), float(h.score))
-            ranked = sorted(unique.items(), key=lambda kv: -kv[1]) if nbest > 1 else unique.items()
-            out.append([(list(tokens), score) for tokens, score in ranked])
+        out = _merge_draws(draws, source.shape[0], nbest)
         owner = [b for b, hyps in enumerate(out) for _ in hyps]
         flat = [tokens for hyps in out for tokens, _ in hyps]
-        log_probs = [None] * len(flat)
+        log_probs: list[float | None] = [None] * len(flat)
         if with_log_prob:  # one DP over every listed output, on this pass's log-probs
             log_probs = outputs_log_prob(token_logprobs, links, graph_lengths, owner, flat)
         found = iter(log_probs)
         return [
             [Scored(tokens, score, next(found), len(tokens) + 2) for tokens, score in hyps]
             for hyps in out
+        ]
+
+    def _translate_top1(
+        self,
+        source: Tensor,
+        strategy: str,
+        options: dict[str, Any],
+        upsample_ratio: float | None,
+        with_log_prob: bool,
+    ) -> list[list[Scored]]:
+        """:meth:`translate_batch`'s fast path (one output per sentence, a decoder that reads
+        only each vertex's best token): :func:`fadat.models.inference.graph_top1`."""
+        from fadat.decoding import decode
+        from fadat.models.inference import graph_top1, output_match, precision_autocast
+
+        top1, links, lengths, states = graph_top1(
+            self,
+            source,
+            path_only=strategy == "greedy",
+            shortlist=getattr(self, "inference_shortlist", None),
+            prune_threshold=getattr(self, "inference_prune_threshold", None),
+            return_states=True,
+            upsample_ratio=upsample_ratio,
+        )
+        hyps = decode(top1, links, lengths, strategy, **options)
+        outputs = [list(h.tokens) for h in hyps]
+        log_probs: list[float | None] = [None] * len(outputs)
+        if with_log_prob:
+            targets, target_lengths = bos_eos_targets(outputs, source.device)  # (B, T), (B,)
+            with torch.inference_mode(), precision_autocast(self):
+                match = output_match(self, states, targets)  # (B, T, L)
+            log_probs = dag_log_likelihood_from_match(
+                match, links, lengths, target_lengths
+            ).tolist()
+        return [
+            [Scored(y, float(h.score), lp, len(y) + 2)]
+            for y, h, lp in zip(outputs, hyps, log_probs, strict=True)
         ]
 
     def score_batch(
@@ -467,3 +469,21 @@ class DATModel(PretrainedMixin, TranslationModel):
         return BatchScores(
             [float(v) for v in log_probs], [int(t) for t in target_lengths], problems
         )
+
+
+def _merge_draws(
+    draws: list[list[Any]], batch: int, nbest: int
+) -> list[list[tuple[list[int], float]]]:
+    """Per sentence, the distinct outputs of ``draws`` (``nbest`` lists of ``batch``
+    hypotheses) as ``(tokens, score)``, a duplicate keeping its best score; ranked best first
+    when ``nbest > 1``."""
+    out = []
+    for b in range(batch):
+        unique: dict[tuple[int, ...], float] = {}
+        for draw in draws:
+            h = draw[b]
+            key = tuple(h.tokens)
+            unique[key] = max(unique.get(key, -math.inf), float(h.score))
+        ranked = sorted(unique.items(), key=lambda kv: -kv[1]) if nbest > 1 else unique.items()
+        out.append([(list(tokens), score) for tokens, score in ranked])
+    return out
