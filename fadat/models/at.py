@@ -227,44 +227,15 @@ class ATModel(PretrainedMixin, TranslationModel):
             vocab = cand.shape[-1]
             top_scores, top_idx = cand.view(n, -1).topk(min(2 * k, k * vocab), dim=1)  # (n, 2K)
             top_scores, top_idx = top_scores.tolist(), top_idx.tolist()
-            keep_rows: list[int] = []
-            keep_tokens: list[int] = []
-            keep_scores: list[float] = []
-            keep_sent: list[int] = []
-            for local, s in enumerate(sent):
-                chosen = []
-                for rank, (sc, idx) in enumerate(
-                    zip(top_scores[local], top_idx[local], strict=True)
-                ):
-                    if sc == float("-inf"):
-                        break
-                    beam, token = divmod(idx, vocab)
-                    row = local * k + beam
-                    if token == EOS_ID:
-                        if rank < k and len(finished[s]) < k:
-                            body = prefixes[row]
-                            normed = sc / (len(body) + 1) ** length_penalty
-                            finished[s].append(ATHypothesis(list(body), sc, normed))
-                    elif len(chosen) < k:
-                        chosen.append((row, token, sc))
-                if len(finished[s]) >= k or not chosen:
-                    continue
-                while len(chosen) < k:  # fewer than K live candidates: pad with dead beams
-                    chosen.append((chosen[0][0], chosen[0][1], float("-inf")))
-                keep_sent.append(s)
-                for row, token, sc in chosen:
-                    keep_rows.append(row)
-                    keep_tokens.append(token)
-                    keep_scores.append(sc)
+            keep_rows, keep_tokens, keep_scores, keep_sent = _beam_step(
+                top_scores, top_idx, sent, k, vocab, prefixes, finished, length_penalty
+            )
             if not keep_sent:
                 break
             prefixes = [prefixes[r] + [t] for r, t in zip(keep_rows, keep_tokens, strict=True)]
             index = torch.tensor(keep_rows, dtype=torch.int64, device=device)
             enc = enc.index_select(index)
-            for layer_cache in cache:
-                for part in layer_cache.values():
-                    for name in part:
-                        part[name] = part[name].index_select(0, index)
+            _reorder_cache(cache, index)
             scores = torch.tensor(keep_scores, dtype=torch.float64, device=device).view(-1, k)
             prev = torch.tensor(keep_tokens, dtype=torch.int64, device=device)[:, None]
             sent = keep_sent
@@ -380,3 +351,57 @@ def _ban_specials(lp: Tensor, force_eos: Tensor) -> Tensor:
     lp[force_eos] = float("-inf")
     lp[:, EOS_ID] = eos
     return lp
+
+
+def _beam_step(
+    top_scores: list[list[float]],
+    top_idx: list[list[int]],
+    sent: list[int],
+    k: int,
+    vocab: int,
+    prefixes: list[list[int]],
+    finished: list[list[ATHypothesis]],
+    length_penalty: float,
+) -> tuple[list[int], list[int], list[float], list[int]]:
+    """One step's choice in :meth:`ATModel.beam_search`, sentence by sentence: walk the ``2·K``
+    best candidates of active sentence ``local`` (``top_scores``/``top_idx`` ``[n][2K]``, flat
+    indices ``beam · V + token`` into rows ``local · K + beam``, best first); a ``</s>`` among
+    the top ``K`` appends a finished hypothesis to ``finished[sent[local]]`` (until it holds
+    ``K``); the first ``K`` other candidates continue (padded with dead beams). Returns the rows,
+    tokens and scores that continue and the sentences still active."""
+    keep_rows: list[int] = []
+    keep_tokens: list[int] = []
+    keep_scores: list[float] = []
+    keep_sent: list[int] = []
+    for local, s in enumerate(sent):
+        chosen = []
+        for rank, (sc, idx) in enumerate(zip(top_scores[local], top_idx[local], strict=True)):
+            if sc == float("-inf"):
+                break
+            beam, token = divmod(idx, vocab)
+            row = local * k + beam
+            if token == EOS_ID:
+                if rank < k and len(finished[s]) < k:
+                    body = prefixes[row]
+                    normed = sc / (len(body) + 1) ** length_penalty
+                    finished[s].append(ATHypothesis(list(body), sc, normed))
+            elif len(chosen) < k:
+                chosen.append((row, token, sc))
+        if len(finished[s]) >= k or not chosen:
+            continue
+        while len(chosen) < k:  # fewer than K live candidates: pad with dead beams
+            chosen.append((chosen[0][0], chosen[0][1], float("-inf")))
+        keep_sent.append(s)
+        for row, token, sc in chosen:
+            keep_rows.append(row)
+            keep_tokens.append(token)
+            keep_scores.append(sc)
+    return keep_rows, keep_tokens, keep_scores, keep_sent
+
+
+def _reorder_cache(cache: Cache, index: Tensor) -> None:
+    """Keep (and reorder) the cache's rows ``index`` ``(R',)`` int64 in every layer, in place."""
+    for layer_cache in cache:
+        for part in layer_cache.values():
+            for name in part:
+                part[name] = part[name].index_select(0, index)
