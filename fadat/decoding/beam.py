@@ -130,12 +130,7 @@ def beam_search(
             without ``lm_words``.
         ImportError: ``lm`` given but ``kenlm`` is not installed.
     """
-    if beam_size < 1 or max_beam_per_length < 1 or top_cand_n < 1:
-        raise ValueError("beam_size, max_beam_per_length and top_cand_n must be >= 1")
-    if max_successors is not None and max_successors < 1:
-        raise ValueError(f"max_successors must be >= 1, got {max_successors}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    _check_options(beam_size, max_beam_per_length, top_cand_n, top_p, max_successors)
     language_model = None
     if lm is not None:
         if lm_words is None:
@@ -160,6 +155,22 @@ def beam_search(
         if gc_was_enabled:
             gc.enable()
     return out
+
+
+def _check_options(
+    beam_size: int,
+    max_beam_per_length: int,
+    top_cand_n: int,
+    top_p: float,
+    max_successors: int | None,
+) -> None:
+    """Raise ValueError for :func:`beam_search`'s out-of-range pruning options."""
+    if beam_size < 1 or max_beam_per_length < 1 or top_cand_n < 1:
+        raise ValueError("beam_size, max_beam_per_length and top_cand_n must be >= 1")
+    if max_successors is not None and max_successors < 1:
+        raise ValueError(f"max_successors must be >= 1, got {max_successors}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
 def _beam_candidates(
