@@ -203,18 +203,7 @@ def distill(
     teacher = _check_teacher(model_dir, data_dir, meta)
     train = BinarizedDataset(data_dir, "train")
     n = len(train)
-    settings = {
-        "teacher": str(model_dir.resolve()),
-        "teacher_sha256": _sha256(model_dir / "model.safetensors"),
-        "data": str(data_dir.resolve()),
-        "data_fingerprint": meta.get("fingerprint"),
-        "beam": beam,
-        "length_penalty": length_penalty,
-        "max_len_a": 1.2,
-        "max_len_b": 10,
-        "batch_size": batch_size,
-        "engine": engine,
-    }
+    settings = _settings(model_dir, data_dir, meta, beam, length_penalty, batch_size, engine)
     out_meta = output / "meta.json"
     check_output_dir(output, "dataset")
     if out_meta.is_file():
@@ -226,20 +215,100 @@ def distill(
     mark_dir(output, "dataset")
     partial = output / PARTIAL
     done = _read_partial(partial, settings)
-    # Longest first (ties by index): the slowest batches come first, so the rate shown is not
-    # optimistic, and the batches are the same in every run.
+    batches = _plan_batches(train, batch_size, done, partial)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        translate = _translator(engine, model_dir, output, beam, length_penalty, threads)
+        ran = _translate_batches(
+            translate, train, batches, done, partial, settings, progress, stop_after
+        )
+    finally:
+        torch.set_num_threads(threads_before)
+    if ran is None:
+        return output
+    translated, seconds = ran
+    target_of: dict[int, list[int]] = {}
+    for b, ids in enumerate(batches):
+        target_of.update(zip(ids, done[b], strict=True))
+    _write_dataset(data_dir, output, meta, train, target_of)
+    lengths = [len(target_of[i]) for i in range(n)]
+    run = {"settings": settings, "teacher_config": teacher["config"], "threads": threads}
+    _finish(output, _distilled_meta(meta, lengths, run, translated, seconds))
+    return output
+
+
+def _settings(
+    model_dir: Path,
+    data_dir: Path,
+    meta: dict[str, Any],
+    beam: int,
+    length_penalty: float,
+    batch_size: int,
+    engine: str,
+) -> dict[str, Any]:
+    """What decides the distilled targets: a partial run resumes, and a complete dataset is
+    reused, only when these are equal."""
+    return {
+        "teacher": str(model_dir.resolve()),
+        "teacher_sha256": _sha256(model_dir / "model.safetensors"),
+        "data": str(data_dir.resolve()),
+        "data_fingerprint": meta.get("fingerprint"),
+        "beam": beam,
+        "length_penalty": length_penalty,
+        "max_len_a": 1.2,
+        "max_len_b": 10,
+        "batch_size": batch_size,
+        "engine": engine,
+    }
+
+
+def _finish(output: Path, meta: dict[str, Any]) -> None:
+    """Write ``meta.json`` atomically (the dataset is complete from then on), then delete the
+    partial run and the converted teacher."""
+    tmp = output / "meta.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, output / "meta.json")
+    (output / PARTIAL).unlink()
+    shutil.rmtree(output / "teacher-ctranslate2", ignore_errors=True)
+
+
+def _plan_batches(
+    train: BinarizedDataset, batch_size: int, done: dict[int, list[list[int]]], partial: Path
+) -> list[list[int]]:
+    """The batches of sentence indices, longest source first (ties by index): the slowest
+    batches come first, so the rate shown is not optimistic, and the batches are the same in
+    every run.
+
+    Raises:
+        InputError: the batches already in ``partial`` (``done``) do not match.
+    """
+    n = len(train)
     order = sorted(range(n), key=lambda i: (-int(train.source_lengths[i]), i))
     batches = [order[k : k + batch_size] for k in range(0, n, batch_size)]
     if any(len(done[b]) != len(batches[b]) for b in done if b < len(batches)) or any(
         b >= len(batches) for b in done
     ):
         raise InputError(f"{partial}: batches do not match the dataset; delete the file")
+    return batches
 
-    threads_before = torch.get_num_threads()
-    torch.set_num_threads(threads)
+
+def _translate_batches(
+    translate: Callable[[list[list[int]], list[int]], list[list[int]]],
+    train: BinarizedDataset,
+    batches: list[list[int]],
+    done: dict[int, list[list[int]]],
+    partial: Path,
+    settings: dict[str, Any],
+    progress: bool,
+    stop_after: int | None,
+) -> tuple[int, float] | None:
+    """Translate the batches not ``done`` yet, appending each to ``partial`` (and to ``done``)
+    as it finishes. Returns ``(sentences translated, seconds)``, or None when ``stop_after``
+    batches were translated first."""
+    n = len(train)
     bar = None
     try:
-        translate = _translator(engine, model_dir, output, beam, length_penalty, threads)
         todo = [b for b in range(len(batches)) if b not in done]
         if progress:
             from tqdm import tqdm
@@ -258,7 +327,7 @@ def distill(
                 _append(fh, {"settings": settings})
             for count, b in enumerate(todo):
                 if stop_after is not None and count >= stop_after:
-                    return output
+                    return None
                 sources = [train[i][0].tolist() for i in batches[b]]
                 outputs = translate(sources, [i + 1 for i in batches[b]])
                 targets = [[BOS_ID, *y, EOS_ID] for y in outputs]
@@ -267,17 +336,24 @@ def distill(
                 translated += len(sources)
                 if bar is not None:
                     bar.update(len(sources))
-        seconds = time.perf_counter() - started
+        return translated, time.perf_counter() - started
     finally:
         if bar is not None:
             bar.close()
-        torch.set_num_threads(threads_before)
 
-    target_of: dict[int, list[int]] = {}
-    for b, ids in enumerate(batches):
-        target_of.update(zip(ids, done[b], strict=True))
-    _write_dataset(data_dir, output, meta, train, target_of)
-    lengths = [len(target_of[i]) for i in range(n)]
+
+def _distilled_meta(
+    meta: dict[str, Any],
+    lengths: list[int],
+    run: dict[str, Any],
+    translated: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """A copy of the data's ``meta`` with the train split's target statistics of the new
+    targets (``lengths`` in tokens, ``<s>``/``</s>`` included) and a ``distilled`` record: the
+    ``run``'s ``settings``, ``teacher_config`` and ``threads``, the sentence count, this call's
+    time and rate (``translated`` sentences in ``seconds``) and the time it finished."""
+    n = len(lengths)
     meta = dict(meta)
     meta["splits"] = dict(meta["splits"])
     meta["splits"]["train"] = dict(meta["splits"]["train"])
@@ -286,20 +362,13 @@ def distill(
         "max": max(lengths, default=0),
     }
     meta["distilled"] = {
-        "settings": settings,
-        "teacher_config": teacher["config"],
-        "threads": threads,
+        **run,
         "sentences": n,
         "seconds_this_run": round(seconds, 1),
         "sentences_per_second_this_run": round(translated / seconds, 2) if seconds else None,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    tmp = output / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, out_meta)
-    partial.unlink()
-    shutil.rmtree(output / "teacher-ctranslate2", ignore_errors=True)
-    return output
+    return meta
 
 
 def _write_dataset(
