@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -169,11 +170,39 @@ def draw_graph(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import networkx as nx
 
     output = Path(output)
     if output.suffix.lower() not in SUFFIXES:
         raise InputError(f"{output}: output must end in .png or .svg")
+    graph, positions, n_layers, n_rows = _layout(view)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * n_layers + 1.5), max(3.0, 1.0 * n_rows + 1.5)))
+    _draw_edges(ax, graph, positions, view)
+    cmap = plt.get_cmap("Blues")
+    _draw_vertices(ax, positions, view, piece, cmap)
+    scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0.0, 1.0), cmap=cmap)
+    fig.colorbar(scale, ax=ax, fraction=0.03, pad=0.01, shrink=0.8, label="passing probability")
+    ys = [y for _, y in positions.values()]
+    if max(ys) - min(ys) < 1e-9:  # one row (a confident model): leave room for the boxes
+        ax.set_ylim(min(ys) - 1.0, max(ys) + 1.0)
+    else:
+        ax.margins(x=0.04, y=0.15)
+    ax.set_title(title, fontsize=9)
+    ax.axis("off")
+    fig.tight_layout()
+    try:
+        fig.savefig(output, dpi=110)
+    except OSError as err:
+        raise InputError(f"{output}: cannot write the picture: {err}") from err
+    finally:
+        plt.close(fig)
+
+
+def _layout(view: GraphView) -> tuple[Any, dict[int, Any], int, int]:
+    """The drawn graph (networkx ``DiGraph``, edge attribute ``flow``), its vertices' positions
+    (multipartite layout over topological generations), and its numbers of columns and of
+    rows in the fullest column."""
+    import networkx as nx
+
     graph = nx.DiGraph()
     graph.add_nodes_from(view.vertices)
     graph.add_weighted_edges_from(view.edges, weight="flow")
@@ -183,11 +212,17 @@ def draw_graph(
     positions = nx.multipartite_layout(graph, subset_key="layer", align="vertical")
     n_layers = 1 + max(graph.nodes[v]["layer"] for v in graph)
     n_rows = max(sum(1 for v in graph if graph.nodes[v]["layer"] == k) for k in range(n_layers))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.5 * n_layers + 1.5), max(3.0, 1.0 * n_rows + 1.5)))
+    return graph, positions, n_layers, n_rows
+
+
+def _draw_edges(ax: Any, graph: Any, positions: dict[int, Any], view: GraphView) -> None:
+    """Grey edges, opacity and width by flow, then the drawn path's edges in red."""
+    import networkx as nx
+
     path_edges = set(pairwise(view.path))
     other = [(i, j) for i, j, _ in view.edges if (i, j) not in path_edges]
     flows = {(i, j): f for i, j, f in view.edges}
-    # node_size only tells the arrows where to stop: the vertices are drawn as text boxes below.
+    # node_size only tells the arrows where to stop: the vertices are drawn as text boxes.
     common = dict(ax=ax, connectionstyle="arc3,rad=0.12", node_size=2400)
     if other:
         nx.draw_networkx_edges(
@@ -209,7 +244,17 @@ def draw_graph(
         arrowsize=12,
         **common,
     )
-    cmap = plt.get_cmap("Blues")
+
+
+def _draw_vertices(
+    ax: Any,
+    positions: dict[int, Any],
+    view: GraphView,
+    piece: Callable[[int], str],
+    cmap: Any,
+) -> None:
+    """Each vertex as a text box (passing probability, top tokens) shaded by its passing
+    probability; the path's vertices framed in red."""
     on_path = set(view.path)
     for v, pas, tops in zip(view.vertices, view.passing, view.top_tokens, strict=True):
         # Two decimals hide the small passing probabilities of alternative vertices.
@@ -232,22 +277,6 @@ def draw_graph(
             ),
             zorder=3,
         )
-    scale = matplotlib.cm.ScalarMappable(norm=matplotlib.colors.Normalize(0.0, 1.0), cmap=cmap)
-    fig.colorbar(scale, ax=ax, fraction=0.03, pad=0.01, shrink=0.8, label="passing probability")
-    ys = [y for _, y in positions.values()]
-    if max(ys) - min(ys) < 1e-9:  # one row (a confident model): leave room for the boxes
-        ax.set_ylim(min(ys) - 1.0, max(ys) + 1.0)
-    else:
-        ax.margins(x=0.04, y=0.15)
-    ax.set_title(title, fontsize=9)
-    ax.axis("off")
-    fig.tight_layout()
-    try:
-        fig.savefig(output, dpi=110)
-    except OSError as err:
-        raise InputError(f"{output}: cannot write the picture: {err}") from err
-    finally:
-        plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------
