@@ -372,8 +372,7 @@ def analyze_model(
         InputError: an AT model, no sentences, streams of another length than ``sources``,
             unknown strategy or invalid options.
     """
-    from fadat.decoding import decode
-    from fadat.evaluation.scoring import bucket_scores, corpus_scores, moses_tokenize
+    from fadat.evaluation.scoring import bucket_scores, moses_tokenize
     from fadat.translation.pipeline import check_strategy
 
     if not sources:
@@ -386,6 +385,52 @@ def analyze_model(
         raise InputError(f"{name}: only DAT models have a graph to analyse")
     for strategy in strategies:
         check_strategy(model, strategy, options.get(strategy, {}), cli=True)
+    stats, texts, passing, max_token = _decode_split(
+        model, sp, sources, strategies, options, max_tokens, warn, upsample_ratio
+    )
+    tok_refs = [moses_tokenize(stream, target_lang) for stream in references]
+    rows_out, tok_hyps = {}, {}
+    for strategy in strategies:
+        tok_hyps[strategy] = moses_tokenize(texts[strategy], target_lang)
+        rows_out[strategy] = _strategy_report(
+            stats[strategy], texts[strategy], tok_hyps[strategy], references, tok_refs, target_lang
+        )
+    return ModelReport(
+        name=name,
+        sentences=len(sources),
+        analysed=int(sum(len(s.lengths) for s in stats[strategies[0]])),
+        strategies=rows_out,
+        passing=np.concatenate(passing),
+        max_token=np.concatenate(max_token),
+        bucket_strategy=bucket_strategy,
+        buckets=bucket_scores(tok_hyps[bucket_strategy], tok_refs, references[0]),
+        translations=texts,
+    )
+
+
+_STAT_FIELDS = ("path_nll", "token_nll", "marginal_nll", "lengths")
+
+
+def _decode_split(
+    model: Any,
+    sp: Any,
+    sources: Sequence[str],
+    strategies: list[str],
+    options: dict[str, dict[str, Any]],
+    max_tokens: int | None,
+    warn: Callable[[str], None] | None,
+    upsample_ratio: float | None,
+) -> tuple[dict[str, list[PathStatistics]], dict[str, list[str]], list[Any], list[Any]]:
+    """One decoder pass per batch, decoded by every strategy: per strategy its path statistics
+    (one :class:`PathStatistics` per batch) and its detokenised outputs (one per source, ``""``
+    for a sentence not analysed); per batch the vertices' passing and max-token probabilities
+    (:func:`vertex_confidence`, NumPy).
+
+    Raises:
+        InputError: every source sentence is empty.
+    """
+    from fadat.decoding import decode
+
     stats: dict[str, list[PathStatistics]] = {s: [] for s in strategies}
     texts: dict[str, list[str]] = {s: [""] * len(sources) for s in strategies}
     passing, max_token = [], []
@@ -404,36 +449,31 @@ def analyze_model(
                 texts[strategy][i] = spm_decode(sp, hyp.tokens)
     if not passing:
         raise InputError("every source sentence is empty: nothing to analyse")
-    tok_refs = [moses_tokenize(stream, target_lang) for stream in references]
-    rows_out, tok_hyps = {}, {}
-    for strategy in strategies:
-        cat = {k: torch.cat([getattr(s, k) for s in stats[strategy]]) for k in _STAT_FIELDS}
-        tok_hyps[strategy] = moses_tokenize(texts[strategy], target_lang)
-        scores = corpus_scores(
-            texts[strategy], references, target_lang, tok_hyps[strategy], tok_refs
-        )
-        rows_out[strategy] = StrategyReport(
-            path_nll=float(cat["path_nll"].double().mean()),
-            token_nll=float(cat["token_nll"].double().mean()),
-            marginal_nll=float(cat["marginal_nll"].double().mean()),
-            path_length=float(cat["lengths"].double().mean()),
-            bleu=float(scores["bleu"]),
-            tok_bleu=float(scores["tok_bleu"]),
-        )
-    return ModelReport(
-        name=name,
-        sentences=len(sources),
-        analysed=int(sum(len(s.lengths) for s in stats[strategies[0]])),
-        strategies=rows_out,
-        passing=np.concatenate(passing),
-        max_token=np.concatenate(max_token),
-        bucket_strategy=bucket_strategy,
-        buckets=bucket_scores(tok_hyps[bucket_strategy], tok_refs, references[0]),
-        translations=texts,
+    return stats, texts, passing, max_token
+
+
+def _strategy_report(
+    stats: list[PathStatistics],
+    texts: list[str],
+    tok_hyps: list[str],
+    references: Sequence[Sequence[str]],
+    tok_refs: list[list[str]],
+    target_lang: str,
+) -> StrategyReport:
+    """One strategy's row of Table 3: mean path statistics over every analysed sentence and
+    the corpus BLEU of its outputs ``texts`` (``tok_hyps`` Moses-tokenised)."""
+    from fadat.evaluation.scoring import corpus_scores
+
+    cat = {k: torch.cat([getattr(s, k) for s in stats]) for k in _STAT_FIELDS}
+    scores = corpus_scores(texts, references, target_lang, tok_hyps, tok_refs)
+    return StrategyReport(
+        path_nll=float(cat["path_nll"].double().mean()),
+        token_nll=float(cat["token_nll"].double().mean()),
+        marginal_nll=float(cat["marginal_nll"].double().mean()),
+        path_length=float(cat["lengths"].double().mean()),
+        bleu=float(scores["bleu"]),
+        tok_bleu=float(scores["tok_bleu"]),
     )
-
-
-_STAT_FIELDS = ("path_nll", "token_nll", "marginal_nll", "lengths")
 
 
 # ---------------------------------------------------------------------------------------------
