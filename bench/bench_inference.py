@@ -6,6 +6,7 @@ Usage::
         --data data/bible-en-es [--threads 1 2] [--repeats 3] [--latency-sentences 100] \\
         [--batch-sentences 512] [--batch-size 64] [--test-sentences 0] \\
         [--upsample-ratios 4 3] [--prune-thresholds 1e-2] [--shortlist FILE] \\
+        [--at-shortlist FILE] \\
         [--only REGEX] [--json out.json]
     python bench/bench_inference.py --smoke --dat DAT --at AT --src SRC --ref REF   # seconds
 
@@ -18,8 +19,10 @@ Rows (``--only REGEX`` keeps the rows whose name matches):
   token head on its path only and is not pruned), at the model's λ and at each
   ``--upsample-ratios`` λ (``λ=x``; decode-time λ below the training λ);
 - the AT exported to CTranslate2 (fadat.translation.export; ``--ct2-compute``, default int8): greedy
-  and beam 5; the same with CTranslate2's vocabulary map written from the same shortlist
-  (``+vmap``; CTranslate2 takes the union over a batch's sentences); and with every output
+  and beam 5; the same with CTranslate2's vocabulary map written from a shortlist built the
+  same way for the AT's vocabulary (``+vmap``; ``--at-shortlist``, default the AT directory's
+  ``shortlist.safetensors``, else the DAT's when both share a vocabulary; CTranslate2 takes the
+  union over a batch's sentences); and with every output
   forced to its reference's length (``=ref len``: ``n + 1`` decoding steps for a reference of
   ``n`` pieces, the work of an AT whose outputs have the references' lengths; for when no
   plateau AT exists; their BLEU is meaningless and not shown).
@@ -201,6 +204,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--upsample-ratios", type=float, nargs="*", default=[], help="extra λ values")
     p.add_argument("--prune-thresholds", type=float, nargs="*", default=[1e-2])
     p.add_argument("--shortlist", help="shortlist file (default: the DAT's shortlist.safetensors)")
+    p.add_argument(
+        "--at-shortlist",
+        help="the AT's shortlist for +vmap (default: the AT's shortlist.safetensors; else the "
+        "DAT's when the vocabularies are the same)",
+    )
     p.add_argument("--ct2-compute", nargs="+", default=["int8"])
     p.add_argument("--only", help="keep the rows whose name matches this regular expression")
     p.add_argument("--smoke", action="store_true", help="a few sentences, one repeat: seconds")
@@ -250,12 +258,22 @@ def main(argv: list[str] | None = None) -> dict:
     same_vocab = [sp_at.id_to_piece(i) for i in range(sp_at.get_piece_size())] == [
         sp_dat.id_to_piece(i) for i in range(sp_dat.get_piece_size())
     ]
-    if shortlist is not None and same_vocab:
+    at_shortlist_path = Path(args.at_shortlist or Path(args.at) / SHORTLIST_NAME)
+    if at_shortlist_path.is_file():
+        # the AT's own shortlist, built the same way for its vocabulary (fadat shortlist)
+        export_ctranslate2(args.at, work / "at-ct2-vmap", shortlist=at_shortlist_path)
+        vmap_command = f"fadat export --shortlist {at_shortlist_path}"
+    elif shortlist is not None and same_vocab:
         shutil.copytree(work / "at-ct2", work / "at-ct2-vmap")
         pieces = [sp_at.id_to_piece(i) for i in range(sp_at.get_piece_size())]
         write_ctranslate2_vmap(shortlist, pieces, work / "at-ct2-vmap" / "vmap.txt")
+        vmap_command = f"fadat export --shortlist {shortlist_path}"
     elif shortlist is not None:
-        print("the AT's vocabulary is not the DAT's: +vmap rows left out", flush=True)
+        print(
+            f"the AT's vocabulary is not the DAT's and {at_shortlist_path} does not exist "
+            "(fadat shortlist --model AT_DIR): +vmap rows left out",
+            flush=True,
+        )
 
     rows: list[Row] = []
     models = {}
@@ -310,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict:
                 directory = work / ("at-ct2-vmap" if variant.get("vmap") else "at-ct2")
                 command = (
                     f"fadat export --format ctranslate2 --model {args.at} --output DIR"
-                    + (" (+ vmap.txt from the shortlist)" if variant.get("vmap") else "")
+                    + (vmap_command.removeprefix("fadat export") if variant.get("vmap") else "")
                     + f"; CTranslate2AT(DIR, '{compute}', intra_threads, inter_threads)"
                     + f".translate_ids(ids, beam_size={beam}"
                     + (", use_vmap=True" if variant.get("vmap") else "")

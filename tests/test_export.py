@@ -198,6 +198,44 @@ def test_export_of_a_dat_or_corrupt_directory_is_a_one_line_error(tmp_path, caps
     assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
 
 
+def test_export_writes_the_vocabulary_map_from_the_ats_shortlist(tmp_path, capsys):
+    """``fadat shortlist --model AT`` then ``fadat export --shortlist``: the export holds the
+    shortlist as ``vmap.txt`` (the same file :func:`write_ctranslate2_vmap` writes) and names
+    it in its info; a shortlist for another vocabulary is a one-line error and leaves nothing."""
+    import sentencepiece as spm
+    from test_translate import random_models
+
+    from fadat.models.shortlist import build_shortlist, load_shortlist, write_ctranslate2_vmap
+
+    models = random_models(str(tmp_path / "random"))
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("ab cd\ngh ij\nab gh\n", encoding="utf-8")
+    tgt.write_text("ab\ngh ij\nab cd\n", encoding="utf-8")
+    argv = ["shortlist", "--model", str(models["at"]), "--source", str(src), "--target", str(tgt)]
+    assert cli.main([*argv, "--top-k", "2", "--frequent", "1"]) == 0
+    capsys.readouterr()
+    code, err = _export(
+        ["--model", str(models["at"]), "--output", str(tmp_path / "o"), "--shortlist"], capsys
+    )
+    assert code == 0, err
+    sp = spm.SentencePieceProcessor(model_file=str(models["spm"]))
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    expected = write_ctranslate2_vmap(load_shortlist(models["at"]), pieces, tmp_path / "v.txt")
+    assert (tmp_path / "o" / "vmap.txt").read_text() == expected.read_text()
+    info = json.loads((tmp_path / "o" / "fadat_export.json").read_text())
+    assert info["vocabulary_map"]["top_k"] == "2"
+    CTranslate2AT(tmp_path / "o", "float32").translate_ids([[4, 5, 2]], 2, use_vmap=True)
+
+    other = build_shortlist([], 20, top_k=1, frequent=0).save(tmp_path / "other.safetensors")
+    out = tmp_path / "o2"
+    code, err = _export(
+        ["--model", str(models["at"]), "--output", str(out), "--shortlist", str(other)], capsys
+    )
+    assert code == 2 and err.count("\n") == 1 and "vocabulary of 20" in err, err
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
 def test_vocabulary_map_and_forced_lengths(tmp_path):
     """``use_vmap`` with a vmap.txt written from a shortlist keeps every output token among the
     batch's candidates; ``target_lengths`` gives exactly that many tokens per sentence."""

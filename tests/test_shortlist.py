@@ -87,8 +87,17 @@ def test_shortlist_verb_and_translate_flags(tmp_path, capsys):
     assert shortlist.table.shape == (16, 2) and shortlist.metadata["pairs"] == "3"
     assert cli.main([*argv, "--target", str(tgt), "--data", str(tmp_path)]) == 2
     assert "either --data" in capsys.readouterr().err
+    # an AT takes one too (CTranslate2's vocabulary map, fadat export --shortlist); a NAT not
     at = ["shortlist", "--model", str(models["at"]), "--source", str(src), "--target", str(tgt)]
-    assert cli.main(at) == 2
+    assert cli.main([*at, "--top-k", "2", "--frequent", "1"]) == 0
+    assert np.array_equal(load_shortlist(models["at"], vocab_size=16).table, shortlist.table)
+    from fadat.models.config import make_config
+    from fadat.models.nat import NATModel
+
+    nat_config = make_config("tiny", 16, model_type="nat", max_source_positions=8)
+    NATModel(nat_config).save_pretrained(tmp_path / "nat", spm_model=models["spm"])
+    nat = ["shortlist", "--model", str(tmp_path / "nat"), "--source", str(src)]
+    assert cli.main([*nat, "--target", str(tgt)]) == 2
     assert "shortlists are for DATs" in capsys.readouterr().err
     tgt.write_text("ab cd\n", encoding="utf-8")
     assert cli.main([*argv, "--target", str(tgt)]) == 2

@@ -337,11 +337,12 @@ def coverage(
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``fadat shortlist``."""
     parser.description = (
-        "Build a lexical vocabulary shortlist for a DAT model from its training data and store "
-        f"it in the model directory ({SHORTLIST_NAME}); use it with `fadat translate "
-        "--shortlist`."
+        "Build a lexical vocabulary shortlist for a model from its training data and store it "
+        f"in the model directory ({SHORTLIST_NAME}); a DAT uses it with `fadat translate "
+        "--shortlist`, an AT exported to CTranslate2 as its vocabulary map (`fadat export "
+        "--shortlist`)."
     )
-    parser.add_argument("--model", required=True, help="DAT model directory")
+    parser.add_argument("--model", required=True, help="DAT or AT model directory")
     parser.add_argument("--data", default=None, help="prepared data directory (fadat prepare)")
     parser.add_argument("--split", default="train", help="its split to count (default train)")
     parser.add_argument("--source", default=None, help="or: raw source text (one per line)")
@@ -361,8 +362,8 @@ def run(args: argparse.Namespace) -> int:
     """Build and write the shortlist; returns 0.
 
     Raises:
-        InputError: neither ``--data`` nor ``--source``/``--target`` (or both), not a DAT
-            model directory, one without a sentencepiece model, a vocabulary other than the
+        InputError: neither ``--data`` nor ``--source``/``--target`` (or both), not a DAT or
+            AT model directory, one without a sentencepiece model, a vocabulary other than the
             model's.
     """
     from fadat.models.architectures import model_class
@@ -370,8 +371,12 @@ def run(args: argparse.Namespace) -> int:
 
     model = Path(args.model)
     meta = read_model_metadata(model)
-    if not model_class(meta["model_type"]).reduced_head:
-        raise InputError(f"{model}: holds a {meta['model_type']!r} model; shortlists are for DATs")
+    cls = model_class(meta["model_type"])
+    if not (cls.reduced_head or cls.autoregressive):
+        raise InputError(
+            f"{model}: holds a {meta['model_type']!r} model; shortlists are for DATs (fadat "
+            "translate --shortlist) and ATs (fadat export --shortlist)"
+        )
     vocab = int(meta["config"]["vocab_size"])
     if (args.data is None) == (args.source is None and args.target is None):
         raise InputError("give either --data DIR or --source FILE --target FILE")

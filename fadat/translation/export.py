@@ -174,6 +174,7 @@ def export_ctranslate2(
     *,
     quantization: str = "float32",
     force: bool = False,
+    shortlist: str | Path | None = None,
 ) -> Path:
     """Export an AT model directory to a CTranslate2 model directory.
 
@@ -187,6 +188,10 @@ def export_ctranslate2(
         quantization: the stored weight type (one of :data:`QUANTIZATIONS`; the engine can
             still convert at load time with ``compute_type``).
         force: replace an existing ``output``.
+        shortlist: a vocabulary shortlist for the AT's vocabulary (``fadat shortlist --model
+            AT_DIR``: the model directory or the file), written as CTranslate2's vocabulary map
+            ``vmap.txt`` (translate with ``use_vmap=True``;
+            :func:`fadat.models.shortlist.write_ctranslate2_vmap`).
 
     Returns:
         ``output`` as a Path.
@@ -194,7 +199,8 @@ def export_ctranslate2(
     Raises:
         InputError: ctranslate2 not installed; ``model_dir`` missing, corrupt, a DAT model or
             without a sentencepiece model; ``output`` is an export and ``force`` is false, or is
-            anything else than an export or an empty directory; unknown ``quantization``.
+            anything else than an export or an empty directory; unknown ``quantization``;
+            ``shortlist`` missing, unreadable or for another vocabulary size.
     """
     _require_ctranslate2()
     if quantization not in QUANTIZATIONS:
@@ -219,6 +225,11 @@ def export_ctranslate2(
         raise InputError(
             f"{spm_path}: {len(pieces)} pieces, the model's vocab_size is {model.config.vocab_size}"
         )
+    vocabulary_map = None
+    if shortlist is not None:
+        from fadat.models.shortlist import load_shortlist
+
+        vocabulary_map = load_shortlist(shortlist, model.config.vocab_size)
     spec = ctranslate2_spec(model, pieces)
     spec.validate()
     spec.optimize(quantization=None if quantization == "float32" else quantization)
@@ -226,11 +237,16 @@ def export_ctranslate2(
     try:
         spec.save(str(staged))
         shutil.copyfile(spm_path, staged / "spm.model")
+        if vocabulary_map is not None:
+            from fadat.models.shortlist import write_ctranslate2_vmap
+
+            write_ctranslate2_vmap(vocabulary_map, pieces, staged / "vmap.txt")
         info = {
             "exported_from": str(model_dir.resolve()),
             "model_config": meta["config"],
             "data": meta.get("data"),
             "quantization": quantization,
+            "vocabulary_map": (None if vocabulary_map is None else dict(vocabulary_map.metadata)),
             "fadat_decoding": (
                 "translate_batch(pieces without </s>, beam_size=K, length_penalty=α, "
                 "return_end_token=True, min_decoding_length=0, "
@@ -392,12 +408,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stored weight type (default float32; the engine can also quantize at load time)",
     )
     parser.add_argument("--force", action="store_true", help="replace an existing --output")
+    parser.add_argument(
+        "--shortlist",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="write CTranslate2's vocabulary map (vmap.txt, use_vmap=True) from a shortlist "
+        "(`fadat shortlist --model AT_DIR`; default AT_DIR/shortlist.safetensors)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Export; returns 0. Raises InputError for bad input (see :func:`export_ctranslate2`)."""
+    shortlist = None
+    if args.shortlist is not None:
+        shortlist = args.shortlist or args.model
     out = export_ctranslate2(
-        args.model, args.output, quantization=args.quantization, force=args.force
+        args.model,
+        args.output,
+        quantization=args.quantization,
+        force=args.force,
+        shortlist=shortlist,
     )
-    print(f"exported {args.model} to {out} ({args.format}, {args.quantization})")
+    extra = ", vmap.txt from the shortlist" if shortlist is not None else ""
+    print(f"exported {args.model} to {out} ({args.format}, {args.quantization}{extra})")
     return 0
