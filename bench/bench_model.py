@@ -1,4 +1,4 @@
-"""Training-step benchmark of the DA-Transformer network on CPU.
+"""Training-step benchmark of the DA-Transformer network on the CPU or one CUDA GPU.
 
 For a preset (default ``cpu-small``) at a typical batch (B sentences, source ≈ S tokens, target
 ≈ source length) and each graph-size ratio λ, times one NLL training step broken down into
@@ -15,7 +15,13 @@ encoder, decoder, token head + log-softmax, links head, objective
   ``fadat.models.transformer.dropout`` (``ModelConfig.fast_dropout``), as ``fadat train`` uses;
 - ``fp32-compile`` / ``bf16-compile``: the same with the encoder, each decoder layer and the links
   head compiled in place (``nn.Module.compile``, dynamic shapes); the compile time is measured and
-  reported; a variant whose compilation fails falls back to eager and says so.
+  reported; a variant whose compilation fails falls back to eager and says so;
+- ``bf16-glat`` / ``bf16-fuzzy``: whole training steps of ``fadat train`` through
+  ``fadat.objectives.compute_loss`` under bf16 autocast: NLL with glancing ratio 0.5 (the paper's
+  pre-training start; the glancing pass is a no-grad forward and a best alignment before the
+  training forward) and the fuzzy alignment loss (n = 2, glancing 0.1, the fine-tuning
+  setting); their stages are "objective" (the forward, glancing and loss), "backward" and
+  "optimizer". Against ``bf16-fused`` they show what glancing and the fuzzy loss add.
 
 It reports target tokens/s, matmul GFLOP/s achieved (FLOPs of mm/bmm/attention counted by
 ``torch.utils.flop_counter`` on the fp32 step) next to the measured peak of a large fp32 and bf16
@@ -26,18 +32,32 @@ Usage::
 
     python bench/bench_model.py [--preset cpu-small] [--vocab 8000] [--batch 32] [--src-len 30]
                                 [--ratios 4 8] [--steps 3] [--variants fp32-eager,bf16-eager,...]
+                                [--device cpu|cuda] [--max-tokens N] [--json FILE]
+
+``--max-tokens N`` replaces ``--batch``: the batch is as many sentences as ``fadat train
+--max-tokens N`` puts in one micro-batch at this length, i.e. B · max cost ≤ N with a sentence's
+cost ``max(src, tgt, L)`` (``fadat.data.batching.sentence_costs``; at λ = 8 the graph size L
+dominates, so ``--max-tokens 8192`` holds ≈ 8192 / (8 · 35) ≈ 29 sentences of ≈ 30 tokens).
+
+``--device cuda``: the model and batch on the GPU, the stage laps taken after
+``torch.cuda.synchronize`` (which serialises the host and the GPU at every lap: the breakdown's
+total is a little slower than a real step), tokens/s from ``--steps`` further steps timed whole
+(one synchronize per step, CUDA events), and the peak memory of the variant's steps
+(``torch.cuda.max_memory_allocated``, after resetting it, minus nothing: model, optimizer state
+and activations). The matmul peak is then an 8192³ GPU matmul.
 
 The machine may be shared with other jobs, which slows single steps by up to several times: the
 variants are timed interleaved (one step of each in turn), the table shows the *fastest* of
 ``--steps`` steps (the least disturbed one; its stage breakdown, tokens/s, GFLOP/s) next to the
 median step, and the peak matmul (best of 5) is measured in the same run at the start and the end.
-CPU only (CUDA not run).
+``--json FILE`` writes the rows (one per ratio and variant; milliseconds, tokens/s, MiB).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -54,12 +74,29 @@ tune_memory()
 import torch  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, graph_size  # noqa: E402
+from fadat.data.batching import sentence_costs  # noqa: E402
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, Batch, graph_size  # noqa: E402
 from fadat.models.config import make_config  # noqa: E402
 from fadat.models.dat import DATModel  # noqa: E402
 
 STAGES = ("encoder", "decoder", "token_head", "links_head", "objective", "backward", "optimizer")
-VARIANTS = ("fp32-eager", "bf16-eager", "bf16-fused", "fp32-compile", "bf16-compile")
+VARIANTS = (
+    "fp32-eager",
+    "bf16-eager",
+    "bf16-fused",
+    "fp32-compile",
+    "bf16-compile",
+    "bf16-glat",
+    "bf16-fuzzy",
+)
+#: the whole-step variants: (objective, glancing ratio) of fadat.objectives.compute_loss
+OBJECTIVE_VARIANTS = {"bf16-glat": ("nll", 0.5), "bf16-fuzzy": ("fuzzy", 0.1)}
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA runs asynchronously; the CPU does not)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def objective_fn() -> tuple[Callable, str]:
@@ -87,15 +124,18 @@ def objective_fn() -> tuple[Callable, str]:
         return plain, "plain log-space forward loop in this bench (fadat.dag not found)"
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, reps: int = 5) -> float:
-    """GFLOP/s of an n×n×n matmul (best of ``reps``)."""
-    a = torch.randn(n, n).to(dtype)
-    b = torch.randn(n, n).to(dtype)
+def matmul_peak(dtype: torch.dtype, device: torch.device, reps: int = 5) -> float:
+    """GFLOP/s of an n×n×n matmul (best of ``reps``; n = 2048 on the CPU, 8192 on a GPU)."""
+    n = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
     torch.mm(a, b)
     best = float("inf")
     for _ in range(reps):
+        synchronize(device)
         t = time.perf_counter()
         torch.mm(a, b)
+        synchronize(device)
         best = min(best, time.perf_counter() - t)
     return 2 * n**3 / best / 1e9
 
@@ -118,16 +158,44 @@ def make_batch(vocab: int, batch: int, src_len: int, seed: int = 0):
     return source, s_len, target, t_len
 
 
+def batch_for_tokens(vocab: int, max_tokens: int, src_len: int, ratio: float, max_graph: int):
+    """The batch ``fadat train --max-tokens max_tokens`` would form of sentences like
+    :func:`make_batch`'s: the largest B whose padded cost B · max cost ≤ ``max_tokens``
+    (:func:`fadat.data.batching.sentence_costs`), at least 1. Returns ``(batch, B, cost)``."""
+    size = 1
+    while True:
+        batch = make_batch(vocab, size + 1, src_len)
+        costs = sentence_costs(batch[1].numpy(), batch[3].numpy(), ratio, max_graph)
+        if (size + 1) * int(costs.max()) > max_tokens:
+            break
+        size += 1
+    while True:  # each size draws its own lengths: check the one returned
+        batch = make_batch(vocab, size, src_len)
+        costs = sentence_costs(batch[1].numpy(), batch[3].numpy(), ratio, max_graph)
+        cost = size * int(costs.max())
+        if cost <= max_tokens or size == 1:
+            return batch, size, cost
+        size -= 1
+
+
 class Step:
-    """One training step with per-stage wall-clock timing (CPU ops are synchronous)."""
+    """One training step with per-stage wall-clock timing; on a GPU each lap first waits for
+    the queued work (``breakdown=False``: one lap, ``"step"``, for the whole step)."""
 
     def __init__(
-        self, model: DATModel, bf16: bool, objective: Callable, fused: bool = False
+        self,
+        model: DATModel,
+        bf16: bool,
+        objective: Callable,
+        fused: bool = False,
+        device: torch.device | None = None,
     ) -> None:
         self.model = model
         self.bf16 = bf16
         self.objective = objective
         self.fused = fused
+        self.device = device or torch.device("cpu")
+        self.breakdown = True
         # fused AdamW (one kernel for all parameters) where this torch supports it on the device
         try:
             self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.01, fused=True)
@@ -136,8 +204,25 @@ class Step:
 
     def autocast(self):
         if self.bf16:
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
+
+    def timer(self) -> Callable[[str], None]:
+        """``lap(name)`` records the time since the previous lap into ``self.times``."""
+        self.times: dict[str, float] = {}
+        synchronize(self.device)
+        t = time.perf_counter()
+
+        def lap(name: str) -> None:
+            nonlocal t
+            if not self.breakdown and name != "optimizer":
+                return
+            synchronize(self.device)
+            now = time.perf_counter()
+            self.times["step" if not self.breakdown else name] = now - t
+            t = now
+
+        return lap
 
     def forward(self, source, s_len):
         m = self.model
@@ -150,15 +235,7 @@ class Step:
 
     def __call__(self, source, s_len, target, t_len) -> dict[str, float]:
         m = self.model
-        times = {}
-        t = time.perf_counter()
-
-        def lap(name):
-            nonlocal t
-            now = time.perf_counter()
-            times[name] = now - t
-            t = now
-
+        lap = self.timer()
         gl = m.graph_lengths(s_len)
         toks = m.decoder_input_tokens(gl)
         with self.autocast():
@@ -185,7 +262,35 @@ class Step:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         lap("optimizer")
-        return times
+        return self.times
+
+
+class ObjectiveStep(Step):
+    """A whole ``fadat train`` step through :func:`fadat.objectives.compute_loss` (glancing and
+    the objective included) under bf16 autocast; stages "objective", "backward", "optimizer"."""
+
+    def __init__(self, model: DATModel, name: str, glancing: float, device: torch.device):
+        super().__init__(model, True, None, device=device)
+        from fadat.objectives import ObjectiveConfig
+
+        self.cfg = ObjectiveConfig(name=name, glancing_ratio=glancing)
+
+    def __call__(self, source, s_len, target, t_len) -> dict[str, float]:
+        from fadat.objectives import compute_loss
+
+        lap = self.timer()
+        ids = torch.arange(len(source), device=source.device)
+        batch = Batch(source, target, s_len, t_len, ids)
+        with self.autocast():
+            out = compute_loss(self.model, batch, self.cfg)
+        loss = out.loss_sum / out.count
+        lap("objective")
+        loss.backward()
+        lap("backward")
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        lap("optimizer")
+        return self.times
 
 
 def compile_in_place(model: DATModel) -> None:
@@ -196,19 +301,25 @@ def compile_in_place(model: DATModel) -> None:
     model.links_head.compile(dynamic=True)
 
 
+def make_step(name: str, model: DATModel, objective: Callable, device: torch.device) -> Step:
+    if name in OBJECTIVE_VARIANTS:
+        return ObjectiveStep(model, *OBJECTIVE_VARIANTS[name], device=device)
+    return Step(model, name.startswith("bf16"), objective, fused="fused" in name, device=device)
+
+
 def prepare_variant(name: str, args, ratio: float, objective: Callable, batch) -> dict:
     """Build the model of one variant and warm it up (compilation included in the warm-up)."""
     torch.manual_seed(0)
-    # The fused variant is the `fadat train` path, cheaper dropout masks included.
-    config = make_config(
-        args.preset, args.vocab, upsample_ratio=ratio, fast_dropout="fused" in name
-    )
-    model = DATModel(config).train()
+    # The fused and whole-step variants are the `fadat train` path, cheaper dropout masks
+    # included.
+    fast = "fused" in name or name in OBJECTIVE_VARIANTS
+    config = make_config(args.preset, args.vocab, upsample_ratio=ratio, fast_dropout=fast)
+    model = DATModel(config).to(args.device).train()
     note = ""
     compiled = name.endswith("compile")
     if compiled:
         compile_in_place(model)
-    step = Step(model, name.startswith("bf16"), objective, fused="fused" in name)
+    step = make_step(name, model, objective, args.device)
     source, s_len, target, t_len = batch
     t0 = time.perf_counter()
     try:
@@ -219,8 +330,8 @@ def prepare_variant(name: str, args, ratio: float, objective: Callable, batch) -
         note = f"compile failed ({type(err).__name__}: {str(err)[:60]}); eager fallback"
         compiled = False
         torch.manual_seed(0)
-        model = DATModel(config).train()
-        step = Step(model, name.startswith("bf16"), objective, fused="fused" in name)
+        model = DATModel(config).to(args.device).train()
+        step = make_step(name, model, objective, args.device)
         step(source, s_len, target, t_len)
     warm_s = time.perf_counter() - t0
     # same-seed determinism of the decoder pass (dropout masks), as glancing needs
@@ -242,8 +353,9 @@ def prepare_variant(name: str, args, ratio: float, objective: Callable, batch) -
 
 def count_flops(args, ratio, objective, batch) -> float:
     torch.manual_seed(0)
-    model = DATModel(make_config(args.preset, args.vocab, upsample_ratio=ratio)).train()
-    step = Step(model, False, objective)
+    model = DATModel(make_config(args.preset, args.vocab, upsample_ratio=ratio))
+    model = model.to(args.device).train()
+    step = Step(model, False, objective, device=args.device)
     source, s_len, target, t_len = batch
     with FlopCounterMode(display=False) as counter:
         step(source, s_len, target, t_len)
@@ -255,25 +367,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="cpu-small")
     p.add_argument("--vocab", type=int, default=8000)
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--max-tokens", type=int, default=0, help="batch as fadat train's (0 = --batch)")
     p.add_argument("--src-len", type=int, default=30)
     p.add_argument("--ratios", type=float, nargs="+", default=[4.0, 8.0])
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(VARIANTS[:5]))
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = p.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
     if unknown:
         p.error(f"unknown variants {sorted(unknown)}")
+    args.device = torch.device(args.device)
+    if args.device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: torch.cuda.is_available() is False")
+    on_gpu = args.device.type == "cuda"
     torch.set_num_threads(args.threads)
     objective, objective_name = objective_fn()
 
-    peak32 = matmul_peak(torch.float32)
-    peak16 = matmul_peak(torch.bfloat16)
+    peak32 = matmul_peak(torch.float32, args.device)
+    peak16 = matmul_peak(torch.bfloat16, args.device)
     config = make_config(args.preset, args.vocab)
     n_params = sum(p.numel() for p in DATModel(config).parameters())
+    where = torch.cuda.get_device_name(args.device) if on_gpu else "CPU"
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads, "
         f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE')}"
     )
     print(
@@ -283,34 +403,59 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"objective: {objective_name}")
     print(f"load average at the start: {os.getloadavg()[0]:.1f}")
-    print(f"matmul peak (2048³): fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s")
-    batch = make_batch(args.vocab, args.batch, args.src_len)
-    source, s_len, target, t_len = batch
+    n = 8192 if on_gpu else 2048
+    print(f"matmul peak ({n}³): fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s")
+    rows = []
     for ratio in args.ratios:
-        gl = graph_size(s_len, ratio, config.max_target_positions)
+        if args.max_tokens:
+            batch, size, cost = batch_for_tokens(
+                args.vocab, args.max_tokens, args.src_len, ratio, config.max_target_positions
+            )
+            budget = f"--max-tokens {args.max_tokens}: B={size}, padded cost {cost}"
+        else:
+            batch, size = make_batch(args.vocab, args.batch, args.src_len), args.batch
+            budget = f"B={size}"
+        batch = tuple(t.to(args.device) for t in batch)
+        source, s_len, target, t_len = batch
+        gl = graph_size(s_len.cpu(), ratio, config.max_target_positions)
         flops = count_flops(args, ratio, objective, batch)
         print()
         print(
-            f"λ={ratio:g}: B={args.batch}, source tokens {int(s_len.sum())} "
+            f"λ={ratio:g}: {budget}, source tokens {int(s_len.sum())} "
             f"(mean {s_len.double().mean():.1f}), target tokens {int(t_len.sum())}, "
             f"graph L max {int(gl.max())} (vertices {int(gl.sum())}), "
             f"matmul/attention FLOPs per step {flops / 1e9:.1f} G"
         )
         prepared = [prepare_variant(v, args, ratio, objective, batch) for v in variants]
+        if on_gpu:
+            torch.cuda.reset_peak_memory_stats(args.device)
         # Interleave the variants step by step, so that load from other jobs on a shared machine
         # hits all of them alike.
         for _ in range(args.steps):
             for v in prepared:
+                if on_gpu:
+                    torch.cuda.reset_peak_memory_stats(args.device)
                 v["runs"].append(v["step"](source, s_len, target, t_len))
+                if on_gpu:
+                    mib = torch.cuda.max_memory_allocated(args.device) / 2**20
+                    v["peak_mib"] = max(v.get("peak_mib", 0.0), mib)
+        if on_gpu:
+            # Whole steps with one synchronize each: the breakdown's laps serialise host and GPU.
+            for v in prepared:
+                v["step"].breakdown = False
+            for _ in range(args.steps):
+                for v in prepared:
+                    times = v["step"](source, s_len, target, t_len)
+                    v.setdefault("whole", []).append(times["step"])
         # the least disturbed peak so far (the start-of-run figure may itself be slowed down)
-        peak32 = max(peak32, matmul_peak(torch.float32))
-        peak16 = max(peak16, matmul_peak(torch.bfloat16))
+        peak32 = max(peak32, matmul_peak(torch.float32, args.device))
+        peak16 = max(peak16, matmul_peak(torch.bfloat16, args.device))
         print(f"peak so far: fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s (for %peak)")
         header = (
             f"{'variant':<13}"
             + "".join(f"{s:>11}" for s in STAGES)
-            + f"{'best ms':>9}{'median':>8}{'tok/s':>7}{'GFLOP/s':>8}{'%peak':>6}{'speedup':>8}"
-            f"{'compile s':>10}  same-seed"
+            + f"{'best ms':>9}{'median':>8}{'tok/s':>8}{'GFLOP/s':>9}{'%peak':>6}{'speedup':>8}"
+            f"{'compile s':>10}{'peak MiB':>9}  same-seed"
         )
         print(header)
         tokens = int(t_len.sum())
@@ -319,23 +464,53 @@ def main(argv: list[str] | None = None) -> int:
             best = min(v["runs"], key=lambda r: sum(r.values()))
             total = sum(best.values())
             median = statistics.median(sum(r.values()) for r in v["runs"])
-            tok_s = tokens / total
-            gflops = flops / total / 1e9
+            # tokens/s from whole steps where they were timed (GPU), else from the breakdown
+            step_s = min(v["whole"]) if "whole" in v else total
+            tok_s = tokens / step_s
+            gflops = flops / step_s / 1e9
             if v["variant"] == "fp32-eager":
                 base = tok_s
             peak = peak16 if v["variant"].startswith("bf16") else peak32
             speed = f"{tok_s / base:.2f}x" if base else "-"
+            mib = v.get("peak_mib", float("nan"))
             print(
                 f"{v['variant']:<13}"
-                + "".join(f"{1000 * best[s]:>9.0f}ms" for s in STAGES)
-                + f"{1000 * total:>9.0f}{1000 * median:>8.0f}{tok_s:>7.0f}{gflops:>8.1f}"
-                f"{100 * gflops / peak:>5.0f}%{speed:>8}{v['compile_s']:>10.1f}"
+                + "".join(
+                    f"{1000 * best[s]:>9.0f}ms" if s in best else f"{'-':>11}" for s in STAGES
+                )
+                + f"{1000 * total:>9.0f}{1000 * median:>8.0f}{tok_s:>8.0f}{gflops:>9.1f}"
+                f"{100 * gflops / peak:>5.0f}%{speed:>8}{v['compile_s']:>10.1f}{mib:>9.0f}"
                 f"  {'yes' if v['same_seed_equal'] else 'NO'} {v['note']}"
             )
+            rows.append(
+                {
+                    "preset": args.preset,
+                    "device": where,
+                    "ratio": ratio,
+                    "variant": v["variant"],
+                    "batch_sentences": size,
+                    "max_tokens": args.max_tokens or None,
+                    "target_tokens": tokens,
+                    "stages_ms": {k: 1000 * x for k, x in best.items()},
+                    "breakdown_best_ms": 1000 * total,
+                    "breakdown_median_ms": 1000 * median,
+                    "whole_step_ms": [1000 * x for x in v.get("whole", [])],
+                    "tokens_per_s": tok_s,
+                    "gflops": gflops,
+                    "peak_mib": None if "peak_mib" not in v else mib,
+                    "compile_s": v["compile_s"],
+                    "same_seed_equal": v["same_seed_equal"],
+                    "note": v["note"],
+                }
+            )
         sys.stdout.flush()
+        if args.json:
+            # after every ratio, so that a run stopped later keeps what it measured
+            with open(args.json, "w", encoding="utf-8") as f:
+                json.dump({"params": n_params, "rows": rows}, f, indent=1)
     print(
-        f"\nmatmul peak again at the end: fp32 {matmul_peak(torch.float32):.1f}, "
-        f"bf16 {matmul_peak(torch.bfloat16):.1f} GFLOP/s"
+        f"\nmatmul peak again at the end: fp32 {matmul_peak(torch.float32, args.device):.1f}, "
+        f"bf16 {matmul_peak(torch.bfloat16, args.device):.1f} GFLOP/s"
     )
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores: > 2 means other jobs)")
     return 0
