@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# ONE device command (issue 31 item 5; docs/gpu-session.md): the NLL -> FA-DAT recipe on the
+# carried bible-en-es 4k data on CUDA, at the largest DAT whose fp16 weights come back in <= 60 MB
+# (configs/dat-base43-nll-gpu.yaml: d = 512, 4 + 3 layers, λ = 8, 59.0 MB), inside a wall budget:
+#   1. NLL pre-training stopped by --max-time (default: what the budget leaves after the rest),
+#   2. its 5 best checkpoints averaged (fp16),
+#   3. fuzzy alignment fine-tuning (n = 2, configs/dat-base43-fuzzy-gpu.yaml) from that average,
+#      stopped by --max-time FT_S, and its 5 best averaged (fp16): the model;
+#   4. `fadat evaluate` of both averages on the whole test set, greedy / lookahead / joint-Viterbi;
+#   5. the model directory split into <= 15 MiB parts (scripts/gpu/shards.py).
+# $OUT gets 8 files: job.log, train-logs.txt, eval.json, model.manifest.json and up to four
+# model.tar.partNN (scripts/gpu/unpack-model.sh joins them here). If the fine-tuning fails, the
+# NLL average is packed instead (job.log says which).
+#
+# Usage (device): bash scripts/gpu/job-train.sh [--nll-time S] [--ft-time S] [--budget S]
+#        (here):  scripts/gpu/job-train.sh --dry-run   # CPU, tiny model, seconds, OUT a temp dir
+# Defaults: --budget 565 (the whole job, s), --ft-time 90, --nll-time = the budget left after
+# the fine-tuning and OVERHEAD_S (150 s: two trainings' start-up and final validation, the
+# averages, the evaluation, the packing).
+set -uo pipefail  # no -e: a failed stage is logged; the packing still runs
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+DRY=${DRY_RUN:-0}
+BUDGET_S=565
+FT_S=90
+NLL_S=""
+OVERHEAD_S=150
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) DRY=1; shift ;;
+    --nll-time) NLL_S=$2; shift 2 ;;
+    --ft-time) FT_S=$2; shift 2 ;;
+    --budget) BUDGET_S=$2; shift 2 ;;
+    *) echo "job-train.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+RESERVE=5
+START=$(date +%s)
+DEADLINE=$((START + BUDGET_S))
+if [ "$DRY" = 1 ]; then
+  OUT=${OUT:-$(mktemp -d /tmp/gpu-dry.XXXXXX)}
+fi
+: "${OUT:?OUT is not set (the device tool sets it; --dry-run makes one)}"
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+source "$ROOT/scripts/gpu/common.sh"
+
+DATA=.carry/bible-en-es-4k
+WORK=$(mktemp -d /tmp/gpu-train.XXXXXX)
+NAME=bible-en-es-fadat-gpu
+COMMON=(--data "$DATA" --seed 1 --no-progress-bar)
+if [ "$DRY" = 1 ]; then
+  DEVICE=cpu
+  # the same path at toy sizes: a plumbing test, its model and BLEU mean nothing
+  [ -z "$NLL_S" ] && NLL_S=8
+  FT_S=5
+  SMALL=(--device cpu --preset tiny --max-tokens 600 --validate-every 4 --valid-subset 16
+    --threads 1)
+  NLL_EXTRA=("${SMALL[@]}")
+  FT_EXTRA=(--device cpu --max-tokens 600 --update-freq 1 --validate-every 2 --valid-subset 16
+    --threads 1)
+  EVAL_EXTRA=(--subset 8 --threads 1)
+else
+  DEVICE=cuda
+  NLL_EXTRA=()
+  FT_EXTRA=()
+  EVAL_EXTRA=(--threads 4)
+fi
+
+{
+  echo "job-train $(date -u +%FT%TZ) dry_run=$DRY device=$DEVICE budget=${BUDGET_S}s"
+  echo "commit: ${COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
+} | tee -a "$OUT/job.log"
+setup_python > >(tee -a "$OUT/job.log") 2>&1
+versions > >(tee -a "$OUT/job.log") 2>&1
+
+if [ -z "$NLL_S" ]; then
+  NLL_S=$((DEADLINE - $(date +%s) - FT_S - OVERHEAD_S))
+  [ "$NLL_S" -lt 30 ] && NLL_S=30
+fi
+echo "NLL --max-time ${NLL_S}s, fine-tuning --max-time ${FT_S}s" | tee -a "$OUT/job.log"
+
+# 1-2. NLL pre-training and its average. A stage's budget is its --max-time plus the start-up and
+# the final validation; the trainer stops itself at --max-time.
+stage train-nll $((NLL_S + 60)) train-logs.txt "$PY" -m fadat.cli train \
+  --config configs/dat-base43-nll-gpu.yaml --run-dir "$WORK/nll" --max-time "${NLL_S}s" \
+  "${COMMON[@]}" "${NLL_EXTRA[@]}"
+stage average-nll 60 job.log "$PY" -m fadat.cli average --run "$WORK/nll" --best 5 \
+  --output "$WORK/nll-avg" --dtype float16
+
+# 3. Fuzzy alignment fine-tuning from the NLL average, and its average: the model.
+stage train-ft $((FT_S + 60)) train-logs.txt "$PY" -m fadat.cli train \
+  --config configs/dat-base43-fuzzy-gpu.yaml --init-from "$WORK/nll-avg" \
+  --run-dir "$WORK/ft" --max-time "${FT_S}s" "${COMMON[@]}" "${FT_EXTRA[@]}"
+stage average-ft 60 job.log "$PY" -m fadat.cli average --run "$WORK/ft" --best 5 \
+  --output "$WORK/$NAME" --dtype float16
+
+# 4. Test BLEU of both averages with the three decoders (no latency: job-tests-bench measures it).
+models=()
+[ -f "$WORK/nll-avg/config.json" ] && models+=("$WORK/nll-avg")
+[ -f "$WORK/$NAME/config.json" ] && models+=("$WORK/$NAME")
+if [ "${#models[@]}" -gt 0 ]; then
+  stage evaluate 90 job.log "$PY" -m fadat.cli evaluate --device "$DEVICE" --model "${models[@]}" \
+    --data "$DATA" --split test --no-latency --bootstrap 0 --report "$OUT/eval.json" \
+    "${EVAL_EXTRA[@]}"
+else
+  echo "[evaluate] SKIPPED: no averaged model" | tee -a "$OUT/job.log"
+fi
+
+# 5. The model (the fine-tuned one, else the NLL average) into <= 15 MiB parts. The packing gets
+# its time even past the deadline: it is what the job is for.
+pack=""
+if [ -f "$WORK/$NAME/config.json" ]; then
+  pack=$WORK/$NAME
+elif [ -f "$WORK/nll-avg/config.json" ]; then
+  echo "fine-tuned model missing: packing the NLL average instead" | tee -a "$OUT/job.log"
+  mv "$WORK/nll-avg" "$WORK/$NAME-nll" && pack=$WORK/$NAME-nll
+fi
+if [ -n "$pack" ]; then
+  "$PY" scripts/gpu/shards.py split "$pack" "$OUT" --name model --part-mib 15 2>&1 \
+    | tee -a "$OUT/job.log"
+else
+  echo "no model to pack" | tee -a "$OUT/job.log"
+fi
+for run in nll ft; do
+  # train.log: the update and validation records (fadat.training.run_log); config.yaml: the
+  # resolved config of each run
+  for f in config.yaml train.log valid_log.jsonl; do
+    [ -f "$WORK/$run/$f" ] && { echo "==== $run/$f"; cat "$WORK/$run/$f"; } >>"$OUT/train-logs.txt"
+  done
+done
+echo "job-train done after $(($(date +%s) - START))s; files in OUT:" | tee -a "$OUT/job.log"
+ls -la "$OUT" | tee -a "$OUT/job.log"
+n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+[ "$n" -gt 8 ] && echo "WARNING: $n files in OUT; the tool brings back 8" | tee -a "$OUT/job.log"
+rm -rf "$WORK"
+exit 0
