@@ -33,6 +33,7 @@ Usage::
     python bench/bench_model.py [--preset cpu-small] [--vocab 8000] [--batch 32] [--src-len 30]
                                 [--ratios 4 8] [--steps 3] [--variants fp32-eager,bf16-eager,...]
                                 [--device cpu|cuda] [--max-tokens N] [--json FILE]
+                                [--dag-triton]
 
 ``--max-tokens N`` replaces ``--batch``: the batch is as many sentences as ``fadat train
 --max-tokens N`` puts in one micro-batch at this length, i.e. B · max cost ≤ N with a sentence's
@@ -44,13 +45,18 @@ dominates, so ``--max-tokens 8192`` holds ≈ 8192 / (8 · 35) ≈ 29 sentences 
 total is a little slower than a real step), tokens/s from ``--steps`` further steps timed whole
 (one synchronize per step, CUDA events), and the peak memory of the variant's steps
 (``torch.cuda.max_memory_allocated``, after resetting it, minus nothing: model, optimizer state
-and activations). The matmul peak is then an 8192³ GPU matmul.
+and activations). The matmul peak is then an 8192³ GPU matmul. The DAG programmes run where
+``backend="auto"`` sends them: the PyTorch DPs until ``fadat.kernels.triton_dag.AUTO_USES_TRITON``
+is set; ``--dag-triton`` sets it for this run (the Triton kernels on float32 CUDA tensors; no
+effect on the CPU).
 
 The machine may be shared with other jobs, which slows single steps by up to several times: the
 variants are timed interleaved (one step of each in turn), the table shows the *fastest* of
 ``--steps`` steps (the least disturbed one; its stage breakdown, tokens/s, GFLOP/s) next to the
 median step, and the peak matmul (best of 5) is measured in the same run at the start and the end.
-``--json FILE`` writes the rows (one per ratio and variant; milliseconds, tokens/s, MiB).
+``--json FILE`` adds this run to FILE (``{"runs": [{"argv", "params", "rows"}, ...]}``, earlier runs
+kept, so that several runs share one file; a row per ratio and variant: milliseconds, tokens/s,
+MiB).
 """
 
 from __future__ import annotations
@@ -374,7 +380,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--variants", default=",".join(VARIANTS[:5]))
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
-    p.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    p.add_argument("--json", default=None, help="add this run's rows to this JSON file")
+    p.add_argument(
+        "--dag-triton", action="store_true", help="backend 'auto' picks the Triton DAG kernels"
+    )
     args = p.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
     unknown = set(variants) - set(VARIANTS)
@@ -384,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch.cuda.is_available() is False")
     on_gpu = args.device.type == "cuda"
+    if args.dag_triton:
+        from fadat.kernels import triton_dag
+
+        triton_dag.AUTO_USES_TRITON = True
     torch.set_num_threads(args.threads)
     objective, objective_name = objective_fn()
 
@@ -401,11 +414,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{config.decoder_layers} heads={config.attention_heads} ffn={config.ffn_dim} "
         f"V={args.vocab} params={n_params / 1e6:.2f}M"
     )
-    print(f"objective: {objective_name}")
+    print(f"objective: {objective_name}; DAG backend 'auto' -> Triton: {args.dag_triton}")
     print(f"load average at the start: {os.getloadavg()[0]:.1f}")
     n = 8192 if on_gpu else 2048
     print(f"matmul peak ({n}³): fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s")
     rows = []
+    prior = []  # the runs already in --json
+    if args.json and os.path.exists(args.json):
+        with open(args.json, encoding="utf-8") as f:
+            prior = json.load(f)["runs"]
+    run = {"argv": sys.argv[1:] if argv is None else list(argv), "params": n_params, "rows": rows}
     for ratio in args.ratios:
         if args.max_tokens:
             batch, size, cost = batch_for_tokens(
@@ -488,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
                     "device": where,
                     "ratio": ratio,
                     "variant": v["variant"],
+                    "dag_triton": args.dag_triton,
                     "batch_sentences": size,
                     "max_tokens": args.max_tokens or None,
                     "target_tokens": tokens,
@@ -507,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             # after every ratio, so that a run stopped later keeps what it measured
             with open(args.json, "w", encoding="utf-8") as f:
-                json.dump({"params": n_params, "rows": rows}, f, indent=1)
+                json.dump({"runs": [*prior, run]}, f, indent=1)
     print(
         f"\nmatmul peak again at the end: fp32 {matmul_peak(torch.float32, args.device):.1f}, "
         f"bf16 {matmul_peak(torch.bfloat16, args.device):.1f} GFLOP/s"

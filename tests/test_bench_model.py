@@ -53,8 +53,13 @@ def test_rows_add_up_and_whole_steps_train(tmp_path):
     argv = ["--preset", "tiny", "--vocab", "60", "--max-tokens", "300", "--ratios", "4"]
     argv += ["--steps", "2", "--threads", "1", "--variants", variants, "--json", str(out)]
     assert bench.main(argv) == 0
-    report = json.loads(out.read_text())
-    rows = report["rows"]
+    assert bench.main([*argv[:-4], "--variants", "bf16-fuzzy", "--json", str(out)]) == 0
+    runs = json.loads(out.read_text())["runs"]  # the second run added to the first
+    assert [[r["variant"] for r in run["rows"]] for run in runs] == [
+        variants.split(","),
+        ["bf16-fuzzy"],
+    ]
+    rows = runs[0]["rows"]
     assert [r["variant"] for r in rows] == variants.split(",")
     for r in rows:
         assert r["device"] == "CPU" and r["peak_mib"] is None and r["whole_step_ms"] == []
