@@ -8,9 +8,10 @@
 #
 # Each stage runs under its own time budget (a maximum), cut to what is left before BUDGET_S
 # (default 530 s) from the job's start; a failed or cut stage does not stop the next. Stages run
-# in the order of what matters most for the issue, torch.compile last. Needs the carried .whl and .carry
-# (scripts/gpu/prepare.sh): the AT is .carry/at-cpu-small, the data .carry/bible-en-es-4k; the
-# DAT is the released models/bible-en-es-fadat-cpu-small (both cpu-small, trained).
+# in the order of what matters most for the issue, torch.compile last. Needs the carried .whl
+# and .carry (scripts/gpu/prepare.sh): the AT is .carry/at-cpu-small, the data
+# .carry/bible-en-es-4k; the DAT is the released models/bible-en-es-fadat-cpu-small (both
+# cpu-small, both trained to their plateau on the CPU).
 #
 # Usage (device): bash scripts/gpu/job-tests-bench.sh
 #        (here):  scripts/gpu/job-tests-bench.sh --dry-run   # CPU, tiny sizes, OUT a temp dir
@@ -69,6 +70,13 @@ fi
 # in this shell (not a pipeline's subshell), so that PY and PYTHONPATH stay set
 setup_python > >(tee -a "$OUT/job.log") 2>&1
 versions > >(tee -a "$OUT/job.log") 2>&1
+
+# pytest-xdist and pytest-timeout are in the image (KINDS.md); without them: serially, no timeout
+if [ "$DRY" = 0 ] && ! "$PY" -c "import xdist, pytest_timeout" 2>/dev/null; then
+  echo "pytest-xdist or pytest-timeout missing: the suite runs serially, no timeout" \
+    | tee -a "$OUT/job.log"
+  PYTEST_ARGS=(tests/test_cuda.py tests)
+fi
 
 # 1. The suite. -rs lists the skips with their reasons; -v prints each test as it ends, so that
 # a stage cut by its budget still shows how far it got.

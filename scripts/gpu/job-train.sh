@@ -16,7 +16,8 @@
 #        (here):  scripts/gpu/job-train.sh --dry-run   # CPU, tiny model, seconds, OUT a temp dir
 # Defaults: --budget 565 (the whole job, s), --ft-time 90, --nll-time = the budget left after
 # the fine-tuning and OVERHEAD_S (150 s: two trainings' start-up and final validation, the
-# averages, the evaluation, the packing).
+# averages, the evaluation, the packing). NLL_FLAGS / FT_FLAGS (environment, split on spaces)
+# add `fadat train` flags to either run, e.g. NLL_FLAGS="--max-tokens 32768 --validate-every 200".
 set -uo pipefail  # no -e: a failed stage is logged; the packing still runs
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -66,6 +67,10 @@ else
   FT_EXTRA=()
   EVAL_EXTRA=(--threads 4)
 fi
+# shellcheck disable=SC2206  # split on spaces on purpose
+NLL_EXTRA+=(${NLL_FLAGS:-})
+# shellcheck disable=SC2206
+FT_EXTRA+=(${FT_FLAGS:-})
 
 {
   echo "job-train $(date -u +%FT%TZ) dry_run=$DRY device=$DEVICE budget=${BUDGET_S}s"

@@ -112,7 +112,8 @@ fi
 echo "what travels besides the tracked files:"
 du -sh .whl .carry/* 2>/dev/null || true
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
-untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null | tail -1 | cut -f1)
+untracked=$(git ls-files -z --others --exclude-standard | xargs -0 -r du -cb 2>/dev/null \
+  | tail -1 | cut -f1)
 carried=$(du -sb .whl .carry 2>/dev/null | awk '{s += $1} END {print s + 0}')
 total=$((tracked + ${untracked:-0} + carried))
 echo "tracked $((tracked / 1024)) KiB + untracked-not-ignored $((${untracked:-0} / 1024)) KiB" \
