@@ -102,8 +102,14 @@ bench_model bench_model-$SMALL 40 "$SMALL" "$BM_EAGER"
 
 # 3. Batch-1 latency (and batched BLEU / throughput) of the DAT's three decoders and the AT's
 # greedy and beam 5, both cpu-small, on the bible test set; speed-ups against AT beam 5.
+LAT_MODELS=("$DAT" "$AT")
+if [ ! -f "$AT/config.json" ]; then
+  echo "latency: no AT carried ($AT; prepare.sh --no-at?): the DAT's decoders alone" \
+    | tee -a "$OUT/job.log"
+  LAT_MODELS=("$DAT")
+fi
 stage latency 75 latency.txt "$PY" -m fadat.cli evaluate --device "$DEVICE" \
-  --model "$DAT" "$AT" --data "$DATA" --split test --bootstrap 0 \
+  --model "${LAT_MODELS[@]}" --data "$DATA" --split test --bootstrap 0 \
   --report "$OUT/latency.json" "${LAT_ARGS[@]}"
 
 # 2 (cont.). The DAG programmes of the step in the Triton kernels; then torch.compile.
