@@ -43,12 +43,13 @@ dominates, so ``--max-tokens 8192`` holds ≈ 8192 / (8 · 35) ≈ 29 sentences 
 ``--device cuda``: the model and batch on the GPU, the stage laps taken after
 ``torch.cuda.synchronize`` (which serialises the host and the GPU at every lap: the breakdown's
 total is a little slower than a real step), tokens/s from ``--steps`` further steps timed whole
-(one synchronize per step, CUDA events), and the peak memory of the variant's steps
-(``torch.cuda.max_memory_allocated``, after resetting it, minus nothing: model, optimizer state
-and activations). The matmul peak is then an 8192³ GPU matmul. The DAG programmes run where
-``backend="auto"`` sends them: the PyTorch DPs until ``fadat.kernels.triton_dag.AUTO_USES_TRITON``
-is set; ``--dag-triton`` sets it for this run (the Triton kernels on float32 CUDA tensors; no
-effect on the CPU).
+(wall clock between two synchronizes), and the peak memory of the variant's steps: its model's
+parameters and optimizer state plus the rise of ``torch.cuda.max_memory_allocated`` during its
+step above what was allocated before it (gradients, activations; the other variants' models,
+also on the GPU, do not count). The matmul peak is then an 8192³ GPU matmul. The DAG
+programmes run where ``backend="auto"`` sends them: the PyTorch DPs until
+``fadat.kernels.triton_dag.AUTO_USES_TRITON`` is set; ``--dag-triton`` sets it for this run (the
+Triton kernels on float32 CUDA tensors; no effect on the CPU).
 
 The machine may be shared with other jobs, which slows single steps by up to several times: the
 variants are timed interleaved (one step of each in turn), the table shows the *fastest* of
@@ -307,6 +308,14 @@ def compile_in_place(model: DATModel) -> None:
     model.links_head.compile(dynamic=True)
 
 
+def resident_bytes(step: Step) -> int:
+    """Bytes of the step's model parameters and optimizer state (what stays between steps)."""
+    tensors = list(step.model.parameters())
+    for state in step.opt.state.values():
+        tensors += [t for t in state.values() if torch.is_tensor(t)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def make_step(name: str, model: DATModel, objective: Callable, device: torch.device) -> Step:
     if name in OBJECTIVE_VARIANTS:
         return ObjectiveStep(model, *OBJECTIVE_VARIANTS[name], device=device)
@@ -445,17 +454,20 @@ def main(argv: list[str] | None = None) -> int:
             f"matmul/attention FLOPs per step {flops / 1e9:.1f} G"
         )
         prepared = [prepare_variant(v, args, ratio, objective, batch) for v in variants]
-        if on_gpu:
-            torch.cuda.reset_peak_memory_stats(args.device)
         # Interleave the variants step by step, so that load from other jobs on a shared machine
         # hits all of them alike.
         for _ in range(args.steps):
             for v in prepared:
                 if on_gpu:
+                    # Every variant's model and optimizer stay on the GPU: a variant's peak is
+                    # its own weights and optimizer state plus what its step allocates on top.
+                    synchronize(args.device)
+                    before = torch.cuda.memory_allocated(args.device)
                     torch.cuda.reset_peak_memory_stats(args.device)
                 v["runs"].append(v["step"](source, s_len, target, t_len))
                 if on_gpu:
-                    mib = torch.cuda.max_memory_allocated(args.device) / 2**20
+                    extra = torch.cuda.max_memory_allocated(args.device) - before
+                    mib = (resident_bytes(v["step"]) + extra) / 2**20
                     v["peak_mib"] = max(v.get("peak_mib", 0.0), mib)
         if on_gpu:
             # Whole steps with one synchronize each: the breakdown's laps serialise host and GPU.

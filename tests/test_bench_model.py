@@ -80,3 +80,10 @@ def test_rows_add_up_and_whole_steps_train(tmp_path):
     batch = bench.make_batch(60, 3, 12)
     assert set(step(*batch)) == {"step"}
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    # what stays between steps: fp32 weights and AdamW's two moments, plus its step counters
+    params = list(model.parameters())
+    weights = sum(p.numel() for p in params) * 4
+    counters = sum(t.numel() * t.element_size() for s in step.opt.state.values()
+                   for k, t in s.items() if k == "step")  # fmt: skip
+    assert len(step.opt.state) == len(params)
+    assert bench.resident_bytes(step) == 3 * weights + counters
