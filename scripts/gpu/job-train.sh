@@ -85,19 +85,29 @@ if [ -z "$NLL_S" ]; then
 fi
 echo "NLL --max-time ${NLL_S}s, fine-tuning --max-time ${FT_S}s" | tee -a "$OUT/job.log"
 
+# The 5 best checkpoints, or as many as a short run validated (fadat average refuses --best 5
+# when best.json lists fewer).
+best_k() {
+  "$PY" -c 'import json, sys
+try:
+    print(max(1, min(5, len(json.load(open(sys.argv[1]))["checkpoints"]))))
+except (OSError, ValueError, KeyError):
+    print(5)  # no best.json: fadat average says so' "$WORK/$1/best.json"
+}
+
 # 1-2. NLL pre-training and its average. A stage's budget is its --max-time plus the start-up and
 # the final validation; the trainer stops itself at --max-time.
 stage train-nll $((NLL_S + 60)) train-logs.txt "$PY" -m fadat.cli train \
   --config configs/dat-base43-nll-gpu.yaml --run-dir "$WORK/nll" --max-time "${NLL_S}s" \
   "${COMMON[@]}" "${NLL_EXTRA[@]}"
-stage average-nll 60 job.log "$PY" -m fadat.cli average --run "$WORK/nll" --best 5 \
+stage average-nll 60 job.log "$PY" -m fadat.cli average --run "$WORK/nll" --best "$(best_k nll)" \
   --output "$WORK/nll-avg" --dtype float16
 
 # 3. Fuzzy alignment fine-tuning from the NLL average, and its average: the model.
 stage train-ft $((FT_S + 60)) train-logs.txt "$PY" -m fadat.cli train \
   --config configs/dat-base43-fuzzy-gpu.yaml --init-from "$WORK/nll-avg" \
   --run-dir "$WORK/ft" --max-time "${FT_S}s" "${COMMON[@]}" "${FT_EXTRA[@]}"
-stage average-ft 60 job.log "$PY" -m fadat.cli average --run "$WORK/ft" --best 5 \
+stage average-ft 60 job.log "$PY" -m fadat.cli average --run "$WORK/ft" --best "$(best_k ft)" \
   --output "$WORK/$NAME" --dtype float16
 
 # 4. Test BLEU of both averages with the three decoders (no latency: job-tests-bench measures it).
