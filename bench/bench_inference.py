@@ -27,22 +27,22 @@ Rows (``--only REGEX`` keeps the rows whose name matches):
   ``n`` pieces, the work of an AT whose outputs have the references' lengths; for when no
   plateau AT exists; their BLEU is meaningless and not shown).
 
-Protocol: token ids in, token ids out (sentencepiece excluded). Threads: for each of
-``--threads``, torch's intra-op threads for the DAT; CTranslate2 at 1 thread runs
-``intra_threads=1``; at ``t > 1`` both ``intra_threads=t`` and ``inter_threads=t`` replicas
-(``intra_threads=1``; a batch is split into ``t`` parts run in parallel) are measured and the
-table shows the better of the two per column, named. Latency: batch 1 on the first
-``--latency-sentences`` test sentences after warm-up; throughput: the first ``--batch-sentences``
-sorted by source length in batches of ``--batch-size``. Every row (and every CTranslate2
-setting) takes its turn on every sentence (latency) and every batch (throughput), and this is
-repeated ``--repeats`` times: the table gives the median over repeats of each repeat's median
-latency (ms) and sentences/s, with the spread (min–max over repeats). BLEU (tokenized with the
-Moses tokenizer, and sacreBLEU) of each row's batched outputs at the first thread count, on
-the first ``--test-sentences`` (0 = all). ``=full``: share of sentences whose output equals the
-same row without shortlist and pruning; ``cover``: share of sentences whose full-head path
-tokens are all in the shortlist (``+sl``) and whose full-head path stays on kept vertices
-(``+prune``), from an untimed pass. The load average and the busiest other processes are
-printed with the table; run it on a quiet machine.
+Protocol: token ids in, token ids out (sentencepiece excluded). Threads: for each of ``--threads``:
+at 1 thread, torch's one intra-op thread for the DAT and CTranslate2's ``intra_threads=1``; at t >
+1 two settings each, and the table shows the better of the two per column, named: ``torch t`` /
+``intra t`` (``t`` intra-op threads) and ``inter t`` (``t`` replicas of one thread each, a batch
+split into ``t`` parts run side by side: CTranslate2's ``inter_threads=t``; for the DAT ``t``
+worker processes, :class:`Replicas`). Latency: batch 1 on the first ``--latency-sentences`` test
+sentences after warm-up; throughput: the first ``--batch-sentences`` sorted by source length in
+batches of ``--batch-size``. Every row (and every CTranslate2 setting) takes its turn on every
+sentence (latency) and every batch (throughput), and this is repeated ``--repeats`` times: the
+table gives the median over repeats of each repeat's median latency (ms) and sentences/s, with the
+spread (min–max over repeats). BLEU (tokenized with the Moses tokenizer, and sacreBLEU) of each
+row's batched outputs at the first thread count, on the first ``--test-sentences`` (0 = all).
+``=full``: share of sentences whose output equals the same row without shortlist and pruning;
+``cover``: share of sentences whose full-head path tokens are all in the shortlist (``+sl``) and
+whose full-head path stays on kept vertices (``+prune``), from an untimed pass. The load average
+and the busiest other processes are printed with the table; run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -103,6 +103,83 @@ def dat_translate(
         return [h.tokens for h in decode(top1, links, lengths, strategy)]
 
     return run
+
+
+# ----------------------------------------------------------------------------- DAT replicas
+# ``inter t`` for the DAT: t worker processes of one torch thread each, a batch split into t
+# contiguous parts translated side by side (CTranslate2's ``inter_threads``, as a server with
+# t one-thread workers runs). Processes, not threads: torch's intra-op thread count is global.
+
+_REPLICA: dict = {}
+
+
+def _replica_init(dat_dir: str, precisions: list[str], shortlists: list[str]) -> None:
+    """Worker start: one torch thread; every precision's model and every shortlist loaded now,
+    so that no timed call pays for loading."""
+    from fadat.models.shortlist import load_shortlist
+
+    torch.set_num_threads(1)
+    base, _ = load_model(dat_dir, "cpu")
+    _REPLICA["models"] = {p: with_precision(base, p) for p in precisions}
+    _REPLICA["shortlists"] = {
+        path: load_shortlist(path, base.config.vocab_size) for path in shortlists
+    }
+
+
+def _replica_ready(seconds: float) -> int:
+    """Keeps a worker busy a moment, so that submitting t of these starts all t workers."""
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def _replica_translate(
+    precision: str,
+    strategy: str,
+    shortlist: str | None,
+    prune: float | None,
+    ratio: float | None,
+    sources: list[list[int]],
+) -> list[list[int]]:
+    model = _REPLICA["models"][precision]
+    sl = None if shortlist is None else _REPLICA["shortlists"][shortlist]
+    return dat_translate(model, strategy, sl, prune, ratio)(sources)
+
+
+class Replicas:
+    """A pool of ``workers`` one-thread processes holding the DAT in each of ``precisions``."""
+
+    def __init__(self, dat_dir: str, workers: int, precisions: list[str], shortlists: list[str]):
+        import concurrent.futures
+        import multiprocessing
+
+        self.workers = workers
+        self.pool = concurrent.futures.ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_replica_init,
+            initargs=(dat_dir, precisions, shortlists),
+        )
+        pids = {f.result() for f in [self.pool.submit(_replica_ready, 1.0) for _ in range(workers)]}
+        if len(pids) != workers:
+            raise RuntimeError(f"{workers} replicas asked for, {len(pids)} started")
+
+    def translate(self, precision, strategy, shortlist, prune, ratio) -> Translate:
+        def run(sources):
+            n = len(sources)
+            size = math.ceil(n / self.workers)
+            parts = [sources[k : k + size] for k in range(0, n, size)]
+            futures = [
+                self.pool.submit(
+                    _replica_translate, precision, strategy, shortlist, prune, ratio, p
+                )
+                for p in parts
+            ]
+            return [y for f in futures for y in f.result()]
+
+        return run
+
+    def close(self) -> None:
+        self.pool.shutdown()
 
 
 def coverage(model, strategy, shortlist, prune, sources, size, ratio=None) -> float:
@@ -275,6 +352,14 @@ def main(argv: list[str] | None = None) -> dict:
             flush=True,
         )
 
+    pools: dict[int, Replicas] = {}
+
+    def replicas(t: int) -> Replicas:
+        if t not in pools:
+            shortlists = [str(shortlist_path)] if shortlist is not None else []
+            pools[t] = Replicas(args.dat, t, list(args.precisions), shortlists)
+        return pools[t]
+
     rows: list[Row] = []
     models = {}
     for ratio, base in dat_models.items():
@@ -298,9 +383,15 @@ def main(argv: list[str] | None = None) -> dict:
                         + (f" --prune-threshold {prune:g}" if prune is not None else "")
                     )
                     sl = shortlist if use_sl else None
+                    sl_file = str(shortlist_path) if use_sl else None
 
-                    def settings(t, m=model, s=strategy, sl=sl, pr=prune, r=ratio):
-                        return [(f"torch {t}", lambda: dat_translate(m, s, sl, pr, r))]
+                    def settings(
+                        t, m=model, s=strategy, sl=sl, pr=prune, r=ratio, p=precision, f=sl_file
+                    ):
+                        own = [(f"torch {t}", lambda: dat_translate(m, s, sl, pr, r))]
+                        if t == 1:
+                            return own
+                        return own + [(f"inter {t}", lambda: replicas(t).translate(p, s, f, pr, r))]
 
                     rows.append(
                         Row(
@@ -438,6 +529,8 @@ def main(argv: list[str] | None = None) -> dict:
             name: {k: v for k, v in x.items() if k != "outputs"} for name, x in results.items()
         }
         Path(args.json).write_text(json.dumps(saved, indent=1, default=str), encoding="utf-8")
+    for pool in pools.values():
+        pool.close()
     shutil.rmtree(work, ignore_errors=True)
     return results
 

@@ -58,3 +58,43 @@ def test_smoke_mode_runs_every_kind_of_row(tmp_path):
         if exact and "cover" in x:  # covered sentences must give the full head's output
             assert x["same_as_full"] >= x["cover"], name
     assert (tmp_path / "out.json").is_file()
+
+
+def test_dat_replicas_translate_as_the_model_in_process(tmp_path, monkeypatch):
+    """``inter 2``: two one-thread worker processes, each batch split in two, give the same
+    outputs as the model in this process (fp32, with and without the shortlist and pruning)."""
+    from test_translate import random_models
+
+    from fadat import cli
+    from fadat.data.spm import encode_source
+    from fadat.models.shortlist import load_shortlist
+
+    spec = importlib.util.spec_from_file_location("bench_inference", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_inference"] = bench
+    spec.loader.exec_module(bench)
+    # the workers (spawned, with this process's sys.path) import the module of that name
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    models = random_models(str(tmp_path / "random"))
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("ab cd ef\ngh ij\nab gh\ncd ef gh ij\nef\n", encoding="utf-8")
+    ref.write_text("ab cd\ngh ij ef\nab\ncd\nef\n", encoding="utf-8")
+    argv = ["shortlist", "--model", str(models["dat"]), "--source", str(src)]
+    assert cli.main([*argv, "--target", str(ref), "--top-k", "2", "--frequent", "1"]) == 0
+    path = str(models["dat"] / "shortlist.safetensors")
+    model, sp = bench.load_model(models["dat"], "cpu")
+    sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
+    shortlist = load_shortlist(path, model.config.vocab_size)
+    pool = bench.Replicas(str(models["dat"]), 2, ["fp32"], [path])
+    try:
+        for strategy, sl, file, prune in (
+            ("lookahead", None, None, None),
+            ("joint-viterbi", shortlist, path, 0.001),
+            ("greedy", shortlist, path, None),
+        ):
+            here = bench.dat_translate(model, strategy, sl, prune)
+            there = pool.translate("fp32", strategy, file, prune, None)
+            assert there(sources) == here(sources), strategy
+            assert there(sources[:1]) == here(sources[:1])
+    finally:
+        pool.close()
