@@ -1,6 +1,20 @@
 # Shared by scripts/gpu/job-*.sh (sourced, not run): the environment of a device command and the
 # stage runner. Expects ROOT (the repository root) and DRY (1 = dry run on this CPU machine).
 
+# The job's clock and output folder: START, DEADLINE (BUDGET_S seconds from now), RESERVE; OUT
+# (a temporary folder in a dry run; the device tool sets it there). Expects BUDGET_S.
+start_job() {
+  RESERVE=5
+  START=$(date +%s)
+  DEADLINE=$((START + BUDGET_S))
+  if [ "$DRY" = 1 ]; then
+    OUT=${OUT:-$(mktemp -d /tmp/gpu-dry.XXXXXX)}
+  fi
+  : "${OUT:?OUT is not set (the device tool sets it; --dry-run makes one)}"
+  mkdir -p "$OUT"
+  export PYTHONUNBUFFERED=1
+}
+
 # Device: the carried wheels into /tmp/site (device README), then fadat itself. Dry run: this
 # machine's venv, the worktree first on the path.
 setup_python() {

@@ -21,16 +21,8 @@ cd "$ROOT"
 DRY=${DRY_RUN:-0}
 [ "${1:-}" = "--dry-run" ] && DRY=1
 BUDGET_S=${BUDGET_S:-530}
-RESERVE=5
-START=$(date +%s)
-DEADLINE=$((START + BUDGET_S))
-if [ "$DRY" = 1 ]; then
-  OUT=${OUT:-$(mktemp -d /tmp/gpu-dry.XXXXXX)}
-fi
-: "${OUT:?OUT is not set (the device tool sets it; --dry-run makes one)}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
 source "$ROOT/scripts/gpu/common.sh"
+start_job
 
 DAT=models/bible-en-es-fadat-cpu-small
 AT=.carry/at-cpu-small

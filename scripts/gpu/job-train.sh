@@ -35,16 +35,8 @@ while [ $# -gt 0 ]; do
     *) echo "job-train.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-RESERVE=5
-START=$(date +%s)
-DEADLINE=$((START + BUDGET_S))
-if [ "$DRY" = 1 ]; then
-  OUT=${OUT:-$(mktemp -d /tmp/gpu-dry.XXXXXX)}
-fi
-: "${OUT:?OUT is not set (the device tool sets it; --dry-run makes one)}"
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
 source "$ROOT/scripts/gpu/common.sh"
+start_job
 
 DATA=.carry/bible-en-es-4k
 WORK=$(mktemp -d /tmp/gpu-train.XXXXXX)
