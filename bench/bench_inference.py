@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> dict:
     import sentencepiece as spm
 
     from fadat.models.directory import read_model_metadata, spm_model_path
-    from fadat.models.shortlist import SHORTLIST_NAME, load_shortlist, write_ctranslate2_vmap
+    from fadat.models.shortlist import SHORTLIST_NAME, load_shortlist
     from fadat.translation.export import CTranslate2AT, export_ctranslate2
 
     if args.data:
@@ -336,21 +336,20 @@ def main(argv: list[str] | None = None) -> dict:
         sp_dat.id_to_piece(i) for i in range(sp_dat.get_piece_size())
     ]
     at_shortlist_path = Path(args.at_shortlist or Path(args.at) / SHORTLIST_NAME)
+    vmap_from = None  # the shortlist CTranslate2's vocabulary map (+vmap) is written from
     if at_shortlist_path.is_file():
-        # the AT's own shortlist, built the same way for its vocabulary (fadat shortlist)
-        export_ctranslate2(args.at, work / "at-ct2-vmap", shortlist=at_shortlist_path)
-        vmap_command = f"fadat export --shortlist {at_shortlist_path}"
+        vmap_from = at_shortlist_path  # the AT's own, built the same way for its vocabulary
     elif shortlist is not None and same_vocab:
-        shutil.copytree(work / "at-ct2", work / "at-ct2-vmap")
-        pieces = [sp_at.id_to_piece(i) for i in range(sp_at.get_piece_size())]
-        write_ctranslate2_vmap(shortlist, pieces, work / "at-ct2-vmap" / "vmap.txt")
-        vmap_command = f"fadat export --shortlist {shortlist_path}"
+        vmap_from = shortlist_path
     elif shortlist is not None:
         print(
             f"the AT's vocabulary is not the DAT's and {at_shortlist_path} does not exist "
             "(fadat shortlist --model AT_DIR): +vmap rows left out",
             flush=True,
         )
+    if vmap_from is not None:
+        export_ctranslate2(args.at, work / "at-ct2-vmap", shortlist=vmap_from)
+        vmap_command = f"fadat export --shortlist {vmap_from}"
 
     pools: dict[int, Replicas] = {}
 

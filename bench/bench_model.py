@@ -263,6 +263,11 @@ class Step:
         else:
             ll = self.objective(lp, links, target, gl, t_len)
         loss = -(ll / t_len).mean()
+        return self.finish(loss, lap)
+
+    def finish(self, loss: torch.Tensor, lap: Callable[[str], None]) -> dict[str, float]:
+        """The step's end, shared by every variant: backward and the optimizer update, each
+        lapped after the forward's "objective" lap; returns the stage times."""
         lap("objective")
         loss.backward()
         lap("backward")
@@ -290,14 +295,7 @@ class ObjectiveStep(Step):
         batch = Batch(source, target, s_len, t_len, ids)
         with self.autocast():
             out = compute_loss(self.model, batch, self.cfg)
-        loss = out.loss_sum / out.count
-        lap("objective")
-        loss.backward()
-        lap("backward")
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        lap("optimizer")
-        return self.times
+        return self.finish(out.loss_sum / out.count, lap)
 
 
 def compile_in_place(model: DATModel) -> None:

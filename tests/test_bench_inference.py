@@ -16,15 +16,22 @@ pytest.importorskip("ctranslate2")
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "bench_inference.py"
 
 
+def load_bench():
+    """bench/bench_inference.py as the module ``bench_inference`` (its dataclass looks its
+    module up in sys.modules, and spawned workers import it by that name)."""
+    spec = importlib.util.spec_from_file_location("bench_inference", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["bench_inference"] = bench
+    spec.loader.exec_module(bench)
+    return bench
+
+
 def test_smoke_mode_runs_every_kind_of_row(tmp_path):
     from test_translate import random_models
 
     from fadat import cli
 
-    spec = importlib.util.spec_from_file_location("bench_inference", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules["bench_inference"] = bench  # its dataclass looks its module up there
-    spec.loader.exec_module(bench)
+    bench = load_bench()
     models = random_models(str(tmp_path / "random"))
     src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
     src.write_text("ab cd ef\ngh ij\nab gh\ncd ef gh ij\n", encoding="utf-8")
@@ -69,10 +76,7 @@ def test_dat_replicas_translate_as_the_model_in_process(tmp_path, monkeypatch):
     from fadat.data.spm import encode_source
     from fadat.models.shortlist import load_shortlist
 
-    spec = importlib.util.spec_from_file_location("bench_inference", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules["bench_inference"] = bench
-    spec.loader.exec_module(bench)
+    bench = load_bench()
     # the workers (spawned, with this process's sys.path) import the module of that name
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     models = random_models(str(tmp_path / "random"))
