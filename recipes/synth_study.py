@@ -62,7 +62,10 @@ BLEU against the valid set and the single reference, mixtures, repeated tokens, 
 **Scheduling**: a job starts when its inputs exist (a fine-tune at a fixed branch point while
 its pre-training goes on; one at ``min`` or ``stop`` when the pre-training is done); each job
 runs in its own process, which dies with the scheduler, under a lock file, so that a killed or
-doubly started study never has two processes in one run directory. ``plan`` prints the jobs in
+doubly started study never has two processes in one run directory. Two schedulers can share
+one root on two cores when ``--only`` gives them disjoint jobs (e.g. ``--only med-l2-`` and
+``--only med-l8-``); the files both write (``settings.json``, ``times.json``) are written
+atomically through temporaries of their own. ``plan`` prints the jobs in
 start order and core-hours per phase (:data:`SECONDS_PER_UPDATE`, or the rates measured in
 ``ROOT/times.json`` once jobs have run).
 
@@ -669,9 +672,11 @@ def mark_done(root: Path, job: Job) -> None:
 
 
 def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """Write ``text`` to ``path`` all-or-nothing, through a temporary of its own (two ``run``
+    schedulers on one root, e.g. split with ``--only``, write the same files)."""
+    from fadat.outputs import atomic_write
+
+    atomic_write(path, text)
 
 
 def exists(path: Path) -> bool:
@@ -943,13 +948,19 @@ def _job_process(root: Path, job: Job, scheduler: int) -> None:
 
 
 def _record_time(root: Path, job: Job, seconds: float, updates: int) -> None:
+    """Add a job's wall time and updates to ``ROOT/times.json`` (read, add and write under
+    ``ROOT/times.lock``: another scheduler on the same root may be adding its own)."""
+    import fcntl
+
     path = root / "times.json"
-    times = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    entry = times.setdefault(job.name, {"seconds": 0.0, "updates": 0})
-    entry["seconds"] = round(entry["seconds"] + seconds, 1)
-    entry["updates"] = entry.get("updates", 0) + updates
-    entry["kind"] = job_kind(job)
-    _atomic_text(path, json.dumps(times, indent=1) + "\n")
+    with open(root / "times.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        times = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+        entry = times.setdefault(job.name, {"seconds": 0.0, "updates": 0})
+        entry["seconds"] = round(entry["seconds"] + seconds, 1)
+        entry["updates"] = entry.get("updates", 0) + updates
+        entry["kind"] = job_kind(job)
+        _atomic_text(path, json.dumps(times, indent=1) + "\n")
 
 
 def startable(pending: list[Job], made: dict[Path, Job], done: set[str], free: int) -> list[Job]:

@@ -247,6 +247,24 @@ def test_plan_estimates_use_measurements_when_there_are_some(study, tmp_path):
     assert text.index("## main") < text.index("## at")
 
 
+def test_two_schedulers_on_one_root_do_not_share_temporaries(study, tmp_path):
+    # Another scheduler is midway through writing settings.json: its temporary (here a
+    # directory, so that reusing its name fails) must not be this writer's temporary.
+    (tmp_path / "settings.json.tmp").mkdir()
+    study._atomic_text(tmp_path / "settings.json", "{}\n")
+    assert (tmp_path / "settings.json").read_text() == "{}\n"
+    assert (tmp_path / "settings.json.tmp").is_dir()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["settings.json", "settings.json.tmp"]
+    # times.json adds up what each scheduler records (read, add, write under one lock).
+    jobs = {j.name: j for j in study.plan(tmp_path, study.Settings())}
+    study._record_time(tmp_path, jobs["pre-med-l4-s1"], 10.0, 100)
+    study._record_time(tmp_path, jobs["pre-med-l4-s1"], 5.0, 50)
+    study._record_time(tmp_path, jobs["at-med-s1"], 2.0, 20)
+    times = json.loads((tmp_path / "times.json").read_text())
+    assert times["pre-med-l4-s1"] == {"seconds": 15.0, "updates": 150, "kind": "pre"}
+    assert times["at-med-s1"] == {"seconds": 2.0, "updates": 20, "kind": "at"}
+
+
 def test_scheduler_starts_a_curve_arm_while_its_pretraining_runs(study, tmp_path):
     every = study.plan(tmp_path, study.Settings())
     made = study.producers(every)
