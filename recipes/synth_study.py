@@ -1476,25 +1476,30 @@ def tables(root: Path, s: Settings) -> str:
 def plot(root: Path, s: Settings, path: Path) -> Path:
     """PNG: exact-valid % (lookahead, mean ± sd over seeds) against the pre-training updates of
     the branch point (mean over seeds, horizontal bar ± sd), NLL continued and FA-DAT (and the
-    pre-trained DA-T, dashed), one panel per level (det, med, high, med10x)."""
+    pre-trained DA-T, dashed; the long NLL arm at ``stop``, an open square), one panel per level
+    (det, med, high, med10x), one legend under the panels. Written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from fadat.outputs import atomic_path
+
     res = Results(root)
     levels = (*MAIN_LEVELS, "med10x")
-    fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 3.6), sharey=True)
-    styles = {
-        "pre": ("DA-T (pre-trained)", "0.5", "--"),
-        "nll": ("NLL continued", "tab:blue", "-"),
-        "fuzzy-n2": ("FA-DAT (n = 2)", "tab:red", "-"),
+    fig, axes = plt.subplots(1, len(levels), figsize=(4 * len(levels), 3.9), sharey=True)
+    styles = {  # arm: colour, line style, marker, marker face
+        "pre": ("0.5", "--", "o", "0.5"),
+        "nll": ("tab:blue", "-", "o", "tab:blue"),
+        "fuzzy-n2": ("tab:red", "-", "o", "tab:red"),
+        "nll-long": ("tab:blue", "none", "s", "none"),
     }
+    legend: dict[str, object] = {}
     for ax, level in zip(axes, levels, strict=True):
         seeds = s.large_seeds if level == "med10x" else s.seeds
         rows = [r for r in curve_points(root, res, s, level, seeds) if r["updates"]]
         rows.sort(key=lambda r: statistics.fmean(r["updates"]))
-        for arm, (label, color, style) in styles.items():
+        for arm, (color, style, marker, face) in styles.items():
             xs, ys, xe, ye = [], [], [], []
             for r in rows:
                 runs = r["arms"].get(arm)
@@ -1506,27 +1511,36 @@ def plot(root: Path, s: Settings, path: Path) -> Path:
                 xe.append(statistics.stdev(r["updates"]) if len(r["updates"]) > 1 else 0.0)
                 ye.append(statistics.stdev(values) if len(values) > 1 else 0.0)
             if xs:
-                ax.errorbar(
+                legend[arm] = ax.errorbar(
                     xs,
                     ys,
                     xerr=xe,
                     yerr=ye,
-                    label=label,
                     color=color,
                     ls=style,
-                    marker="o",
+                    marker=marker,
+                    markerfacecolor=face,
+                    markersize=7 if arm == "nll-long" else 6,
                     capsize=3,
                 )
-        if ax.has_data():
-            ax.legend(loc="lower right", fontsize=8)
         ax.set_ylim(-2, 102)
         ax.set_title(f"{level} ({len(seeds)} seed{'s' if len(seeds) > 1 else ''})")
         ax.set_xlabel("pre-training updates at the branch point")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("exact-valid % (test, lookahead)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    arms = [arm for arm in styles if arm in legend]
+    if arms:
+        fig.legend(
+            [legend[a] for a in arms],
+            [ARM_LABELS[a] for a in arms],
+            loc="lower center",
+            ncol=len(arms),
+            fontsize=9,
+            frameon=False,
+        )
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
     return path
 

@@ -486,7 +486,8 @@ def test_tables_and_plot_from_fake_results(study, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     from PIL import Image
 
-    assert Image.open(png).size == (1920, 432)
+    assert Image.open(png).size == (1920, 468)
+    assert [p.name for p in png.parent.iterdir()] == ["curve.png"]  # no temporary left
     # The command line: `table` writes ROOT/tables.md and the plot where it is told.
     assert study.main(["table", "--root", str(tmp_path), "--plot", str(tmp_path / "c2.png")]) == 0
     assert "**The curve" in (tmp_path / "tables.md").read_text()
