@@ -488,10 +488,15 @@ def test_tables_and_plot_from_fake_results(study, tmp_path):
 
     assert Image.open(png).size == (1920, 468)
     assert [p.name for p in png.parent.iterdir()] == ["curve.png"]  # no temporary left
-    # The command line: `table` writes ROOT/tables.md and the plot where it is told.
-    assert study.main(["table", "--root", str(tmp_path), "--plot", str(tmp_path / "c2.png")]) == 0
+    # Figure 2's picture: the λ with results (here only λ = 4, from the fake main phase).
+    lam = study.plot_lambda(tmp_path, s, tmp_path / "docs" / "lambda.png")
+    assert Image.open(lam).size == (1080, 468)
+    # The command line: `table` writes ROOT/tables.md and the plots where it is told.
+    argv = ["table", "--root", str(tmp_path), "--plot", str(tmp_path / "c2.png")]
+    assert study.main([*argv, "--plot-lambda", str(tmp_path / "l2.png")]) == 0
     assert "**The curve" in (tmp_path / "tables.md").read_text()
     assert (tmp_path / "c2.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "l2.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_command_line_plan_orders_branch_points_and_rejects_bad_ones(study, tmp_path, capsys):
