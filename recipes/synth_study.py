@@ -1473,6 +1473,29 @@ def tables(root: Path, s: Settings) -> str:
     return "\n".join(out)
 
 
+def _save_figure(fig, legend: dict[str, object], path: Path) -> Path:
+    """One legend under the panels (the arms in ``legend``, labelled by :data:`ARM_LABELS`),
+    then the figure as a PNG at ``path``, written atomically; closes the figure."""
+    import matplotlib.pyplot as plt
+
+    from fadat.outputs import atomic_path
+
+    if legend:
+        fig.legend(
+            list(legend.values()),
+            [ARM_LABELS[a] for a in legend],
+            loc="lower center",
+            ncol=len(legend),
+            fontsize=9,
+            frameon=False,
+        )
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return path
+
+
 def plot(root: Path, s: Settings, path: Path) -> Path:
     """PNG: exact-valid % (lookahead, mean ± sd over seeds) against the pre-training updates of
     the branch point (mean over seeds, horizontal bar ± sd), NLL continued and FA-DAT (and the
@@ -1482,8 +1505,6 @@ def plot(root: Path, s: Settings, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fadat.outputs import atomic_path
 
     res = Results(root)
     levels = (*MAIN_LEVELS, "med10x")
@@ -1528,21 +1549,7 @@ def plot(root: Path, s: Settings, path: Path) -> Path:
         ax.set_xlabel("pre-training updates at the branch point")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("exact-valid % (test, lookahead)")
-    arms = [arm for arm in styles if arm in legend]
-    if arms:
-        fig.legend(
-            [legend[a] for a in arms],
-            [ARM_LABELS[a] for a in arms],
-            loc="lower center",
-            ncol=len(arms),
-            fontsize=9,
-            frameon=False,
-        )
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return path
+    return _save_figure(fig, legend, path)
 
 
 def plot_lambda(root: Path, s: Settings, path: Path) -> Path:
@@ -1554,8 +1561,6 @@ def plot_lambda(root: Path, s: Settings, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fadat.outputs import atomic_path
 
     res = Results(root)
     point = point_name(s.figure2_branch)
@@ -1581,21 +1586,7 @@ def plot_lambda(root: Path, s: Settings, path: Path) -> Path:
         ax.set_ylabel(f"{name} (test, lookahead)")
         ax.grid(alpha=0.3)
     fig.suptitle(f"med, branch point {point}, {len(s.seeds)} seeds", fontsize=10)
-    arms = [arm for arm in styles if arm in legend]
-    if arms:
-        fig.legend(
-            [legend[a] for a in arms],
-            [ARM_LABELS[a] for a in arms],
-            loc="lower center",
-            ncol=len(arms),
-            fontsize=9,
-            frameon=False,
-        )
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, format="png")
-    plt.close(fig)
-    return path
+    return _save_figure(fig, legend, path)
 
 
 # ----------------------------------------------------------------------------- command line
