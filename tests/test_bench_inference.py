@@ -26,18 +26,27 @@ def load_bench():
     return bench
 
 
-def test_smoke_mode_runs_every_kind_of_row(tmp_path):
+def models_with_shortlist(tmp_path, pairs, top_k, frequent):
+    """The tiny random models (tests/test_translate.py), ``pairs`` (source, reference) written
+    to src.txt / ref.txt, and the DAT's shortlist built from them with ``fadat shortlist``.
+    Returns (models, src, ref)."""
     from test_translate import random_models
 
     from fadat import cli
 
-    bench = load_bench()
     models = random_models(str(tmp_path / "random"))
     src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
-    src.write_text("ab cd ef\ngh ij\nab gh\ncd ef gh ij\n", encoding="utf-8")
-    ref.write_text("ab cd\ngh ij ef\nab\ncd\n", encoding="utf-8")
-    argv = ["shortlist", "--model", str(models["dat"]), "--source", str(src)]
-    assert cli.main([*argv, "--target", str(ref), "--top-k", "1", "--frequent", "0"]) == 0
+    src.write_text("".join(x + "\n" for x, _ in pairs), encoding="utf-8")
+    ref.write_text("".join(y + "\n" for _, y in pairs), encoding="utf-8")
+    argv = ["shortlist", "--model", str(models["dat"]), "--source", str(src), "--target", str(ref)]
+    assert cli.main([*argv, "--top-k", str(top_k), "--frequent", str(frequent)]) == 0
+    return models, src, ref
+
+
+def test_smoke_mode_runs_every_kind_of_row(tmp_path):
+    bench = load_bench()
+    pairs = [("ab cd ef", "ab cd"), ("gh ij", "gh ij ef"), ("ab gh", "ab"), ("cd ef gh ij", "cd")]
+    models, src, ref = models_with_shortlist(tmp_path, pairs, top_k=1, frequent=0)
     results = bench.main(
         ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"])]
         + ["--src", str(src), "--ref", str(ref), "--precisions", "fp32", "int8"]
@@ -70,21 +79,15 @@ def test_smoke_mode_runs_every_kind_of_row(tmp_path):
 def test_dat_replicas_translate_as_the_model_in_process(tmp_path, monkeypatch):
     """``inter 2``: two one-thread worker processes, each batch split in two, give the same
     outputs as the model in this process (fp32, with and without the shortlist and pruning)."""
-    from test_translate import random_models
-
-    from fadat import cli
     from fadat.data.spm import encode_source
     from fadat.models.shortlist import load_shortlist
 
     bench = load_bench()
     # the workers (spawned, with this process's sys.path) import the module of that name
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
-    models = random_models(str(tmp_path / "random"))
-    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
-    src.write_text("ab cd ef\ngh ij\nab gh\ncd ef gh ij\nef\n", encoding="utf-8")
-    ref.write_text("ab cd\ngh ij ef\nab\ncd\nef\n", encoding="utf-8")
-    argv = ["shortlist", "--model", str(models["dat"]), "--source", str(src)]
-    assert cli.main([*argv, "--target", str(ref), "--top-k", "2", "--frequent", "1"]) == 0
+    pairs = [("ab cd ef", "ab cd"), ("gh ij", "gh ij ef"), ("ab gh", "ab")]
+    pairs += [("cd ef gh ij", "cd"), ("ef", "ef")]
+    models, src, _ = models_with_shortlist(tmp_path, pairs, top_k=2, frequent=1)
     path = str(models["dat"] / "shortlist.safetensors")
     model, sp = bench.load_model(models["dat"], "cpu")
     sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
