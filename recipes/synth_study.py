@@ -1661,13 +1661,18 @@ def main(argv: list[str] | None = None) -> int:
         _atomic_text(root / "settings.json", json.dumps(s.to_json(), indent=1) + "\n")
         code = run(root, s, args.jobs, args.only)
     if (root / "runs").is_dir() or (root / "eval").is_dir():
+        from fadat.errors import InputError
+
         text = tables(root, s)
-        (root / "tables.md").write_text(text + "\n", encoding="utf-8")
-        print(text)
-        if args.plot:
-            print(f"plot: {plot(root, s, Path(args.plot).resolve())}")
-        if args.plot_lambda:
-            print(f"plot: {plot_lambda(root, s, Path(args.plot_lambda).resolve())}")
+        try:
+            _atomic_text(root / "tables.md", text + "\n")
+            print(text)
+            if args.plot:
+                print(f"plot: {plot(root, s, Path(args.plot).resolve())}")
+            if args.plot_lambda:
+                print(f"plot: {plot_lambda(root, s, Path(args.plot_lambda).resolve())}")
+        except InputError as err:  # a PNG or tables.md that cannot be written: one line
+            _fail(str(err))
     return code
 
 

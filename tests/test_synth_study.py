@@ -450,7 +450,7 @@ def _fake_results(study, root, s):
     (run / "valid_log.jsonl").write_text("".join(json.dumps(e) + "\n" for e in log))
 
 
-def test_tables_and_plot_from_fake_results(study, tmp_path):
+def test_tables_and_plot_from_fake_results(study, tmp_path, capsys):
     s = study.Settings(branches=("1200", "min", "stop"), patience=3)
     _fake_results(study, tmp_path, s)
     text = study.tables(tmp_path, s)
@@ -497,6 +497,15 @@ def test_tables_and_plot_from_fake_results(study, tmp_path):
     assert "**The curve" in (tmp_path / "tables.md").read_text()
     assert (tmp_path / "c2.png").read_bytes()[:4] == b"\x89PNG"
     assert (tmp_path / "l2.png").read_bytes()[:4] == b"\x89PNG"
+    # A picture that cannot be written: one line naming it, exit 2, the earlier ones kept.
+    bad = tmp_path / "missing" / "dir"
+    (tmp_path / "missing").write_text("a file, not a directory")
+    with pytest.raises(SystemExit) as exit_info:
+        study.main([*argv, "--plot-lambda", str(bad / "l3.png")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("synth_study: error: ") and "l3.png" in err[0]
+    assert (tmp_path / "c2.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_command_line_plan_orders_branch_points_and_rejects_bad_ones(study, tmp_path, capsys):
