@@ -734,21 +734,38 @@ def length_ratio(bleu_verbose: str) -> float:
 
 
 def write_drift(report_file: Path, hyps_dir: Path, data: Path, subset: int) -> Path:
-    """``drift-sSEED.json`` next to the report: reference and per-system statistics."""
+    """``drift-sSEED.json`` next to the report: reference and per-system statistics
+    (:func:`drift_statistics`, BLEU's length ratio, and the repetition rate: the share of
+    tokenized-BLEU words equal to the word before them, ``fadat.evaluation.scoring``'s
+    ``repetition_counts``)."""
     try:
         from fadat.evaluation.scoring import load_split
     except ModuleNotFoundError:
         # PYTHONPATH names a frozen library from before the package layout (issue 33), whose
         # modules sat flat in fadat/: the runs of this session's experiments use one.
         from fadat.scoring import load_split
+    try:
+        from fadat.evaluation.scoring import moses_tokenize, read_languages, repetition_counts
+    except ImportError:  # a frozen library from before repetition_counts: no repetition rate
+        repetition_counts = None
+
+    def repetition(lines: list[str]) -> float | None:
+        """The share of words (tokenized BLEU's) equal to the word before them."""
+        if repetition_counts is None:
+            return None
+        repeated, total = repetition_counts(moses_tokenize(lines, target_lang))
+        return repeated / total if total else 0.0
 
     report = json.loads(report_file.read_text(encoding="utf-8"))
+    target_lang = read_languages(data)[1] if repetition_counts else ""
     reference = load_split(data, report["data"]["split"], subset)[1][0]
     drift: dict[str, Any] = {"reference": drift_statistics(reference), "systems": {}}
+    drift["reference"]["repetition"] = repetition(reference)
     for system in report["systems"]:
         lines = hypotheses_file(hyps_dir, system["name"]).read_text(encoding="utf-8")
         stats = drift_statistics(lines.splitlines(), reference)
         stats["length_ratio"] = length_ratio(system.get("bleu_verbose", ""))
+        stats["repetition"] = repetition(lines.splitlines())
         drift["systems"][system["name"]] = stats
     out = report_file.with_name(report_file.name.replace("report-", "drift-"))
     out.write_text(json.dumps(drift, indent=1) + "\n", encoding="utf-8")
@@ -814,6 +831,37 @@ def _cell(value: Any, fmt: str) -> str:
     return "–" if missing else fmt.format(value)
 
 
+def _percent(share: float | None) -> str:
+    return _cell(None if share is None else 100 * share, "{:.2f} %")
+
+
+def from_scratch_curves(stages: list[Stage], paths: Paths) -> list[tuple[Stage, list[dict]]]:
+    """The validation curves of the stages trained from scratch (no ``init_from``) that have
+    one, in file order."""
+    series = [(s, valid_curve(paths.runs / s.key)) for s in stages if not s.init_from]
+    return [(stage, curve) for stage, curve in series if curve]
+
+
+def equal_updates_table(series: list[tuple[Stage, list[dict[str, Any]]]]) -> list[str]:
+    """Markdown: valid BLEU of each from-scratch stage at each validated update (the paper's
+    comparisons at equal updates; "–" where a stage did not validate at that update)."""
+    if len(series) < 2:
+        return []
+    bleu = {stage.key: {r["update"]: r["bleu"] for r in curve} for stage, curve in series}
+    updates = sorted({u for by_update in bleu.values() for u in by_update})
+    keys = list(bleu)
+    rows = [
+        "\nvalid BLEU at equal updates (stages trained from scratch; each on its own data's "
+        "valid set, the same raw references)\n",
+        "| update | " + " | ".join(keys) + " |",
+        "|---:|" + "---:|" * len(keys),
+    ]
+    for u in updates:
+        cells = " | ".join(_cell(bleu[k].get(u), "{:.2f}") for k in keys)
+        rows.append(f"| {u} | {cells} |")
+    return rows
+
+
 def curve_table(stage: Stage, run_dir: Path) -> list[str]:
     """Markdown rows: update, hours, valid loss, valid BLEU, best so far, the criterion's value
     at that update; the plateau update marked."""
@@ -840,8 +888,8 @@ def curve_table(stage: Stage, run_dir: Path) -> list[str]:
 
 
 def plot_curves(series: list[tuple[Stage, list[dict[str, Any]]]], out: Path) -> None:
-    """Valid BLEU and loss against updates and training hours, one line per plateau stage, the
-    plateau update dashed; a PNG at ``out``."""
+    """Valid BLEU and loss against updates and training hours, one line per stage, the plateau
+    update of a plateau stage dashed; a PNG at ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -849,8 +897,7 @@ def plot_curves(series: list[tuple[Stage, list[dict[str, Any]]]], out: Path) -> 
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 7), sharey="row")
     for stage, curve in series:
-        assert stage.plateau is not None
-        n = plateau_update(curve, stage.plateau)
+        n = plateau_update(curve, stage.plateau) if stage.plateau else None
         for col, x_of in enumerate((lambda r: r["update"], lambda r: r["elapsed"] / 3600)):
             xs = [x_of(r) for r in curve]
             axes[0][col].plot(xs, [r["bleu"] for r in curve], marker=".", label=stage.key)
@@ -871,19 +918,19 @@ def plot_curves(series: list[tuple[Stage, list[dict[str, Any]]]], out: Path) -> 
 
 
 def table(args: argparse.Namespace) -> None:
-    """Per comparison (``evaluate``): its reports' tables; then the plateau curves (and
-    ``--plot``)."""
+    """Per comparison (``evaluate``): its reports' tables; then the plateau curves, the valid
+    BLEU of the stages trained from scratch at equal updates (and ``--plot``: their curves)."""
     spec, stages = load(args.experiment)
     paths = paths_of(args, spec)
     for prefix, ev in comparisons(spec):
         if prefix:
             print(f"\n## comparison {prefix[:-1]}")
         comparison_table(eval_models(ev, stages), prefix, paths)
-    series = []
-    for stage in stages:
-        if stage.plateau and valid_curve(paths.runs / stage.key):
+    series = from_scratch_curves(stages, paths)
+    for stage, _ in series:
+        if stage.plateau:
             print("\n".join(curve_table(stage, paths.runs / stage.key)))
-            series.append((stage, valid_curve(paths.runs / stage.key)))
+    print("\n".join(equal_updates_table(series)))
     if args.plot and series:
         plot_curves(series, Path(args.plot))
         print(f"\nplot: {args.plot}")
@@ -930,10 +977,10 @@ def comparison_table(per_seed: dict[int, list[Stage]], prefix: str, paths: Paths
             drift_rows += [
                 f"\nseed {seed}: short-word drift (whitespace words of the whole output)\n",
                 "| system | words | words / ref | characters / ref | words of ≤ 2 letters | "
-                "distinct words | BLEU length ratio |",
-                "|---|---:|---:|---:|---:|---:|---:|",
+                "distinct words | BLEU length ratio | repeated words (tokenized) |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|",
                 f"| reference | {ref['words']:,} | 1.00 | 1.00 | {100 * ref['short_share']:.1f} % "
-                f"| {ref['distinct']:,} | – |",
+                f"| {ref['distinct']:,} | – | {_percent(ref.get('repetition'))} |",
             ]
             for name, st in drift["systems"].items():
                 model = name.split(":")[0]
@@ -941,7 +988,8 @@ def comparison_table(per_seed: dict[int, list[Stage]], prefix: str, paths: Paths
                 drift_rows.append(
                     f"| {label} | {st['words']:,} | {st['words_ratio']:.2f} | "
                     f"{st['characters_ratio']:.2f} | {100 * st['short_share']:.1f} % | "
-                    f"{st['distinct']:,} | {_cell(st['length_ratio'], '{:.2f}')} |"
+                    f"{st['distinct']:,} | {_cell(st['length_ratio'], '{:.2f}')} | "
+                    f"{_percent(st.get('repetition'))} |"
                 )
     if rows:
         print(f"\nseeds side by side (p: paired bootstrap of tokenized BLEU against {first})\n")

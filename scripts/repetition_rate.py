@@ -1,5 +1,6 @@
 """Repetition rate of translations: the share of output words equal to the word before them in
-the same sentence, words as tokenized BLEU counts them (sacremoses, ``fadat.evaluation.scoring``).
+the same sentence, words as tokenized BLEU counts them (sacremoses; ``fadat.evaluation.scoring``'s
+``repetition_counts``).
 
     python scripts/repetition_rate.py --lang es HYPS.txt [HYPS.txt ...]
 
@@ -16,17 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from fadat.errors import InputError
-from fadat.evaluation.scoring import moses_tokenize
-
-
-def repetition_counts(tokenized: Sequence[str]) -> tuple[int, int]:
-    """``(repeated, total)``: words equal to their predecessor in the line, and all words."""
-    repeated = total = 0
-    for line in tokenized:
-        words = line.split()
-        total += len(words)
-        repeated += sum(a == b for a, b in zip(words, words[1:], strict=False))
-    return repeated, total
+from fadat.evaluation.scoring import moses_tokenize, repetition_counts
 
 
 def main(argv: Sequence[str] | None = None) -> int:

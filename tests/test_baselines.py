@@ -185,7 +185,9 @@ def test_repetition_rate_counts_words_equal_to_their_predecessor(tmp_path, capsy
     spec = importlib.util.spec_from_file_location("repetition_rate", script)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert module.repetition_counts(["y y el el el", "de", "", "a b a"]) == (3, 9)
+    from fadat.evaluation.scoring import repetition_counts
+
+    assert repetition_counts(["y y el el el", "de", "", "a b a"]) == (3, 9)
     hyps = tmp_path / "h.txt"
     hyps.write_text("el el perro.\nsi, si\n", encoding="utf-8")
     assert module.main(["--lang", "es", str(hyps)]) == 0

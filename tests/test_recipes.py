@@ -176,7 +176,9 @@ def plateau_setup(tmp_path, monkeypatch):
         (tmp_path / "configs" / src.name).write_text(src.read_text(encoding="utf-8"))
     for data in ("bible-en-es", "bible-en-es-4k"):
         (tmp_path / "data" / data).mkdir(parents=True)
-        (tmp_path / "data" / data / "meta.json").write_text("{}")
+        (tmp_path / "data" / data / "meta.json").write_text(
+            json.dumps({"source_lang": "en", "target_lang": "es"})
+        )
     where = [str(PLATEAU_EXPERIMENT), "--root", str(tmp_path / "runs"),
              "--data-root", str(tmp_path / "data")]  # fmt: skip
     return ex, where, tmp_path / "runs" / "bible-en-es-plateau"
@@ -195,9 +197,14 @@ def test_fine_tune_budget_arithmetic_and_the_experiment_file(tmp_path, monkeypat
     by_key = {s.key: s for s in stages}
     assert list(by_key) == [
         "pretrain-s1", "at-s1", "ft-nll-s1", "ft-nll-s2", "ft-fadat-s1", "ft-fadat-s2",
-        "kd-pretrain-s1", "kd-ft-nll-s1", "kd-ft-fadat-s1",
+        "kd-pretrain-s1", "kd-ft-nll-s1", "kd-ft-fadat-s1", "nat-s1", "glat-s1", "ctc-s1",
     ]  # fmt: skip
     assert [s.key for s in stages if s.optional] == list(by_key)[6:]
+    # the Table 2 baselines: the pre-training's update count, no init_from, the 4k data
+    for key in ("nat-s1", "glat-s1", "ctc-s1"):
+        stage = by_key[key]
+        assert (stage.max_updates, stage.init_from, stage.data) == (16500, "", "bible-en-es-4k")
+    assert [p for p, _ in ex.comparisons(spec)] == ["", "kd-", "baselines-"]
     assert by_key["kd-ft-fadat-s1"].init_key == "kd-pretrain-s1"
     assert (by_key["pretrain-s1"].data, by_key["at-s1"].data) == ("bible-en-es-4k", "bible-en-es")
     assert by_key["at-s1"].prepare == ("bible-en-es",)
@@ -457,7 +464,7 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
     raw.mkdir()
     (raw / "test.src.txt").write_text("The Lord is my shepherd.\nGod said: let there be light.\n")
     (raw / "test.ref.txt").write_text("\n".join(REFERENCE) + "\n")
-    hyps_of = {"ft-nll": ["El Señor es mi pastor;", "Y Dios dijo: luz."],
+    hyps_of = {"ft-nll": ["El Señor es es mi pastor;", "Y Dios dijo: luz."],
                "ft-fadat": ["y, de la y de", "3:16 á luz."]}  # fmt: skip
 
     def fake_evaluate(*args):
@@ -499,6 +506,12 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
     drift = json.loads((runs / "drift-s1.json").read_text())
     fadat_label = model_labels([str(model_of(runs / "ft-fadat-s1"))])[0]
     assert drift["systems"][f"{fadat_label}:lookahead"]["short_share"] == 6 / 8
+    # repetition: tokenized words equal to the word before them ("es es"; Moses splits ";" ":"
+    # "." off: 7 + 6 words), none in the reference or FA-DAT's "y , de la y de" / "3:16 á luz ."
+    nll_label = model_labels([str(model_of(runs / "ft-nll-s1"))])[0]
+    assert drift["systems"][f"{nll_label}:greedy"]["repetition"] == 1 / 13
+    assert drift["systems"][f"{fadat_label}:greedy"]["repetition"] == 0.0
+    assert drift["reference"]["repetition"] == 0.0
     monkeypatch.setattr(ex, "fadat", None)  # a second evaluate reuses the report
     ex.main(["evaluate", *where])
     # a report of an older evaluation without hypotheses: no drift statistics, no crash
@@ -508,6 +521,10 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
     assert "report-s1.json: no hypotheses-s1" in capsys.readouterr().out
     shutil.move(tmp_path / "hypotheses-s1", runs / "hypotheses-s1")
 
+    # the AT (trained from scratch, validated every 1,000 updates) beside the pre-training in
+    # the table at equal updates; the fine-tuning stages (init_from) are not in it
+    write_jsonl(runs / "at-s1" / "valid_log.jsonl", curve([(1000, 5.0), (2000, 8.25)]))
+    write_jsonl(runs / "ft-nll-s1" / "valid_log.jsonl", curve([(50, 30.0)]))
     plot = tmp_path / "out" / "curves.png"
     capsys.readouterr()
     ex.main(["table", *where, "--plot", str(plot)])
@@ -521,8 +538,12 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
     assert "| at:beam5 | 21.00 | 20.00 | 45.0 | – |" in out
     assert "| ft-fadat-s1 | 500 | 0.60 | 4.32 |" in out  # time per arm: 2,160 s / 500 updates
     assert "| pretrain-s1 | 30000 | 10.00 | 1.20 |" in out
-    assert "| reference | 14 | 1.00 | 1.00 | 42.9 % | 14 | – |" in out
-    assert "| ft-fadat:lookahead | 8 | 0.57 | 0.38 | 75.0 % | 7 | 0.93 |" in out
+    assert "| reference | 14 | 1.00 | 1.00 | 42.9 % | 14 | – | 0.00 % |" in out
+    assert "| ft-fadat:lookahead | 8 | 0.57 | 0.38 | 75.0 % | 7 | 0.93 | 0.00 % |" in out
+    assert "| ft-nll:greedy | 10 | 0.71 | 0.67 | 50.0 % | 9 | 0.93 | 7.69 % |" in out
+    assert "| update | pretrain-s1 | at-s1 |" in out
+    assert "| 500 | 0.50 | – |" in out and "| 2000 | 2.00 | 8.25 |" in out
+    assert "| 30000 | 21.00 | – |" in out and "| 50 |" not in out
     assert "| 30000 ← N | 8.33 | 7.900 | 21.00 | 21.00 | 0.00 |" in out
     assert "| 29500 | 8.19 | 7.900 | 21.00 | 21.00 | 0.50 |" in out
     assert "| 500 | 0.14 | 9.950 | 0.50 | 0.50 | – |" in out

@@ -1,6 +1,6 @@
 """Scoring translations: sacreBLEU, chrF and tokenized BLEU with their signatures, BLEU per
-reference-length bucket, sacreBLEU's paired bootstrap, and reading a split's raw sources and
-reference streams. Shared by ``fadat evaluate`` and ``fadat analyze``.
+reference-length bucket, sacreBLEU's paired bootstrap, the repetition rate, and reading a split's
+raw sources and reference streams. Shared by ``fadat evaluate`` and ``fadat analyze``.
 
 Tokenized BLEU is the NAT papers' number (docs/reference-behaviour.md, "Evaluation"): hypotheses
 and references tokenised with sacremoses' ``MosesTokenizer`` (target language, no escaping) and
@@ -32,6 +32,19 @@ def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
     tokenisation of the NAT papers' tokenized BLEU (docs/reference-behaviour.md, "Evaluation")."""
     tokenizer = MosesTokenizer(lang=lang)
     return [tokenizer.tokenize(line, return_str=True, escape=False) for line in lines]
+
+
+def repetition_counts(tokenized: Sequence[str]) -> tuple[int, int]:
+    """``(repeated, total)`` words of ``tokenized`` lines (space-separated tokens, e.g.
+    :func:`moses_tokenize`'s): the words equal to the word before them in the same line, and all
+    words. ``repeated / total`` is the repetition rate of the NAT papers' baseline tables (the
+    paper's Table 2 baselines; RESULTS.md, "NAT baselines")."""
+    repeated = total = 0
+    for line in tokenized:
+        words = line.split()
+        total += len(words)
+        repeated += sum(a == b for a, b in pairwise(words))
+    return repeated, total
 
 
 def bleu_metric(target_lang: str) -> BLEU:
