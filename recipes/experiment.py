@@ -862,11 +862,11 @@ def equal_updates_table(series: list[tuple[Stage, list[dict[str, Any]]]]) -> lis
     return rows
 
 
-def curve_table(stage: Stage, run_dir: Path) -> list[str]:
-    """Markdown rows: update, hours, valid loss, valid BLEU, best so far, the criterion's value
-    at that update; the plateau update marked."""
+def curve_table(stage: Stage, curve: list[dict[str, Any]]) -> list[str]:
+    """Markdown rows of a plateau stage's validation ``curve`` (:func:`valid_curve`): update,
+    hours, valid loss, valid BLEU, best so far, the criterion's value at that update; the plateau
+    update marked."""
     assert stage.plateau is not None
-    curve = valid_curve(run_dir)
     n = plateau_update(curve, stage.plateau)
     w = stage.plateau.window
     rows = [
@@ -927,10 +927,11 @@ def table(args: argparse.Namespace) -> None:
             print(f"\n## comparison {prefix[:-1]}")
         comparison_table(eval_models(ev, stages), prefix, paths)
     series = from_scratch_curves(stages, paths)
-    for stage, _ in series:
+    for stage, curve in series:
         if stage.plateau:
-            print("\n".join(curve_table(stage, paths.runs / stage.key)))
-    print("\n".join(equal_updates_table(series)))
+            print("\n".join(curve_table(stage, curve)))
+    if rows := equal_updates_table(series):
+        print("\n".join(rows))
     if args.plot and series:
         plot_curves(series, Path(args.plot))
         print(f"\nplot: {args.plot}")
