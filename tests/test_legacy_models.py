@@ -1,10 +1,16 @@
-"""Models saved by earlier versions load and give the same outputs, bit for bit.
+"""Models saved by earlier versions load and give the same outputs.
 
 The fixture (tests/data/legacy, written by main at 890da67 with
 tests/data/legacy/make_legacy_models.py) holds tiny models of every architecture saved before the
 decoder stack was shared: the DAT's and AT's decoder parameters were then named
 ``embed_positions.*``, ``layers.*``, ``final_norm.*`` (today ``decoder.…``), so loading them
 exercises :meth:`fadat.models.architectures.TranslationModel.upgrade_state_dict`.
+
+The fixture's numbers were computed on another CPU (an AMD Zen 5). Different x86-64 CPUs run
+different float32 kernels (AVX2, AVX-512, AMX; different blocking and FMA order), so outputs
+agree to rounding, not bit for bit; what must be exact (names, order, tokens) is compared exactly,
+and floats within the tolerances below, each chosen from the difference measured between the
+fixture and a machine with other kernels (an AMD Zen 3, AVX2 only), not widened until green.
 """
 
 from __future__ import annotations
@@ -26,6 +32,25 @@ make_legacy = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_legacy)
 NAMES = list(make_legacy.MODELS)
 
+#: Network outputs (log-probabilities and links, |x| <= 10, ~10 float32 layers deep): the largest
+#: difference measured between the fixture's CPU and an AVX2-only CPU was 1.9e-6 absolute
+#: (6-8 float32 ulps of the values compared); 1e-5 leaves a 5x margin.
+OUTPUT_TOL = dict(rtol=1e-5, atol=1e-5)
+#: Hypothesis and sequence scores (sums of <= 30 log-probabilities, |score| <= 25): measured
+#: difference at most 1.9e-7 relative; 1e-5 relative or absolute.
+SCORE_TOL = dict(rel=1e-5, abs=1e-5)
+#: Weights after one more AdamW update (lr 1e-3), element by element. Where the gradient of both
+#: updates is at float32 noise (below ``GRAD_NOISE`` times the largest gradient of that update:
+#: the key biases of attention, whose exact gradient is 0 because softmax ignores them; measured
+#: noise 4.6e-8 of the largest), Adam normalises that noise to a full step of either sign, so
+#: those elements are only checked to be within ``NOISE_STEP_BOUND`` (2.5 steps). Everywhere else
+#: the measured difference between CPUs was at most 7.7e-6; 1e-4 (a tenth of one update) leaves
+#: a 13x margin and still fails when the optimizer state is not restored (updates then differ by
+#: about one lr; checked).
+WEIGHT_ATOL = 1e-4
+GRAD_NOISE = torch.finfo(torch.float32).eps
+NOISE_STEP_BOUND = 2.5e-3
+
 
 def _as_json(value):
     """Tuples as lists, as the fixture's JSON holds them."""
@@ -40,9 +65,32 @@ def test_model_saved_by_an_earlier_version_gives_identical_outputs(name):
     got = make_legacy.forward_outputs(model, source, target)
     assert sorted(got) == sorted(expected)
     for key, tensor in expected.items():
-        assert torch.equal(got[key], tensor), f"{name}: {key} differs"
+        torch.testing.assert_close(
+            got[key],
+            tensor,
+            **OUTPUT_TOL,
+            equal_nan=True,
+            msg=lambda m, key=key: f"{name}: {key}: {m}",
+        )
     want = json.loads((LEGACY / f"{name}.translations.json").read_text(encoding="utf-8"))
-    assert _as_json(make_legacy.translations(model, source, target, target_lengths)) == want
+    _assert_translations_close(
+        _as_json(make_legacy.translations(model, source, target, target_lengths)), want
+    )
+
+
+def _assert_translations_close(got: dict, want: dict) -> None:
+    """Tokens (and lengths) exactly, scores within :data:`SCORE_TOL`."""
+    assert sorted(got) == sorted(want)
+    for key, expected in want.items():
+        if key == "score":  # [scores, lengths, extra]
+            assert got[key][1:] == expected[1:], key
+            assert got[key][0] == pytest.approx(expected[0], **SCORE_TOL), key
+            continue
+        for sentence, wanted in zip(got[key], expected, strict=True):
+            assert [h[0] for h in sentence] == [h[0] for h in wanted], key
+            assert [h[1] for h in sentence] == pytest.approx([h[1] for h in wanted], **SCORE_TOL), (
+                key
+            )
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -88,7 +136,8 @@ def test_every_architecture_is_in_the_fixture():
 def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
     """A run of an earlier version resumes: its checkpoint_last (one AdamW update, names of that
     version, optimizer state by parameter position) restores into today's model, and the next
-    update gives the weights the earlier version gave, bit for bit."""
+    update gives the weights the earlier version gave (within :data:`WEIGHT_ATOL`; elements whose
+    gradient is float32 noise within :data:`NOISE_STEP_BOUND`)."""
     from fadat.models.config import ModelConfig
     from fadat.training.checkpoints import (
         capture_rng_state,
@@ -112,6 +161,8 @@ def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
             state, path, state["train_config"], set(), info, model, optimizer, scaler
         )
         assert progress.update == 1
+        # the first update's gradient, as the earlier version stored it (AdamW: exp_avg = 0.1 g)
+        first = {n: optimizer.state[p]["exp_avg"] / 0.1 for n, p in model.named_parameters()}
         source, target, _ = make_legacy.batch()
         make_legacy.train_step(model, optimizer, source, target)
     finally:
@@ -121,8 +172,24 @@ def test_checkpoint_last_of_an_earlier_version_resumes_exactly(name):
     )
     got = model.state_dict()
     assert sorted(got) == sorted(want)
+    params = dict(model.named_parameters())
+    assert sorted(params) == sorted(want)
+    second = {n: p.grad for n, p in params.items()}
+    floor = {
+        step: GRAD_NOISE * max(g.abs().max() for g in grads.values())
+        for step, grads in (("first", first), ("second", second))
+    }
+    noise = 0
     for key, tensor in want.items():
-        assert torch.equal(got[key], tensor), key
+        diff = (got[key] - tensor).abs()
+        g1, g2 = first[key].abs(), second[key].abs()
+        at_noise = (g1 < floor["first"]) & (g2 < floor["second"])
+        noise += int((at_noise & (g1.ne(0) | g2.ne(0))).sum())
+        assert torch.all(diff[~at_noise] <= WEIGHT_ATOL), key
+        assert torch.all(diff[at_noise] <= NOISE_STEP_BOUND), key
+    # the noise elements are the few whose exact gradient is 0 (key biases), not a way around
+    # the check: 96 of the DAT's 12,018 weights, 80 of the AT's 10,192
+    assert noise < 0.02 * sum(t.numel() for t in want.values())
 
 
 def test_average_mixes_checkpoints_of_an_earlier_version_and_of_today(tmp_path):
