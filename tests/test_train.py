@@ -301,7 +301,9 @@ def test_fuzzy_finetune_starts_from_init_weights_with_fresh_optimizer(copy_data,
     assert all(int(s["step"]) == 2 for s in state["optimizer"]["state"].values())
 
 
-def test_bf16_autocast_trains_with_finite_losses(copy_data, tmp_path):
+def test_bf16_autocast_trains_with_finite_losses(copy_data, tmp_path, monkeypatch):
+    # bf16 even on a CPU that emulates it (slow there, but 3 tiny updates)
+    monkeypatch.setattr("fadat.process.native_bf16", lambda device_type="cpu": True)
     run = tmp_path / "run"
     rc = main(
         [
@@ -312,6 +314,36 @@ def test_bf16_autocast_trains_with_finite_losses(copy_data, tmp_path):
     assert rc == 0
     losses = _losses(run)
     assert len(losses) == 3 and all(0 < x < 100 for x in losses)
+
+
+def test_bf16_is_turned_off_where_the_cpu_has_no_bf16_hardware(monkeypatch, caplog):
+    from fadat.training.trainer import autocast_options
+
+    monkeypatch.setattr("fadat.process.native_bf16", lambda device_type="cpu": True)
+    assert autocast_options(True, False, "cpu") == dict(
+        device_type="cpu", dtype=torch.bfloat16, enabled=True
+    )
+    monkeypatch.setattr("fadat.process.native_bf16", lambda device_type="cpu": False)
+    with caplog.at_level("WARNING", logger="fadat.training.trainer"):
+        options = autocast_options(True, False, "cpu")
+    assert options["enabled"] is False
+    assert "no bf16 hardware" in caplog.text and "trains in fp32" in caplog.text
+    caplog.clear()
+    assert autocast_options(False, False, "cpu")["enabled"] is False
+    assert autocast_options(False, True, "cpu") == dict(
+        device_type="cpu", dtype=torch.float16, enabled=True
+    )
+    assert not caplog.text
+
+
+def test_native_bf16_reads_the_cpu_flags(monkeypatch):
+    from fadat.process import native_bf16
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert native_bf16("cpu") is False
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert native_bf16("cpu") is True
 
 
 # --------------------------------------------------------------------------- bad input

@@ -85,6 +85,28 @@ from fadat.training.validation import usable_indices, validate
 
 logger = logging.getLogger("fadat.training.trainer")
 
+
+def autocast_options(bf16: bool, fp16: bool, device_type: str) -> dict[str, Any]:
+    """``torch.autocast`` keywords for a run's precision flags on ``device_type``.
+
+    bf16 on a device without bf16 hardware (:func:`fadat.process.native_bf16`: a CPU with neither
+    AVX-512 BF16 nor AMX) is turned off with a warning: emulated bf16 matrix products are an
+    order of magnitude slower than fp32 there, and fp32 is at least as accurate. The run's
+    config keeps ``bf16: true``, so the same run resumed on a machine with bf16 hardware uses it.
+    """
+    from fadat.process import native_bf16
+
+    if bf16 and not native_bf16(device_type):
+        logger.warning(
+            "bf16 autocast requested, but this %s has no bf16 hardware (AVX-512 BF16 or AMX); "
+            "emulated bf16 would be far slower than fp32, so this run trains in fp32",
+            device_type.upper(),
+        )
+        bf16 = False
+    dtype = torch.bfloat16 if bf16 else torch.float16
+    return dict(device_type=device_type, dtype=dtype, enabled=bf16 or fp16)
+
+
 # --------------------------------------------------------------------------------------------
 # The training loop
 # --------------------------------------------------------------------------------------------
@@ -170,10 +192,7 @@ class Trainer:
             weight_decay=cfg.weight_decay,
         )
         self.scaler = torch.amp.GradScaler(self.info.device.type, enabled=cfg.fp16)
-        dtype = torch.bfloat16 if cfg.bf16 else torch.float16
-        self.autocast = dict(
-            device_type=self.info.device.type, dtype=dtype, enabled=cfg.bf16 or cfg.fp16
-        )
+        self.autocast = autocast_options(cfg.bf16, cfg.fp16, self.info.device.type)
 
     def _build_sampler(self) -> int:
         """This rank's token-budget batch sampler over the training sentences the model's
