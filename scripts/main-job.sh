@@ -14,7 +14,7 @@
 # --quick first runs a learning check that fails the job unless training works: a small
 # DA-Transformer on the deterministic synthetic corpus (fadat prepare synth-multimodal with
 # P = Q = 0: one valid translation per source) must reach LEARN_MIN_BLEU valid BLEU within
-# LEARN_UPDATES updates (README, "What the quick run shows"). The Bible stages that follow are a
+# LEARN_UPDATES updates (docs/results/main-job.md). The Bible stages that follow are a
 # smoke test of every stage at a budget far too small to translate: their BLEU is near 0.
 #   LEARN_UPDATES=300 LEARN_MIN_BLEU=80 bash scripts/main-job.sh --quick
 set -euo pipefail
@@ -65,7 +65,7 @@ if [ "$QUICK" = 1 ] && [[ "$($FADAT prepare --help)" != *synth-multimodal* ]]; t
     # The corpus comes with `fadat prepare synth-multimodal`; a fadat without it cannot check.
     echo "== LEARNING CHECK NOT RUN: this fadat has no synth-multimodal corpus" >&2
 elif [ "$QUICK" = 1 ]; then
-    # Measured (RESULTS.md, "The quick run's learning check"): valid BLEU 96.4-99.1 after
+    # Measured (docs/results/main-job.md, "The quick run's learning check"): valid BLEU 96.4-99.1 after
     # 300 updates over seeds 1-4, about one CPU-minute; an untrained model scores about 0.
     LEARN_DATA=data/synth-det
     LEARN_TIME=${LEARN_TIME:-20m}  # only against a hang: the check is defined by updates

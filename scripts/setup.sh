@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian machine for fadat: corpus packages, the virtual environment .venv in the
-# repository root, CPU torch when no torch is present, and fadat with its dev extras.
+# repository root, CPU torch when no torch is present, and fadat with its dev extras (which include
+# the docs extra: the test suite builds the documentation site).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -77,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="fp32",
         choices=("fp32", "bf16", "int8"),
         help="DAT on CPU: weights in fp32 (default), bf16 or int8 (fadat.models.inference; test "
-        "BLEU of each in RESULTS.md)",
+        "BLEU of each in docs/results/precision.md)",
     )
     add_head_arguments(parser)
     add_common_arguments(parser)

@@ -38,7 +38,7 @@ def repetition_counts(tokenized: Sequence[str]) -> tuple[int, int]:
     """``(repeated, total)`` words of ``tokenized`` lines (space-separated tokens, e.g.
     :func:`moses_tokenize`'s): the words equal to the word before them in the same line, and all
     words. ``repeated / total`` is the repetition rate of the NAT papers' baseline tables (the
-    paper's Table 2 baselines; RESULTS.md, "NAT baselines")."""
+    paper's Table 2 baselines; docs/results/baselines.md)."""
     repeated = total = 0
     for line in tokenized:
         words = line.split()
@@ -70,8 +70,8 @@ def corpus_scores(
         hypotheses: detokenised outputs, one per sentence.
         references: reference streams, each with one reference per sentence.
         target_lang: ISO code of the target language (tokenizers).
-        tokenized_hypotheses, tokenized_references: Moses-tokenised versions (computed when
-            ``None``).
+        tokenized_hypotheses: Moses-tokenised ``hypotheses`` (computed when ``None``).
+        tokenized_references: Moses-tokenised ``references`` (computed when ``None``).
 
     Returns:
         ``{"bleu", "bleu_signature", "bleu_verbose", "chrf", "chrf_signature", "tok_bleu",

@@ -21,7 +21,7 @@ vertex), so the decoders' outputs are the same (tests/test_inference.py). Lower 
   (int8 weights per output channel, activations quantized per batch at run time;
   ``torch.ao.quantization.quantize_dynamic``); the links head stays fp32.
 
-Their test BLEU is in RESULTS.md ("DAT inference against CTranslate2").
+Their test BLEU is in docs/results/precision.md.
 
 Two ways to compute less of the token head (issue 34), both off by default:
 

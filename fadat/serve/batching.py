@@ -14,8 +14,8 @@ its own slice of the results. Inside that call the translation core sorts the ba
 by length and cuts them into model batches of at most ``model_batch_tokens`` padded positions
 (:func:`fadat.translation.pipeline.make_batches`): on a CPU, one model batch of thousands of graph
 vertices is slower than the same sentences one by one (the ``(B, L, V)`` token log-probabilities
-leave the caches), while length-sorted model batches of ≈ 512 vertices are faster (RESULTS.md,
-"fadat serve"). Jobs with other options
+leave the caches), while length-sorted model batches of ≈ 512 vertices are faster
+(docs/results/journal.md, "fadat serve"). Jobs with other options
 wait for a later batch, in arrival order. ``max_batch_tokens = 0`` turns batching off: every job
 runs alone, as it arrives.
 
