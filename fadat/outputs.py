@@ -20,6 +20,19 @@ Usage, in every verb that writes:
    :func:`replace_dir` (a directory built in a staging directory: dataset), or
    :func:`atomic_path` / :func:`atomic_write` (a file, all-or-nothing).
 
+A single file (``--output out.txt``, ``--report report.json``) lies in a directory that fadat
+did not create; the verb records it there after writing it, in :data:`RECORD`
+(``.fadat-files.json``: name, inode, size and modification time of every file fadat wrote in that
+directory). An existing file is replaced without ``--force`` only when the record says fadat wrote
+it and nothing changed it since (:func:`fadat_wrote`); a file of a user, another program or an
+older fadat is replaced only with ``--force``. A file output is never an input, a file inside a
+fadat dataset, model or run directory, or a name ending in ``/`` (which names a directory), with
+or without ``--force`` (:func:`check_output_file`).
+
+A directory filled in place by a long-running process (a run of ``fadat train``) is held by one
+process at a time: :func:`directory_lock` (``fcntl.flock`` on :data:`LOCK` inside it, holding the
+holder's PID; the kernel releases it when the process dies, so no lock outlives its process).
+
 Temporaries (``.NAME.tmp-PID-*`` staging directories and files, ``.NAME.old-PID-*`` directories
 being replaced) carry the id of the process that made them: they are removed when their block
 ends, on an error or on SIGTERM (``fadat.cli`` turns it into ``KeyboardInterrupt``), and those of
@@ -40,13 +53,24 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from fadat.errors import InputError
 
 #: The marker file of every fadat output directory: ``{"kind": ..., "files": [...]}``.
 MARKER = ".fadat-output.json"
+
+#: The record of the single files that verbs wrote into a directory they did not create:
+#: ``{"files": {NAME: [inode, size, mtime_ns]}}`` (:func:`fadat_wrote`).
+RECORD = ".fadat-files.json"
+
+#: The lock file of a directory that one process fills in place (:func:`directory_lock`).
+LOCK = ".fadat-output.lock"
+
+#: Kinds of directories that hold what other verbs read, so that no verb writes into one it did
+#: not create.
+_PROTECTED = ("dataset", "model", "run")
 
 #: Files of directories written before the marker existed, per kind: how such a directory is
 #: recognised (a file whose JSON has these keys) and which of its files fadat wrote.
@@ -62,7 +86,7 @@ _LEGACY: dict[str, tuple[str, tuple[str, ...], re.Pattern[str]]] = {
     "model": (
         "config.json",
         ("model_type", "format_version"),
-        re.compile(r"config\.json|model\.safetensors|spm\.model"),
+        re.compile(r"config\.json|model\.safetensors|spm\.model|shortlist\.safetensors"),
     ),
 }
 
@@ -169,6 +193,116 @@ def output_lock(path: str | Path, option: str = "--output") -> Iterator[None]:
         os.close(fd)
 
 
+def _lock_holder(fd: int) -> str:
+    """``PID n`` from a lock file's content (its holder writes it once it holds the lock)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return f"PID {text}" if text.isdigit() else "a PID not yet written"
+
+
+def _try_lock(lock: Path, fd: int, path: Path, kind: str, option: str) -> None:
+    """``flock`` ``fd`` (the open ``lock``) exclusively without waiting; on failure close it and
+    raise the InputError naming the directory and the holder's PID."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = _lock_holder(fd)
+        os.close(fd)
+        raise InputError(
+            f"{option} {path}: this {kind} directory is in use by another fadat process "
+            f"({holder}, lock {lock}); wait for it to end or give another {option}"
+        ) from None
+
+
+@contextmanager
+def directory_lock(path: str | Path, kind: str, option: str = "--output") -> Iterator[bool]:
+    """Check ``path`` as a ``kind`` output (:func:`check_output_dir`) and hold it for the block:
+    one process at a time fills a directory in place (a run of ``fadat train``).
+
+    The lock is ``fcntl.flock`` on :data:`LOCK` inside ``path`` (created with the directory if
+    needed), and the file holds the holder's PID. The kernel releases the lock when the process
+    ends, however it ends (SIGKILL included), so a lock never outlives its holder; the file stays.
+    When the block fails before anything but the lock was written into a directory this call
+    created, the directory is removed again.
+
+    Yields:
+        ``True`` when ``path`` already was a fadat ``kind`` directory (as checked under the lock).
+
+    Raises:
+        InputError: as :func:`check_output_dir`; another process holds the lock (the message
+            names ``path`` and the holder's PID); the lock file cannot be created or written.
+    """
+    path = Path(path)
+    lock = path / LOCK
+    flags = os.O_RDWR | getattr(os, "O_NOFOLLOW", 0)
+    fd = None
+    if lock.is_file():
+        # Tried before the check: a directory another process created and locked, but has not
+        # marked yet, would otherwise look like a directory that fadat did not create.
+        try:
+            fd = os.open(lock, flags)
+        except OSError:
+            fd = None
+        else:
+            _try_lock(lock, fd, path, kind, option)
+    created = False
+    try:
+        existed = check_output_dir(path, kind, option)
+        if fd is None:
+            created = not path.exists()
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, flags | os.O_CREAT, _umask_mode(0o666))
+            except OSError as err:
+                raise write_error(lock, err, option) from None
+            _try_lock(lock, fd, path, kind, option)
+            existed = check_output_dir(path, kind, option)  # as it is under the lock
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        except OSError as err:
+            raise write_error(lock, err, option) from None
+        yield existed
+    except BaseException:
+        with suppress(OSError):
+            if created and fd is not None and [p.name for p in path.iterdir()] == [LOCK]:
+                lock.unlink()
+                path.rmdir()
+        raise
+    finally:
+        if fd is not None:
+            with suppress(OSError):
+                os.close(fd)
+
+
+def remove_temporaries(path: str | Path) -> list[Path]:
+    """Remove the temporaries (``.NAME.tmp-PID-*``, ``.NAME.old-PID-*``) directly inside the
+    directory ``path``, whatever their PID; returns what was removed.
+
+    Call it only while holding :func:`directory_lock` on ``path``, before writing anything:
+    then every temporary there was left by a process that held the lock before and died
+    (SIGKILL, power loss). The PID alone cannot tell, because a PID is reused (a restarted
+    container gives its new process the old one's PID).
+    """
+    path = Path(path)
+    removed = []
+    try:
+        entries = list(path.iterdir())
+    except OSError:
+        return removed
+    for temp in entries:
+        if not _TEMP.fullmatch(temp.name):
+            continue
+        if temp.is_dir() and not temp.is_symlink():
+            shutil.rmtree(temp, ignore_errors=True)
+        else:
+            temp.unlink(missing_ok=True)
+        removed.append(temp)
+    return removed
+
+
 def silence_stdout() -> None:
     """Point file descriptor 1 at /dev/null, so that the interpreter's last flush of a closed or
     full stdout does not print a second error (after fadat reported the first)."""
@@ -238,7 +372,7 @@ def _foreign_files(path: Path, kind: str, also: set[str] = frozenset()) -> list[
     pattern = _LEGACY.get(kind, (None, None, None))[2]
     foreign = []
     for name in _files(path):
-        if name == MARKER or name in also:
+        if name in (MARKER, LOCK, RECORD) or name in also:
             continue
         if isinstance(recorded, list):
             if name in recorded:
@@ -285,8 +419,9 @@ def check_output_dir(path: str | Path, kind: str, option: str = "--output") -> b
 
     Raises:
         InputError: ``path`` is a file (or other non-directory); a non-empty directory that is
-            not a fadat output; a fadat output of another kind; a location that cannot be
-            written. Nothing is created or deleted.
+            not a fadat output; a fadat output of another kind; a directory inside a fadat
+            dataset, model or run directory; a location that cannot be written. Nothing is
+            created or deleted.
     """
     path = Path(path)
     what = f"{option} {path}"
@@ -296,13 +431,15 @@ def check_output_dir(path: str | Path, kind: str, option: str = "--output") -> b
             f"{what}: exists and is not a directory; fadat does not replace it "
             f"(give another {option})"
         )
+    _refuse_protected(path, what, option)
     if not path.exists():
         _check_location(path, what)
         return False
     found = output_kind(path)
     if found is None:
         try:
-            empty = not any(path.iterdir())
+            # A lock left by a process that died before it marked the directory.
+            empty = all(entry.name == LOCK for entry in path.iterdir())
         except OSError as err:
             raise InputError(f"{what}: cannot read ({err.strerror or err})") from None
         if not empty:
@@ -369,6 +506,20 @@ def mark_dir(path: str | Path, kind: str) -> Path:
     return path
 
 
+def add_own_file(path: str | Path, name: str) -> None:
+    """Add ``name`` (relative, ``/``-separated) to the file list of the marker of the fadat
+    directory ``path``, after a verb wrote that file there (``fadat shortlist`` into a model
+    directory), so that replacing the directory as a whole does not take it for a user's file.
+    A marker without a list (files recognised by their names) is left as it is."""
+    path = Path(path)
+    marker = _read_json(path / MARKER)
+    if not isinstance(marker, dict) or not isinstance(marker.get("kind"), str):
+        return
+    files = marker.get("files")
+    if isinstance(files, list) and name not in files:
+        _write_marker(path, marker["kind"], sorted([*files, name]))
+
+
 def staging_dir(path: str | Path) -> Path:
     """A new empty directory next to ``path`` to build a replacement in (see :func:`replace_dir`;
     the caller removes it on failure)."""
@@ -401,7 +552,8 @@ def replace_dir(staged: str | Path, path: str | Path, kind: str, option: str = "
         os.replace(staged, path)
         shutil.rmtree(old, ignore_errors=True)
     else:
-        if path.exists():  # an empty directory
+        if path.exists():  # an empty directory, or one holding only a dead process's lock
+            (path / LOCK).unlink(missing_ok=True)
             path.rmdir()
         os.replace(staged, path)
 
@@ -410,27 +562,45 @@ def replace_dir(staged: str | Path, path: str | Path, kind: str, option: str = "
 _RUN_FILES = re.compile(r"config\.yaml|train\.log|best\.json|checkpoint[^/]*\.pt")
 
 
-def _owner(path: Path) -> tuple[Path, str] | None:
-    """The fadat dataset, model or run directory whose own file ``path`` is (the marker, a file
-    of the marker's list, or a file name the kind writes), as ``(directory, kind)``; or
-    ``None``."""
+def _protected_owner(path: Path) -> tuple[Path, str, bool] | None:
+    """The fadat dataset, model or run directory that ``path`` lies inside (symbolic links
+    resolved), as ``(directory, kind, own)``: ``own`` when ``path`` is one of its own files (the
+    marker, a file of the marker's list, or a file name the kind writes); or ``None``."""
     resolved = Path(os.path.realpath(path))
     for directory in resolved.parents:
         kind = output_kind(directory)
-        if kind in ("dataset", "model", "run"):
+        if kind in _PROTECTED:
             name = resolved.relative_to(directory).as_posix()
             marker = _read_json(directory / MARKER)
             recorded = marker.get("files") if isinstance(marker, dict) else None
             pattern = _RUN_FILES if kind == "run" else _LEGACY[kind][2]
-            if (
-                name == MARKER
+            own = (
+                name in (MARKER, LOCK)
                 or (isinstance(recorded, list) and name in recorded)
-                or pattern.fullmatch(name)
-            ):
-                return directory, kind
+                or bool(pattern.fullmatch(name))
+            )
+            return directory, kind, own
         if directory.parent == directory:
             break
     return None
+
+
+def _refuse_protected(path: Path, what: str, option: str) -> None:
+    """InputError when ``path`` is a file of, or lies inside, a fadat dataset, model or run
+    directory: a verb writes nothing into one that it did not create."""
+    owner = _protected_owner(path)
+    if owner is None:
+        return
+    directory, kind, own = owner
+    if own:
+        raise InputError(
+            f"{what}: is a file of the fadat {kind} directory {directory}; fadat does not "
+            f"write over it (give another {option})"
+        )
+    raise InputError(
+        f"{what}: lies inside the fadat {kind} directory {directory}, which this command did "
+        f"not create; fadat writes nothing into it (give another {option})"
+    )
 
 
 def check_not_input(
@@ -475,39 +645,104 @@ def check_output_file(
     path: str | Path,
     option: str = "--output",
     inputs: Iterable[tuple[str, str | Path | None]] = (),
+    force: bool = False,
 ) -> Path:
     """Check, before any work, that ``path`` can be written as a file; returns it.
 
-    An existing regular file is overwritten at the end, as by shell redirection, unless it is
-    one of the verb's ``inputs`` (:func:`check_not_input`) or a file of a fadat dataset, model
-    or run directory (its ``meta.json``, ``config.json``, weights, marker, ...).
+    An existing regular file is replaced at the end when fadat wrote it and nothing changed it
+    since (:func:`fadat_wrote`), or with ``force``; the file is then written with
+    ``atomic_path(..., record=True)`` so that the next run may replace it.
+
+    Args:
+        path: the output file; a name that ends in ``/`` names a directory and is refused.
+        option: the flag that named ``path``, for messages.
+        inputs: ``(what, path)`` of everything the verb reads (:func:`check_not_input`).
+        force: replace an existing file that fadat did not write (``--force``).
 
     Raises:
-        InputError: ``path`` is a directory, an input, a file of a fadat dataset, model or run,
-            or its location cannot be written.
+        InputError: ``path`` ends in ``/`` or is a directory; it is an input or lies inside one;
+            it is a file of, or lies inside, a fadat dataset, model or run directory; an
+            existing file that fadat did not write, without ``force``; a location that cannot
+            be written. Nothing is created.
     """
-    path = Path(path)
     what = f"{option} {path}"
+    if str(path).endswith(("/", os.sep)):
+        raise InputError(f"{what}: names a directory (it ends in '/'), expected a file name")
+    path = Path(path)
     if path.is_dir():
         raise InputError(f"{what}: is a directory, expected a file name")
     if os.path.lexists(path) and not path.is_file():
         raise InputError(f"{what}: exists and is not a regular file")
     check_not_input(path, inputs, option)
     remove_stale(path)
-    owner = _owner(path)
-    if owner is not None:
+    _refuse_protected(path, what, option)
+    if os.path.lexists(path) and not force and not fadat_wrote(path):
         raise InputError(
-            f"{what}: is a file of the fadat {owner[1]} directory {owner[0]}; fadat does not "
-            f"write over it (give another {option})"
+            f"{what}: exists and fadat did not write it; pass --force to replace it "
+            f"(or give another {option})"
         )
     _check_location(path, what)
     return path
 
 
+def _identity(path: Path) -> list[int] | None:
+    """``[inode, size, mtime_ns]`` of ``path`` itself (a symbolic link is not followed)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def _recorded(directory: Path) -> dict[str, object]:
+    record = _read_json(directory / RECORD)
+    files = record.get("files") if isinstance(record, dict) else None
+    return files if isinstance(files, dict) else {}
+
+
+def fadat_wrote(path: str | Path) -> bool:
+    """Whether the file ``path`` is one that a verb wrote (``atomic_path(..., record=True)``)
+    and that nothing replaced or changed since: its name, inode, size and modification time
+    are in its directory's :data:`RECORD`."""
+    path = Path(path)
+    identity = _identity(path)
+    return identity is not None and _recorded(path.absolute().parent).get(path.name) == identity
+
+
+def _record(path: Path) -> None:
+    """Add the file ``path`` to its directory's :data:`RECORD` (and drop the entries of files
+    that are gone or changed). The record is a convenience for the next run: when it cannot be
+    written, that run asks for ``--force``, so an ``OSError`` here is not an error."""
+    directory = path.absolute().parent
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # two verbs writing files into one directory
+        files = {
+            name: identity
+            for name, identity in _recorded(directory).items()
+            if name != path.name and _identity(directory / name) == identity
+        }
+        identity = _identity(path)
+        if identity is not None:
+            files[path.name] = identity
+        atomic_write(directory / RECORD, json.dumps({"files": files}, indent=1) + "\n")
+    except (OSError, InputError):
+        pass
+    finally:
+        os.close(fd)
+
+
 @contextmanager
-def atomic_path(path: str | Path, option: str | None = None) -> Iterator[Path]:
+def atomic_path(
+    path: str | Path, option: str | None = None, record: bool = False
+) -> Iterator[Path]:
     """A temporary path next to ``path`` (same suffix) that is renamed onto ``path`` when the
-    block ends without an error, and removed otherwise: ``path`` is never half-written.
+    block ends without an error, and removed otherwise: ``path`` is never half-written. With
+    ``record`` (a verb's output file, checked by :func:`check_output_file`), the file is then
+    recorded as fadat's (:func:`fadat_wrote`).
 
     Raises:
         InputError: an ``OSError`` while writing (disk full, directory removed), naming
@@ -541,11 +776,15 @@ def atomic_path(path: str | Path, option: str | None = None) -> Iterator[Path]:
             raise write_error(path, err, option) from None
     finally:
         tmp.unlink(missing_ok=True)
+    if record:
+        _record(path)
 
 
-def atomic_write(path: str | Path, data: str | bytes, option: str | None = None) -> None:
+def atomic_write(
+    path: str | Path, data: str | bytes, option: str | None = None, record: bool = False
+) -> None:
     """Write ``data`` (text as UTF-8) to ``path`` all-or-nothing (see :func:`atomic_path`)."""
-    with atomic_path(path, option) as tmp:
+    with atomic_path(path, option, record) as tmp:
         if isinstance(data, str):
             tmp.write_text(data, encoding="utf-8", newline="\n")
         else:

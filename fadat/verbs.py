@@ -27,18 +27,31 @@ from fadat.options import (
 from fadat.translation.pipeline import DEFAULT_MAX_TOKENS, Warn
 
 
-def check_output(path: str | None, inputs: Iterable[tuple[str, str | None]] = ()) -> None:
+def add_force_argument(parser: argparse.ArgumentParser) -> None:
+    """``--force``: replace an existing output file that fadat did not write."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing output file that fadat did not write (never an input or a "
+        "file of a model, dataset or run)",
+    )
+
+
+def check_output(
+    path: str | None, inputs: Iterable[tuple[str, str | None]] = (), force: bool = False
+) -> None:
     """Before any work: ``--output`` names a file that can be written (stdout: nothing to check)
     and that is none of ``inputs`` (``(flag, path)`` of what the verb reads) and lies inside
-    none of them.
+    none of them; an existing file only if fadat wrote it, or with ``force``.
 
     Raises:
-        InputError: a directory, an input or a file inside one, a file of a fadat dataset,
-            model or run, or a location that cannot be written
+        InputError: a name ending in ``/``, a directory, an input or a file inside one, a file
+            inside a fadat dataset, model or run, an existing file that fadat did not write
+            (without ``force``), or a location that cannot be written
             (:func:`fadat.outputs.check_output_file`).
     """
     if path not in (None, "-"):
-        outputs.check_output_file(path, "--output", inputs)
+        outputs.check_output_file(path, "--output", inputs, force)
 
 
 @contextmanager
@@ -69,7 +82,7 @@ def open_output(path: str | None) -> Iterator[TextIO]:
             outputs.silence_stdout()  # or the interpreter's last flush fails again
             raise InputError(f"<stdout>: cannot write ({err.strerror or err})") from None
         return
-    with outputs.atomic_path(path, "--output") as tmp:
+    with outputs.atomic_path(path, "--output", record=True) as tmp:
         with open(tmp, "w", encoding="utf-8", newline="\n") as out:
             yield out
 

@@ -813,6 +813,7 @@ def evaluate(args: argparse.Namespace) -> None:
                     "--subset", str(args.subset), "--report", str(report),
                     "--save-hypotheses", str(hyps), "--threads", str(args.threads),
                     "--latency-subset", str(args.latency_subset),
+                    *(["--force"] if report.exists() else []),  # a report of an older fadat
                 )  # fmt: skip
                 if rc != 0:
                     raise SystemExit(f"{report}: fadat evaluate exited {rc}")

@@ -978,7 +978,7 @@ def test_disk_full_while_writing_output(verb, paths, capsys, tmp_path, monkeypat
     out = tmp_path / "out.txt"
     out.write_text("yesterday's output\n")
     source = "{in}" if verb == "translate" else "{pairs}"
-    argv = [verb, "--model", "{dat}", "--input", source, "--output", str(out)]
+    argv = [verb, "--model", "{dat}", "--input", source, "--output", str(out), "--force"]
     check(argv, (f"--output {out}", "No space left on device"), paths, capsys)
     assert out.read_text() == "yesterday's output\n"  # the old file stays whole
     assert _leftovers(tmp_path) == []
@@ -989,7 +989,7 @@ def test_extreme_weights_leave_the_output_untouched(verb, paths, capsys, tmp_pat
     out = tmp_path / "out.txt"
     out.write_text("yesterday's output\n")
     source = "{in}" if verb == "translate" else "{pairs}"
-    argv = [verb, "--model", "{dat-e30}", "--input", source, "--output", str(out)]
+    argv = [verb, "--model", "{dat-e30}", "--input", source, "--output", str(out), "--force"]
     check(argv, NON_FINITE_LINKS, paths, capsys)
     assert out.read_text() == "yesterday's output\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
@@ -1111,7 +1111,7 @@ def test_sigterm_removes_the_temporary_and_the_next_run_removes_stale_ones(
     other.write_text("not ours")
     assert cli.main(argv) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [running.name, other.name, "out.txt"]
+        [running.name, other.name, "out.txt", outputs.RECORD]
     )
     assert len(out.read_text().splitlines()) == 2
 

@@ -354,6 +354,7 @@ def test_translate_file_output_is_all_or_nothing(tmp_path, capsys, models, monke
 
     monkeypatch.setattr(translate, "format_translations", broken)
     argv = ["translate", "--model", str(models["dat"]), "--input", str(src), "--output", str(out)]
+    argv.append("--force")  # out.txt is a user's file
     with pytest.raises(RuntimeError):
         cli.main(argv)
     assert out.read_text() == "a user's file\n"
@@ -361,3 +362,244 @@ def test_translate_file_output_is_all_or_nothing(tmp_path, capsys, models, monke
     monkeypatch.undo()
     assert cli.main(argv) == 0
     assert len(out.read_text().splitlines()) == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Output files: replaced only when fadat wrote them (or with --force), never inside a dataset,
+# model or run, and a trailing slash names a directory.
+
+
+def test_a_file_is_replaced_only_when_fadat_wrote_it(tmp_path):
+    out = tmp_path / "out.txt"
+    assert outputs.check_output_file(out) == out  # new: fine
+    outputs.atomic_write(out, "first\n", record=True)
+    assert outputs.fadat_wrote(out)
+    outputs.check_output_file(out)  # fadat's own file: replaced without --force
+    outputs.atomic_write(out, "second\n", record=True)
+    assert outputs.fadat_wrote(out) and out.read_text() == "second\n"
+    # Changed by someone else since (same size, a new modification time): the user's now.
+    os.utime(out, ns=(0, out.stat().st_mtime_ns + 10**9))
+    assert not outputs.fadat_wrote(out)
+    with pytest.raises(InputError, match="fadat did not write it; pass --force"):
+        outputs.check_output_file(out)
+    outputs.check_output_file(out, force=True)
+    # Replaced by another file of the same name: not fadat's either.
+    outputs.atomic_write(out, "third\n", record=True)
+    out.unlink()
+    user_file(out)
+    with pytest.raises(InputError, match="fadat did not write it"):
+        outputs.check_output_file(out)
+    # A user's file next to fadat's: refused; the record lists only what fadat wrote.
+    mine = user_file(tmp_path / "mine.txt")
+    with pytest.raises(InputError, match=f"--report {mine}: exists and fadat did not write"):
+        outputs.check_output_file(mine, "--report")
+    assert mine.read_text() == "a user's file\n"
+    # atomic_write without record (a file inside fadat's own directory) records nothing.
+    outputs.atomic_write(tmp_path / "plain.txt", "x\n")
+    assert not outputs.fadat_wrote(tmp_path / "plain.txt")
+
+
+def test_trailing_slash_names_a_directory(tmp_path):
+    for path in (f"{tmp_path}/new/", f"{tmp_path}/"):
+        with pytest.raises(InputError, match="names a directory .it ends in '/'"):
+            outputs.check_output_file(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_nothing_is_written_into_a_dataset_model_or_run(tmp_path):
+    data = outputs.mark_dir(tmp_path / "data", "dataset")
+    run = outputs.mark_dir(tmp_path / "run", "run")
+    for inside, kind in ((data / "notes.txt", "dataset"), (run / "sub" / "x.json", "run")):
+        with pytest.raises(InputError, match=f"lies inside the fadat {kind} directory"):
+            outputs.check_output_file(inside, force=True)
+        with pytest.raises(InputError, match=f"lies inside the fadat {kind} directory"):
+            outputs.check_output_dir(inside, "analysis")
+    with pytest.raises(InputError, match="is a file of the fadat run directory"):
+        outputs.check_output_file(run / "checkpoint_last.pt", force=True)
+
+
+def test_file_output_verbs_follow_the_rules(tmp_path, capsys, models, monkeypatch):
+    """translate, score, show-graph, evaluate --report: a user's file needs --force, a name
+    ending in '/' is refused (no file named like the directory), nothing goes into a run."""
+    src = tmp_path / "in.txt"
+    src.write_text("ab cd\nef gh\n")
+    m = str(models["dat"])
+    out = tmp_path / "out.txt"
+    translate = ["translate", "--model", m, "--input", str(src), "--output", str(out)]
+    assert cli.main(translate) == 0
+    assert cli.main(translate) == 0  # fadat's own output: replaced
+    capsys.readouterr()
+    with out.open("a") as f:
+        f.write("my note\n")  # edited by the user
+    fails_with_one_line(translate, capsys, f"--output {out}", "did not write it", "--force")
+    assert out.read_text().endswith("my note\n")
+    assert cli.main([*translate, "--force"]) == 0
+    assert "my note" not in out.read_text()
+
+    import fadat.cli.translate
+    import fadat.evaluation.evaluate
+    import fadat.evaluation.score
+
+    no_work(monkeypatch, fadat.cli.translate, "load_model", "read_lines")
+    no_work(monkeypatch, fadat.evaluation.score, "load_model", "read_pairs")
+    no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
+    mine = user_file(tmp_path / "mine.png")
+    run = outputs.mark_dir(tmp_path / "run", "run")
+    for argv, flag in (
+        (["translate", "--model", m, "--output"], "--output"),
+        (["score", "--model", m, "--output"], "--output"),
+        (["show-graph", "a b", "--model", m, "-o"], "--output"),
+        (["evaluate", "--model", m, "--data", str(tmp_path / "d"), "--report"], "--report"),
+    ):
+        fails_with_one_line([*argv, str(mine)], capsys, f"{flag} {mine}", "--force")
+        fails_with_one_line([*argv, f"{tmp_path}/dir/"], capsys, f"{flag} {tmp_path}/dir/", "'/'")
+        fails_with_one_line([*argv, str(run / "r.png"), "--force"], capsys, "fadat run directory")
+    assert mine.read_text() == "a user's file\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
+        "in.txt",
+        "mine.png",
+        "out.txt",
+        "run",
+    ]
+
+
+def _shortlist_argv(tmp_path: Path, model: Path) -> list[str]:
+    src = tmp_path / "train.txt"
+    src.write_text("ab cd ef\ngh ij\n", encoding="utf-8")
+    return ["shortlist", "--model", str(model), "--source", str(src), "--target", str(src)]
+
+
+def test_shortlist_never_writes_over_models_datasets_runs_or_users_files(tmp_path, capsys, models):
+    import shutil
+
+    model = Path(shutil.copytree(models["dat"], tmp_path / "dat"))
+    argv = _shortlist_argv(tmp_path, model)
+    data = outputs.mark_dir(tmp_path / "data", "dataset")
+    (data / "meta.json").write_text('{"fingerprint": "x", "format": 1}\n')
+    run = outputs.mark_dir(tmp_path / "run", "run")
+    (run / "checkpoint_last.pt").write_bytes(b"weights of a run")
+    at = Path(models["at"])
+    protected = {
+        model / "config.json": "lies inside the --model",
+        model / "model.safetensors": "lies inside the --model",
+        at / "config.json": "a file of the fadat model directory",
+        at / "model.safetensors": "a file of the fadat model directory",
+        data / "meta.json": "a file of the fadat dataset directory",
+        run / "checkpoint_last.pt": "a file of the fadat run directory",
+        run / "shortlist.safetensors": "lies inside the fadat run directory",
+    }
+    before = {p: p.read_bytes() for p in protected if p.exists()}
+    for path, needle in protected.items():
+        for force in ([], ["--force"]):
+            fails_with_one_line([*argv, "--output", str(path), *force], capsys, needle)
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (run / "shortlist.safetensors").exists()
+    # A user's file: only with --force.
+    mine = user_file(tmp_path / "mine.safetensors")
+    fails_with_one_line([*argv, "--output", str(mine)], capsys, "did not write it", "--force")
+    assert mine.read_text() == "a user's file\n"
+    assert cli.main([*argv, "--output", str(mine), "--force"]) == 0
+    assert cli.main([*argv, "--output", str(mine)]) == 0  # now fadat's own
+    # A trailing slash names a directory: no file named 'lists'.
+    fails_with_one_line([*argv, "--output", f"{tmp_path}/lists/"], capsys, "ends in '/'")
+    assert not (tmp_path / "lists").exists()
+
+
+def test_shortlist_default_output_is_a_file_of_its_model(tmp_path, capsys, models):
+    import shutil
+
+    from fadat.models.shortlist import SHORTLIST_NAME
+
+    model = Path(shutil.copytree(models["dat"], tmp_path / "dat"))
+    argv = _shortlist_argv(tmp_path, model)
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 0  # its own file: replaced without --force
+    assert outputs.check_output_dir(model, "model") is True
+    # A model whose marker lists its files (fadat average) lists the shortlist too, so that
+    # `fadat average --force` may replace the model as a whole.
+    listed = tmp_path / "listed"
+    staged = outputs.staging_dir(listed)
+    for name in ("config.json", "model.safetensors", "spm.model"):
+        shutil.copy(model / name, staged / name)
+    outputs.replace_dir(staged, listed, "model")
+    assert cli.main(_shortlist_argv(tmp_path, listed)) == 0
+    assert SHORTLIST_NAME in json.loads((listed / outputs.MARKER).read_text())["files"]
+    outputs.check_replaceable(listed, "model")
+
+
+# ----------------------------------------------------------------------------------------------
+# One process per run directory
+
+
+_HOLD_LOCK = """
+import sys
+from fadat import outputs
+
+with outputs.directory_lock(sys.argv[1], "run", "--run-dir"):
+    print("locked", flush=True)
+    sys.stdin.read()  # until the test closes stdin or kills this process
+"""
+
+
+def hold_directory_lock(path: Path):
+    """Another process that holds ``path``'s lock (:func:`fadat.outputs.directory_lock`), as a
+    trainer does from before it writes anything; returns it once it holds the lock."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    line = proc.stdout.readline()
+    if line != "locked\n":
+        proc.kill()
+        raise AssertionError(f"the lock holder failed: {proc.communicate()[1]}")
+    return proc
+
+
+def test_a_run_directory_that_another_process_holds_is_refused(tmp_path, capsys, monkeypatch):
+    import fadat.training.trainer as train
+
+    no_work(monkeypatch, train, "load_data")
+    run = tmp_path / "run"
+    argv = ["train", "--data", str(tmp_path / "data"), "--run-dir", str(run), "--max-updates", "1"]
+    # A trainer that has just created and locked a new run directory, before marking it.
+    holder = hold_directory_lock(run)
+    try:
+        assert sorted(p.name for p in run.iterdir()) == [outputs.LOCK]
+        fails_with_one_line(argv, capsys, f"--run-dir {run}:", f"PID {holder.pid}", "in use")
+        outputs.mark_dir(run, "run")  # the holder goes on: a run, still held
+        fails_with_one_line(argv, capsys, f"--run-dir {run}:", f"PID {holder.pid}")
+        with (
+            pytest.raises(InputError, match=f"PID {holder.pid}"),
+            outputs.directory_lock(run, "run"),
+        ):
+            pass
+    finally:
+        holder.kill()  # SIGKILL: the kernel releases the lock
+        holder.wait()
+    with outputs.directory_lock(run, "run") as is_run:
+        assert is_run
+        assert (run / outputs.LOCK).read_text() == f"{os.getpid()}\n"
+
+
+def test_directory_lock_leaves_no_directory_after_a_failed_start(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError), outputs.directory_lock(run, "run"):
+        raise RuntimeError("bad data")
+    assert list(tmp_path.iterdir()) == []
+    # A lock left in a directory by a process killed before it marked it: taken over.
+    run.mkdir()
+    (run / outputs.LOCK).write_text("12345\n")
+    with outputs.directory_lock(run, "run") as is_run:
+        assert not is_run
+    folder = foreign_dir(tmp_path / "folder")
+    with pytest.raises(InputError, match="did not create"), outputs.directory_lock(folder, "run"):
+        pass
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.txt"]

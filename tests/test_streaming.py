@@ -78,6 +78,7 @@ def test_ctrl_c_leaves_an_output_file_untouched(models, tmp_path, monkeypatch, c
     out.write_text("earlier results\n")
     _interrupting_loader(monkeypatch, at=3)
     argv = ["translate", "--model", str(models["dat"]), "--input", str(src), "--output", str(out)]
+    argv.append("--force")  # out.txt was not written by fadat
     assert cli.main([*argv, "--chunk-lines", "2", "--max-tokens", "1"]) == 130
     assert out.read_text() == "earlier results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "out.txt"]

@@ -371,6 +371,85 @@ def test_bad_input_exits_2(copy_data, tmp_path, capsys):
     assert "unknown config key" in capsys.readouterr().err
 
 
+# ------------------------------------------------------------------------- one trainer per run
+
+_HELD_IN_ITS_LOOP = """
+import sys
+from fadat.training import trainer
+
+def held(self):
+    print("training", flush=True)
+    sys.stdin.read()  # until the test kills this process
+
+trainer.Trainer.run = held
+from fadat.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def _trainer_in_its_loop(*args: str) -> subprocess.Popen:
+    """A real ``fadat train`` process held where its training loop starts (set up, run
+    directory locked and written); returns once it is there."""
+    env = {**_env(), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(
+        [PY, "-c", _HELD_IN_ITS_LOOP, "train", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    if proc.stdout.readline() != "training\n":
+        proc.kill()
+        raise AssertionError(f"the held trainer failed: {proc.communicate()[1]}")
+    return proc
+
+
+@pytest.mark.slow
+def test_one_trainer_per_run_directory(copy_data, tmp_path, capsys):
+    run = tmp_path / "run"
+    base = ["--data", str(copy_data), "--threads", "1", "--no-progress-bar", "--valid-subset", "4"]
+    fresh = ["train", "--run-dir", str(run), "--max-updates", "1", *base]
+
+    def refused(argv: list[str], pid: int) -> None:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert str(run) in err and f"PID {pid}" in err, err
+
+    # A second fresh run into a directory that a trainer started in.
+    holder = _trainer_in_its_loop(*fresh[1:])
+    try:
+        refused(fresh, holder.pid)
+    finally:
+        holder.kill()  # kill -9: the kernel releases the lock, no stale lock stays
+        holder.wait()
+    assert main(fresh) == 0
+    capsys.readouterr()
+    # A run that is still training: --resume, a second --resume, a fresh run.
+    holder = _trainer_in_its_loop("--resume", str(run), "--max-updates", "2")
+    try:
+        refused(["train", "--resume", str(run), "--max-updates", "2"], holder.pid)
+        refused(fresh, holder.pid)
+    finally:
+        holder.kill()
+        holder.wait()
+    # Temporaries of killed writers go with the next train (whatever their PID: 1 runs); the
+    # user's file stays.
+    stale = [
+        run / f".checkpoint_last.pt.tmp-{holder.pid}-k2x.pt",
+        run / ".config.yaml.tmp-1-a9",
+        run / f".best.json.tmp-{holder.pid}-zz",
+    ]
+    for path in stale:
+        path.write_bytes(b"half")
+    (run / "notes.txt").write_text("mine\n")
+    assert main(["train", "--resume", str(run), "--max-updates", "2"]) == 0
+    assert not any(path.exists() for path in stale)
+    assert (run / "notes.txt").read_text() == "mine\n"
+    assert len(_losses(run)) == 2
+
+
 # ------------------------------------------------------------------------- stop criteria
 
 

@@ -15,7 +15,12 @@ from fadat.evaluation import validset_metrics
 from fadat.evaluation.evaluate import DEFAULT_GRID, evaluate, log
 from fadat.evaluation.scoring import DEFAULT_STRATEGIES
 from fadat.options import finite_float, finite_float_list, nonnegative_int, positive_int
-from fadat.verbs import add_decoding_arguments, add_head_arguments, add_upsample_argument
+from fadat.verbs import (
+    add_decoding_arguments,
+    add_force_argument,
+    add_head_arguments,
+    add_upsample_argument,
+)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -166,6 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--report", default="report.json", help="report path (report.json)")
     parser.add_argument("--save-hypotheses", default=None, help="write hypotheses to this dir")
+    add_force_argument(parser)
     add_decoding_arguments(parser)
 
 
@@ -173,12 +179,13 @@ def run(args: argparse.Namespace) -> int:
     """``fadat evaluate``: evaluate, write report.json, print the table."""
     # Before any work: the outputs can be written (fadat.outputs).
     inputs = [("--data", args.data), *(("--model", m) for m in args.model)]
-    path = outputs.check_output_file(args.report, "--report", inputs)
+    path = outputs.check_output_file(args.report, "--report", inputs, args.force)
     if args.save_hypotheses:
         outputs.check_not_input(args.save_hypotheses, inputs, "--save-hypotheses")
         outputs.check_output_dir(args.save_hypotheses, "hypotheses", "--save-hypotheses")
     report = evaluate(args)
-    outputs.atomic_write(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n", "--report")
+    text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+    outputs.atomic_write(path, text, "--report", record=True)
     print(format_report(report))
     log(f"report written to {path}")
     return 0

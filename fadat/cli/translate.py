@@ -20,6 +20,7 @@ from fadat.translation.pipeline import (
 from fadat.verbs import (
     add_common_arguments,
     add_decoding_arguments,
+    add_force_argument,
     add_head_arguments,
     apply_threads,
     check_output,
@@ -42,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model directory (save_pretrained)")
     parser.add_argument("--input", default=None, help="input file (default: stdin)")
     parser.add_argument("--output", default=None, help="output file (default: stdout)")
+    add_force_argument(parser)
     parser.add_argument(
         "--strategy",
         default=None,
@@ -105,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     done (Ctrl-C keeps the finished chunks there), to an ``--output`` file all-or-nothing.
     """
     apply_threads(args.threads)
-    check_output(args.output, [("--input", args.input), ("--model", args.model)])
+    check_output(args.output, [("--input", args.input), ("--model", args.model)], args.force)
     model, sp = load_model(args.model, args.device)
     model = apply_precision(model, args.precision)
     model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)

@@ -21,6 +21,7 @@ from fadat.models.directory import load_model
 from fadat.translation.pipeline import score_pairs
 from fadat.verbs import (
     add_common_arguments,
+    add_force_argument,
     apply_threads,
     check_output,
     open_output,
@@ -44,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="without --source/--target: SOURCE<TAB>TARGET lines from this file (default stdin)",
     )
     parser.add_argument("--output", default=None, help="output file (default: stdout)")
+    add_force_argument(parser)
     add_common_arguments(parser)
 
 
@@ -89,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
             ("--target", args.target),
             ("--model", args.model),
         ],
+        args.force,
     )
     model, sp = load_model(args.model, args.device)
     sources, targets, name = read_pairs(args)

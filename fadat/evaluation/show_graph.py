@@ -28,7 +28,7 @@ import torch
 from fadat import outputs
 from fadat.errors import InputError
 from fadat.options import positive_int, probability
-from fadat.verbs import add_decoding_arguments, add_upsample_argument
+from fadat.verbs import add_decoding_arguments, add_force_argument, add_upsample_argument
 
 SUFFIXES = (".png", ".svg")
 
@@ -295,6 +295,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="picture to write: FILE.png or FILE.svg",
     )
+    add_force_argument(parser)
     parser.add_argument(
         "--strategy",
         default="lookahead",
@@ -336,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.sentence.strip():
         raise InputError("the source sentence is empty")
-    outputs.check_output_file(args.output, "--output", [("--model", args.model)])  # before work
+    # Before any work: the output can be written (fadat.outputs).
+    outputs.check_output_file(args.output, "--output", [("--model", args.model)], args.force)
     if Path(args.output).suffix.lower() not in SUFFIXES:
         raise InputError(f"{args.output}: output must end in .png or .svg")
     if args.top_k < 1:
@@ -369,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
         f"{args.sentence}\n→ {translation}   ({args.strategy}; {size} vertices, "
         f"{len(view.vertices)} drawn)"
     )
-    with outputs.atomic_path(args.output, "--output") as tmp:
+    with outputs.atomic_path(args.output, "--output", record=True) as tmp:
         draw_graph(view, sp.id_to_piece, tmp, title=title)
     print(translation)
     print(f"graph: {args.output}")

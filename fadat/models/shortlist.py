@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,17 +91,20 @@ class Shortlist:
         lexical = self.table[np.unique(ids)].reshape(-1)
         return np.union1d(self.frequent, lexical[lexical >= 0])
 
-    def save(self, path: str | Path) -> Path:
-        """Write ``shortlist.safetensors`` at ``path`` all-or-nothing; returns ``path``."""
+    def to_bytes(self) -> bytes:
+        """The ``shortlist.safetensors`` file's content (int32 tensors, the metadata)."""
         from safetensors.numpy import save
 
-        from fadat.outputs import atomic_write
-
-        data = save(
+        return save(
             {"table": self.table.astype(np.int32), "frequent": self.frequent.astype(np.int32)},
             metadata=self.metadata,
         )
-        atomic_write(path, data)
+
+    def save(self, path: str | Path) -> Path:
+        """Write ``shortlist.safetensors`` at ``path`` all-or-nothing; returns ``path``."""
+        from fadat.outputs import atomic_write
+
+        atomic_write(path, self.to_bytes())
         return Path(path)
 
 
@@ -355,7 +359,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--frequent", type=nonnegative_int, default=DEFAULT_FREQUENT,
         help=f"most frequent target tokens always included (default {DEFAULT_FREQUENT})",
     )  # fmt: skip
-    parser.add_argument("--output", default=None, help=f"default MODEL/{SHORTLIST_NAME}")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help=f"shortlist file to write elsewhere (default: MODEL/{SHORTLIST_NAME})",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing --output file that fadat did not write (never an input or a "
+        "file of a model, dataset or run)",
+    )
+
+
+def check_shortlist_output(args: argparse.Namespace) -> Path:
+    """Before any work: where ``fadat shortlist`` writes (:mod:`fadat.outputs`); returns it.
+
+    Without ``--output``, the model directory's own ``shortlist.safetensors``: a file of the
+    model kind that this verb writes, replacing the one there. With ``--output``, a file outside
+    every input and every fadat dataset, model and run directory, which replaces an existing
+    file only when fadat wrote it, or with ``--force``.
+
+    Raises:
+        InputError: a ``--model`` that is not a fadat model directory (default output); a
+            ``shortlist.safetensors`` there that is not a regular file; an ``--output`` refused
+            by :func:`fadat.outputs.check_output_file`.
+    """
+    from fadat import outputs
+
+    inputs = [("--data", args.data), ("--source", args.source), ("--target", args.target)]
+    if args.output is not None:
+        return outputs.check_output_file(
+            args.output, "--output", [("--model", args.model), *inputs], args.force
+        )
+    model = Path(args.model)
+    if outputs.output_kind(model) != "model":
+        raise InputError(f"--model {model}: not a fadat model directory; give --output FILE")
+    path = model / SHORTLIST_NAME
+    if os.path.lexists(path) and (path.is_symlink() or not path.is_file()):
+        raise InputError(f"{path}: exists and is not a regular file; fadat does not replace it")
+    outputs.check_not_input(path, inputs, "the shortlist")
+    outputs.remove_stale(path)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -364,8 +409,9 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         InputError: neither ``--data`` nor ``--source``/``--target`` (or both), not a DAT or
             AT model directory, one without a sentencepiece model, a vocabulary other than the
-            model's.
+            model's; an output refused by :func:`check_shortlist_output`.
     """
+    from fadat import outputs
     from fadat.models.architectures import model_class
     from fadat.models.directory import read_model_metadata, spm_model_path
 
@@ -380,6 +426,7 @@ def run(args: argparse.Namespace) -> int:
     vocab = int(meta["config"]["vocab_size"])
     if (args.data is None) == (args.source is None and args.target is None):
         raise InputError("give either --data DIR or --source FILE --target FILE")
+    out = check_shortlist_output(args)
     if args.data is not None:
         from fadat.data.binarized import read_meta
 
@@ -400,7 +447,11 @@ def run(args: argparse.Namespace) -> int:
         pairs = text_pairs(sp, args.source, args.target)
         built_from = f"{Path(args.source).resolve()} / {Path(args.target).resolve()}"
     shortlist = build_shortlist(pairs, vocab, args.top_k, args.frequent, built_from)
-    out = shortlist.save(args.output or model / SHORTLIST_NAME)
+    if args.output is None:
+        outputs.atomic_write(out, shortlist.to_bytes(), "the shortlist")
+        outputs.add_own_file(model, SHORTLIST_NAME)
+    else:
+        outputs.atomic_write(out, shortlist.to_bytes(), "--output", record=True)
     summary = {k: shortlist.metadata[k] for k in ("pairs", "top_k", "frequent")}
     print(f"wrote {out}: {json.dumps(summary)}")
     return 0

@@ -27,10 +27,12 @@ CPU was run; CUDA/nccl paths are written device-agnostically but untested.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Iterator
@@ -610,8 +612,13 @@ class Trainer:
 def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     """Run (or resume) training as configured; returns the summary (stop reason, update, best).
 
+    The run directory has one trainer at a time: before anything is written, rank 0 takes its
+    lock (:func:`fadat.outputs.directory_lock`, held until the process ends) and then removes
+    the temporaries that killed trainers left there.
+
     Raises:
-        InputError: bad config, data, ``--init-from`` or resume state.
+        InputError: bad config, data, ``--init-from`` or resume state; a run directory that
+            another process trains in (the message names its PID).
         KeyboardInterrupt: after Ctrl-C, once checkpoint_last is written.
     """
     run_dir = Path(cfg.run_dir)
@@ -627,15 +634,23 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
             ],
             option,
         )
-    if not outputs.check_output_dir(run_dir, "run", option) and resume:
-        raise InputError(f"--resume {run_dir}: not a run directory of fadat train")
-    if not resume and (run_dir / LAST_NAME).exists():
-        raise InputError(
-            f"run directory {run_dir} already holds a run; "
-            f"use --resume {run_dir} or a new --run-dir"
-        )
-    trainer = Trainer(cfg, resume=resume)
-    try:
-        return trainer.run()
-    finally:
-        trainer.close()
+    main_rank = int(os.environ.get("RANK", "0")) == 0  # only rank 0 writes the run directory
+    with (
+        outputs.directory_lock(run_dir, "run", option)
+        if main_rank
+        else contextlib.nullcontext(outputs.check_output_dir(run_dir, "run", option))
+    ) as is_run:
+        if resume and not is_run:
+            raise InputError(f"--resume {run_dir}: not a run directory of fadat train")
+        if not resume and (run_dir / LAST_NAME).exists():
+            raise InputError(
+                f"run directory {run_dir} already holds a run; "
+                f"use --resume {run_dir} or a new --run-dir"
+            )
+        if main_rank:
+            outputs.remove_temporaries(run_dir)
+        trainer = Trainer(cfg, resume=resume)
+        try:
+            return trainer.run()
+        finally:
+            trainer.close()
