@@ -37,7 +37,13 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
     ("--data", "data", str, "binarized data directory (from fadat prepare)"),
     ("--run-dir", "run_dir", str, "run directory (config, logs, checkpoints)"),
     ("--arch", "arch", str, f"architecture: {', '.join(ARCHITECTURES)} (dat: DA-Transformer)"),
-    ("--preset", "preset", str, "model preset: tiny, cpu-small, base"),
+    (
+        "--preset",
+        "preset",
+        str,
+        "model preset: tiny, cpu-small, cpu-small-4x2, cpu-small-5x1 (deep encoder, shallow "
+        "decoder), base",
+    ),
     ("--objective", "objective", str, f"objective: {', '.join(OBJECTIVES)}"),
     ("--lr", "lr", float, "peak learning rate (default 5e-4)"),
     ("--warmup", "warmup", int, "warm-up updates of the inverse-sqrt schedule"),

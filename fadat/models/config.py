@@ -272,6 +272,36 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_target_positions=1024,
         upsample_ratio=4.0,
     ),
+    # Deep-encoder / shallow-decoder DATs at about cpu-small's parameter count (issue 44; Kasai et
+    # al., ICLR 2021, "Deep encoder, shallow decoder"): every decoder layer runs over the λ·|x|
+    # vertices, an encoder layer over |x| tokens, so a decoder layer costs about λ times an
+    # encoder layer (more, with its cross-attention). Parameters of the DAT (tests/test_depths.py
+    # counts them) at the released model's V = 4000 / at V = 8000: cpu-small (3+3) 7,408,132 /
+    # 8,432,132; cpu-small-4x2 7,144,452 (−3.6 %) / 8,168,452 (−3.1 %); cpu-small-5x1 7,274,756
+    # (−1.8 %) / 8,298,756 (−1.6 %). 5+1 at FFN 1024 would be −7.1 % / −6.3 %, so cpu-small-5x1
+    # has FFN 1152 in both stacks.
+    "cpu-small-4x2": dict(
+        d_model=256,
+        encoder_layers=4,
+        decoder_layers=2,
+        attention_heads=4,
+        ffn_dim=1024,
+        link_heads=4,
+        max_source_positions=256,
+        max_target_positions=1024,
+        upsample_ratio=4.0,
+    ),
+    "cpu-small-5x1": dict(
+        d_model=256,
+        encoder_layers=5,
+        decoder_layers=1,
+        attention_heads=4,
+        ffn_dim=1152,
+        link_heads=4,
+        max_source_positions=256,
+        max_target_positions=1024,
+        upsample_ratio=4.0,
+    ),
     "base": dict(
         d_model=512,
         encoder_layers=6,
@@ -287,7 +317,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def make_config(preset: str, vocab_size: int, **overrides: Any) -> ModelConfig:
-    """The config of a named preset (``tiny``, ``cpu-small``, ``base``) with overrides.
+    """The config of a named preset (a key of :data:`PRESETS`: ``tiny``, ``cpu-small``,
+    ``cpu-small-4x2``, ``cpu-small-5x1``, ``base``) with overrides.
 
     Raises:
         InputError: unknown preset, unknown override key or invalid value.

@@ -108,13 +108,30 @@ def _load_encoder(model: TranslationModel, directory: str, decoder_layers: bool 
     not a weight). The decoder's position table and the architecture's own heads (links, length
     predictor, blank) stay freshly initialised.
 
+    Any depth works (the presets cpu-small-4x2 and cpu-small-5x1 included) when the source has
+    the same number of encoder layers (and, with ``decoder_layers``, decoder layers); a different
+    depth is refused rather than copied in part.
+
     Raises:
-        InputError: the directory's encoder (or decoder layers) differ in shape (vocabulary,
-            width, layers, pre/post-norm).
+        InputError: the directory's encoder (or decoder layers) differ in depth, naming both, or
+            in shape (vocabulary, width, pre/post-norm).
     """
     from fadat.models.directory import load_pretrained
 
-    source = load_pretrained(directory).state_dict()
+    loaded = load_pretrained(directory)
+    depths = [("encoder_layers", "encoder")] + ([("decoder_layers", "decoder")] * decoder_layers)
+    for key, stack in depths:
+        theirs, ours = getattr(loaded.config, key), getattr(model.config, key)
+        if theirs != ours:
+            # No partial copy: which of 3 layers would start a 1-layer stack is not obvious,
+            # and fresh layers on top of copied ones would scramble the copied representation.
+            flag = "--init-encoder-from" + (" --init-decoder-layers" if stack == "decoder" else "")
+            raise InputError(
+                f"{flag} {directory}: its {stack} has {theirs} layers, this model's {ours}; "
+                f"initialise from a model of the same depth (e.g. an AT trained with the same "
+                f"--preset and --arch at)"
+            )
+    source = loaded.state_dict()
     own = model.state_dict()
     prefixes = ("encoder.",)
     if decoder_layers:
