@@ -165,3 +165,39 @@ def test_low_precision_fast_path_gives_its_full_paths_outputs_at_every_depth(
         assert hyp.tokens == list(e.tokens)
         tolerance = 2e-2 if precision == "int8" else 1e-3
         assert hyp.score == pytest.approx(float(e.score), rel=tolerance, abs=1e-3)
+
+
+#: The sweep's configs (docs/speed-sweep.md) → what they change in the NLL recipe.
+SWEEP = {
+    "dat-cpu-small-range-nll.yaml": {"upsample_ratio_range": (2.0, 6.0), "max_tokens": 3072},
+    "dat-cpu-small-5x1-nll.yaml": {"preset": "cpu-small-5x1"},
+    "dat-cpu-small-5x1-range-nll.yaml": {
+        "preset": "cpu-small-5x1",
+        "upsample_ratio_range": (2.0, 6.0),
+        "max_tokens": 3072,
+    },
+    "dat-cpu-small-4x2-nll.yaml": {"preset": "cpu-small-4x2"},
+    "dat-cpu-small-4x2-range-nll.yaml": {
+        "preset": "cpu-small-4x2",
+        "upsample_ratio_range": (2.0, 6.0),
+        "max_tokens": 3072,
+    },
+}
+
+
+def test_sweep_configs_are_the_nll_recipe_with_only_depth_and_lambda_changed():
+    """Every sweep config is configs/dat-cpu-small-nll.yaml with only the preset, the λ range and
+    (with a range) max_tokens × 6/4 changed, so that a batch holds as many sentences."""
+    from pathlib import Path
+
+    from fadat.training.config import load_yaml_config
+
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    recipe = load_yaml_config(configs / "dat-cpu-small-nll.yaml")
+    for name, changes in SWEEP.items():
+        values = load_yaml_config(configs / name)
+        changed = {k: v for k, v in values.items() if recipe.get(k) != v}
+        assert changed == changes, name
+        assert set(recipe) <= set(values), name
+        if "max_tokens" in changes:
+            assert changes["max_tokens"] == recipe["max_tokens"] * 6 // 4
