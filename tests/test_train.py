@@ -116,12 +116,15 @@ def test_tiny_model_learns_copy_task_exactly(request, tmp_path, arch, updates):
 # ------------------------------------------------------------------------------ resume
 
 
-def test_sigkill_at_random_update_then_resume_reproduces_losses(copy_data, tmp_path):
+@pytest.mark.parametrize(
+    "extra", [[], ["--upsample-ratio-range", "2", "4"]], ids=["fixed-lambda", "lambda-range"]
+)
+def test_sigkill_at_random_update_then_resume_reproduces_losses(copy_data, tmp_path, extra):
     common = [
         "--data", str(copy_data), "--arch", "dat", "--preset", "tiny", "--max-updates", "12",
         "--max-tokens", "300", "--update-freq", "2", "--save-every", "1", "--validate-every",
         "0", "--glat-p", "0.5:0.1@12", "--dropout", "0.1", "--lr", "3e-3", "--warmup", "4",
-        "--threads", "1", "--no-progress-bar", "--seed", "3",
+        "--threads", "1", "--no-progress-bar", "--seed", "3", *extra,
     ]  # fmt: skip
     full = tmp_path / "full"
     subprocess.run(_train_cmd("--run-dir", str(full), *common), check=True, env=_env())
@@ -182,6 +185,57 @@ def test_resumed_mid_epoch_run_sees_the_batches_of_an_uninterrupted_run(
     assert sorted(i for group in reference[:per_epoch] for b in group for i in b) == list(
         range(len(BinarizedDataset(copy_data, "train")))
     )  # one epoch is every sentence once
+
+
+def test_lambda_range_draws_of_a_resumed_run_are_those_of_the_uninterrupted_run(
+    copy_data, tmp_path, monkeypatch
+):
+    """--upsample-ratio-range: a run stopped at updates 3 and 7 and resumed draws every
+    sentence's graph size as the uninterrupted run does and logs the same losses; the sizes lie
+    in [int(2 n), int(4 n)) (or are the target length), vary between sentences of one length,
+    and differ with another seed."""
+    from fadat.training import trainer as train_module
+
+    drawn: list[tuple[int, list[int], list[int]]] = []
+    collate = train_module.Trainer._collate
+
+    def recording(self, indices):
+        batch = collate(self, indices)
+        drawn.append((self.progress.update, batch.ids.tolist(), batch.graph_lengths.tolist()))
+        return batch
+
+    monkeypatch.setattr(train_module.Trainer, "_collate", recording)
+
+    def flags(seed: int) -> list[str]:
+        return [
+            "--data", str(copy_data), "--arch", "dat", "--preset", "tiny", "--max-tokens", "250",
+            "--update-freq", "2", "--validate-every", "0", "--valid-subset", "4", "--threads",
+            "1", "--no-progress-bar", "--seed", str(seed), "--upsample-ratio-range", "2", "4",
+            "--lr", "3e-3", "--warmup", "4",
+        ]  # fmt: skip
+
+    common = flags(5)
+    full = tmp_path / "full"
+    assert main(["train", "--run-dir", str(full), "--max-updates", "10", *common]) == 0
+    reference, drawn[:] = list(drawn), []
+    run = tmp_path / "resumed"
+    assert main(["train", "--run-dir", str(run), "--max-updates", "3", *common]) == 0
+    for stop in (7, 10):
+        assert main(["train", "--resume", str(run), "--max-updates", str(stop)]) == 0
+    assert drawn == reference
+    assert _losses(run) == _losses(full)
+    data = BinarizedDataset(copy_data, "train")
+    sizes_of: dict[int, set[int]] = {}  # source length -> the sizes drawn for it
+    for _, ids, sizes in reference:
+        for i, size in zip(ids, sizes, strict=True):
+            n, t = int(data.source_lengths[i]), int(data.target_lengths[i])
+            assert size == max(t, size) and (size == t or 2 * n <= size < 4 * n)
+            sizes_of.setdefault(n, set()).add(size)
+    assert all(len(s) > 1 for n, s in sizes_of.items() if n > 2)  # not one λ for all
+    drawn[:] = []
+    seed6 = ["train", "--run-dir", str(tmp_path / "seed6"), "--max-updates", "2", *flags(6)]
+    assert main(seed6) == 0
+    assert [d[2] for d in drawn] != [d[2] for d in reference[: len(drawn)]]
 
 
 def test_ctrl_c_writes_checkpoint_and_exits_130(copy_data, tmp_path):

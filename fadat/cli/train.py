@@ -27,6 +27,7 @@ from fadat.training.config import (
     load_yaml_config,
     validate_config,
 )
+from fadat.training.model_init import lambda_overrides
 from fadat.training.schedule import stop_text
 from fadat.training.trainer import train
 
@@ -36,7 +37,13 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
     ("--data", "data", str, "binarized data directory (from fadat prepare)"),
     ("--run-dir", "run_dir", str, "run directory (config, logs, checkpoints)"),
     ("--arch", "arch", str, f"architecture: {', '.join(ARCHITECTURES)} (dat: DA-Transformer)"),
-    ("--preset", "preset", str, "model preset: tiny, cpu-small, base"),
+    (
+        "--preset",
+        "preset",
+        str,
+        "model preset: tiny, cpu-small, cpu-small-4x2, cpu-small-5x1 (deep encoder, shallow "
+        "decoder), base",
+    ),
     ("--objective", "objective", str, f"objective: {', '.join(OBJECTIVES)}"),
     ("--lr", "lr", float, "peak learning rate (default 5e-4)"),
     ("--warmup", "warmup", int, "warm-up updates of the inverse-sqrt schedule"),
@@ -51,6 +58,14 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
         float,
         "λ: graph size L = λ·|x| of a fresh DAT model (DA-Transformer's --upsample-scale; "
         "default: the preset's)",
+    ),
+    (
+        "--upsample-ratio-range",
+        "upsample_ratio_range",
+        float,
+        "A B: draw each training sentence's λ uniformly from [A, B] at every update "
+        "(DA-Transformer v2's --upsample-scale A~B; DAT only; the budget of --max-tokens counts "
+        "λ = B); default: the model's fixed λ",
     ),
     ("--weight-decay", "weight_decay", float, "AdamW decoupled weight decay (default 0.01)"),
     (
@@ -87,7 +102,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML file of config keys (flags override it)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
     for flag, key, typ, help_text in _FLAGS:
-        parser.add_argument(flag, dest=key, type=typ, default=None, help=help_text)
+        nargs = 2 if key == "upsample_ratio_range" else None
+        metavar = ("A", "B") if nargs else None
+        parser.add_argument(
+            flag, dest=key, type=typ, nargs=nargs, metavar=metavar, default=None, help=help_text
+        )
     parser.add_argument(
         "--bf16", dest="bf16", action="store_true", default=None, help="bf16 autocast"
     )
@@ -165,7 +184,13 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
         from fadat.models.config import make_config
 
         try:
-            make_config(cfg.preset, 8, model_type=cfg.arch, dropout=cfg.dropout, **cfg.model)
+            make_config(
+                cfg.preset,
+                8,
+                model_type=cfg.arch,
+                dropout=cfg.dropout,
+                **{**cfg.model, **lambda_overrides(cfg)},
+            )
         except InputError as err:
             where = f"{args.config}: " if args.config and cfg.model else ""
             raise InputError(f"{where}{err}") from None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 from torch import Tensor, nn
 
-from fadat.data.contract import graph_size
+from fadat.data.contract import Batch, drawn_graph_size, graph_size, uniform_draws
 from fadat.errors import InputError, NonFiniteOutputError
 
 if TYPE_CHECKING:
@@ -179,6 +179,36 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
         sizes = graph_size(source_lengths, ratio, max_positions=self.config.max_target_positions)
         return sizes.to(source_lengths.device) if isinstance(source_lengths, Tensor) else sizes
 
+    def training_graph_lengths(self, batch: Batch, seed: int, update: int) -> Tensor | None:
+        """The graph sizes of a training batch drawn from ``config.upsample_ratio_range``
+        (DA-Transformer v2's ``--upsample-scale a~b``), or ``None`` for a model with a fixed λ
+        (its step then sizes the graph with :meth:`graph_lengths`).
+
+        Each sentence's λ is uniform in ``[a, b]``, a pure function of ``(seed, update,
+        sentence id)`` (:func:`fadat.data.contract.uniform_draws`: no generator state, so a
+        resumed run draws what the uninterrupted one drew); the size is raised to the target
+        length where smaller and clipped to ``max_target_positions``
+        (:func:`fadat.data.contract.drawn_graph_size`).
+
+        Args:
+            batch: a training batch with targets (``ids`` are the split's sentence indices).
+            seed: the run's seed.
+            update: the 0-based index of the update being computed.
+
+        Returns:
+            ``(B,)`` int64 on the device of ``batch.source_lengths``, or ``None``.
+        """
+        ratio_range = getattr(self.config, "upsample_ratio_range", None)
+        if ratio_range is None:
+            return None
+        return drawn_graph_size(
+            batch.source_lengths,
+            batch.target_lengths,
+            ratio_range,
+            uniform_draws(seed, update, batch.ids),
+            self.config.max_target_positions,
+        )
+
     @classmethod
     def upgrade_state_dict(cls, state: Mapping[str, Tensor], prefix: str = "") -> dict[str, Tensor]:
         """``state`` with the parameter names of earlier versions (:attr:`renamed_parameters`,
@@ -264,8 +294,14 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
     def length_budget(self) -> tuple[float, int | None]:
         """``(ratio, max positions)`` that training's token budget counts a sentence with:
         the graph size ``min(ratio·|x|, max)`` of a non-autoregressive decoder, or ``(1, None)``
-        for target tokens. Default ``(λ, max_target_positions)``: decoder positions."""
-        return self.config.upsample_ratio, self.config.max_target_positions
+        for target tokens. Default ``(λ, max_target_positions)``: decoder positions; for a model
+        trained over a λ range ``(b, max_target_positions)`` with ``b`` the range's top, an
+        upper bound of every drawn size (a drawn size raised to the target length is covered by
+        the budget's ``max(source, target, graph)``), so ``--max-tokens`` still bounds the
+        padded decoder positions of a batch."""
+        ratio_range = getattr(self.config, "upsample_ratio_range", None)
+        ratio = self.config.upsample_ratio if ratio_range is None else max(ratio_range)
+        return ratio, self.config.max_target_positions
 
     def usable(self, source_lengths: np.ndarray, target_lengths: np.ndarray) -> np.ndarray:
         """``(N,)`` bool: which training pairs the model can take. Default: sources within

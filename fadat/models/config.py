@@ -44,7 +44,15 @@ class ModelConfig:
         max_source_positions: rows of the encoder's position table; longer sources are rejected.
         max_target_positions: rows of the decoder's position tables: the largest graph size L
             (DAT) or target length incl. ``<s>`` (AT).
-        upsample_ratio: λ used to size the graph in training (``L = int(λ·|x </s>|)``).
+        upsample_ratio: λ used to size the graph in training (``L = int(λ·|x </s>|)``); with
+            ``upsample_ratio_range``, the λ of the validation loss and (unless
+            ``decode_upsample_ratio`` is set) of decoding.
+        upsample_ratio_range: DAT only; ``(a, b)``: each training sentence's λ is drawn
+            uniformly from ``[a, b]`` at every update instead of being ``upsample_ratio``
+            (DA-Transformer v2's ``--upsample-scale a~b``;
+            :func:`fadat.data.contract.drawn_graph_size`, which also raises a drawn graph to
+            the target length). ``None`` (default): a fixed λ. Not written to config.json when
+            ``None``, so that fixed-λ model directories are as before.
         decode_upsample_ratio: λ at decoding; ``None`` means ``upsample_ratio``.
         link_heads: H, heads of the links head (DAT only); must divide ``d_model``.
         max_transition_length: largest jump ``j − i`` of a transition; −1 = unlimited (§1.3).
@@ -80,6 +88,7 @@ class ModelConfig:
     max_source_positions: int = 256
     max_target_positions: int = 1024
     upsample_ratio: float = 4.0
+    upsample_ratio_range: tuple[float, float] | None = None
     decode_upsample_ratio: float | None = None
     link_heads: int = 8
     max_transition_length: int = -1
@@ -91,6 +100,9 @@ class ModelConfig:
     fast_dropout: bool = True
 
     def __post_init__(self) -> None:
+        r = self.upsample_ratio_range
+        if isinstance(r, (list, tuple)) and all(_is_number(v) for v in r):  # JSON/YAML lists
+            object.__setattr__(self, "upsample_ratio_range", tuple(float(v) for v in r))
         _check_field_types(self)
         problems = []
         if self.vocab_size <= UNK_ID:
@@ -124,6 +136,15 @@ class ModelConfig:
             problems.append("max_target_positions must be >= 2")
         if self.upsample_ratio <= 0:
             problems.append(f"upsample_ratio must be > 0, got {self.upsample_ratio}")
+        if self.upsample_ratio_range is not None:
+            low, high = self.upsample_ratio_range
+            if not 0 < low <= high:
+                problems.append(
+                    f"upsample_ratio_range must be two numbers 0 < a <= b, got "
+                    f"{list(self.upsample_ratio_range)}"
+                )
+            if self.model_type != "dat":
+                problems.append("upsample_ratio_range applies to model_type 'dat' only")
         if self.decode_upsample_ratio is not None and self.decode_upsample_ratio <= 0:
             problems.append(f"decode_upsample_ratio must be > 0, got {self.decode_upsample_ratio}")
         if self.max_transition_length == 0 or self.max_transition_length < -1:
@@ -140,8 +161,15 @@ class ModelConfig:
             raise InputError("invalid model config: " + "; ".join(problems))
 
     def to_dict(self) -> dict[str, Any]:
-        """All fields as a JSON-serialisable dict (the ``"config"`` entry of config.json)."""
-        return dataclasses.asdict(self)
+        """All fields as a JSON-serialisable dict (the ``"config"`` entry of config.json), but
+        ``upsample_ratio_range`` only when set (a list): a fixed-λ model's config.json stays
+        what earlier versions wrote and read."""
+        d = dataclasses.asdict(self)
+        if self.upsample_ratio_range is None:
+            del d["upsample_ratio_range"]
+        else:
+            d["upsample_ratio_range"] = list(self.upsample_ratio_range)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
@@ -186,19 +214,30 @@ def _check_field_types(config: ModelConfig) -> None:
         allowed = typing.get_args(hint) or (hint,)
         ok = False
         for t in allowed:
-            if t is type(None):
+            if typing.get_origin(t) is tuple:  # a fixed-length tuple of numbers
+                ok = ok or (
+                    isinstance(value, tuple)
+                    and len(value) == len(typing.get_args(t))
+                    and all(_is_number(v) for v in value)
+                )
+            elif t is type(None):
                 ok = ok or value is None
             elif t is float:
-                ok = ok or (isinstance(value, (int, float)) and not isinstance(value, bool))
+                ok = ok or _is_number(value)
             elif t is int:
                 ok = ok or (isinstance(value, int) and not isinstance(value, bool))
             else:
                 ok = ok or isinstance(value, t)
         if not ok:
             raise InputError(f"model config key {f.name!r} has the wrong type: {value!r}")
-        if float in allowed and isinstance(value, float) and not math.isfinite(value):
+        numbers = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in numbers):
             # NaN passes every range check below (NaN <= 0 is False) and empties every output.
             raise InputError(f"model config key {f.name!r} must be a finite number, got {value}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # Presets (kwargs without vocab_size). "cpu-small" (8.4M parameters at V = 8000): d = 256 with 3+3
@@ -233,6 +272,36 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_target_positions=1024,
         upsample_ratio=4.0,
     ),
+    # Deep-encoder / shallow-decoder DATs at about cpu-small's parameter count (issue 44; Kasai et
+    # al., ICLR 2021, "Deep encoder, shallow decoder"): every decoder layer runs over the λ·|x|
+    # vertices, an encoder layer over |x| tokens, so a decoder layer costs about λ times an
+    # encoder layer (more, with its cross-attention). Parameters of the DAT (tests/test_depths.py
+    # counts them) at the released model's V = 4000 / at V = 8000: cpu-small (3+3) 7,408,132 /
+    # 8,432,132; cpu-small-4x2 7,144,452 (−3.6 %) / 8,168,452 (−3.1 %); cpu-small-5x1 7,274,756
+    # (−1.8 %) / 8,298,756 (−1.6 %). 5+1 at FFN 1024 would be −7.1 % / −6.3 %, so cpu-small-5x1
+    # has FFN 1152 in both stacks.
+    "cpu-small-4x2": dict(
+        d_model=256,
+        encoder_layers=4,
+        decoder_layers=2,
+        attention_heads=4,
+        ffn_dim=1024,
+        link_heads=4,
+        max_source_positions=256,
+        max_target_positions=1024,
+        upsample_ratio=4.0,
+    ),
+    "cpu-small-5x1": dict(
+        d_model=256,
+        encoder_layers=5,
+        decoder_layers=1,
+        attention_heads=4,
+        ffn_dim=1152,
+        link_heads=4,
+        max_source_positions=256,
+        max_target_positions=1024,
+        upsample_ratio=4.0,
+    ),
     "base": dict(
         d_model=512,
         encoder_layers=6,
@@ -248,7 +317,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def make_config(preset: str, vocab_size: int, **overrides: Any) -> ModelConfig:
-    """The config of a named preset (``tiny``, ``cpu-small``, ``base``) with overrides.
+    """The config of a named preset (a key of :data:`PRESETS`: ``tiny``, ``cpu-small``,
+    ``cpu-small-4x2``, ``cpu-small-5x1``, ``base``) with overrides.
 
     Raises:
         InputError: unknown preset, unknown override key or invalid value.

@@ -59,13 +59,18 @@ def forward(
     model: nn.Module, batch: Batch, glancing_ratio: float, dag_backend: str = "auto"
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, GlanceResult | None]:
     """Pass 2 (with glancing pass 1 first when ``glancing_ratio > 0``; its best alignment runs
-    in ``dag_backend``).
+    in ``dag_backend``) on graphs of ``batch.graph_lengths`` vertices when the trainer drew them
+    (a λ range), else of the model's fixed-λ sizes. Each row's graph is its own ``L_b``; the
+    batch is padded to ``L = max_b L_b`` and the padding vertices take no part (links mask
+    ``j ≥ L_b``; the likelihood, the fuzzy loss and glancing read ``L_b``).
 
     Returns:
         ``(logits (B, L, V) in the autocast dtype, links (B, L, L), graph_lengths (B,),
         the glancing decision or None)``.
     """
-    graph_lengths = model.graph_lengths(batch.source_lengths)  # (B,)
+    graph_lengths = batch.graph_lengths  # (B,) drawn for this update, or None
+    if graph_lengths is None:
+        graph_lengths = model.graph_lengths(batch.source_lengths)  # (B,)
     encoder_out = model.encode(batch.source)
     plain = model.decoder_input_tokens(graph_lengths)  # (B, L)
     # One seed for both passes: identical dropout masks. Drawn from the global RNG so that a

@@ -66,6 +66,9 @@ class TrainConfig:
     clip_norm: float = 0.1
     dropout: float = 0.1
     upsample_ratio: float = 0.0  # λ of a fresh DAT model; 0 = the preset's
+    # (a, b): each training sentence's λ drawn uniformly from [a, b] (DA-Transformer v2's
+    # --upsample-scale a~b; ModelConfig.upsample_ratio_range); () = the model's (fixed λ)
+    upsample_ratio_range: tuple[float, ...] = ()
     glat_p: str = ""  # "" = the objective's default schedule (nll "0.5:0.1@200k", fuzzy "0.1")
     max_updates: int = 0
     max_epochs: int = 0
@@ -195,6 +198,17 @@ def coerce_value(name: str, value: Any, label: str = "") -> Any:
             and all(_finite_number(v) and 0 <= v < 1 for v in value)
         ):
             raise InputError(f"{label} must be two numbers in [0, 1), got {value!r}")
+        return (float(value[0]), float(value[1]))
+    if name == "upsample_ratio_range":
+        if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+            return ()
+        if not (
+            isinstance(value, (list, tuple))
+            and len(value) == 2
+            and all(_finite_number(v) for v in value)
+            and 0 < value[0] <= value[1]
+        ):
+            raise InputError(f"{label} must be two numbers 0 < a <= b, got {value!r}")
         return (float(value[0]), float(value[1]))
     if name == "model":
         if not isinstance(value, dict):
@@ -402,6 +416,7 @@ def field_sources(cfg: TrainConfig) -> dict[str, str]:
 #: Core keys that only some architectures read.
 _ARCH_KEYS = {
     "upsample_ratio": ("dat", "ctc"),  # λ: the graph (DAT) or the CTC output length
+    "upsample_ratio_range": ("dat",),  # λ drawn per training sentence
     "decode_beta": ("dat",),  # β of lookahead in validation
 }
 
@@ -441,6 +456,7 @@ def config_to_dict(cfg: TrainConfig) -> dict[str, Any]:
     del d["objective_options"]
     d["model"] = dict(cfg.model)
     d["adam_betas"] = list(cfg.adam_betas)
+    d["upsample_ratio_range"] = list(cfg.upsample_ratio_range)
     if cfg.objective_options is not None:
         d.update(dataclasses.asdict(cfg.objective_options))
     return d

@@ -43,9 +43,9 @@ def data_vocab_size(data_dir: Path) -> int:
 
 
 def build_model(cfg: TrainConfig, vocab_size: int) -> TranslationModel:
-    """A fresh model from ``--preset`` + YAML ``model`` overrides + ``--dropout`` and
-    ``--upsample-ratio``, or the weights of ``--init-from`` (the FA-DAT fine-tune: weights only,
-    the optimizer starts fresh).
+    """A fresh model from ``--preset`` + YAML ``model`` overrides + ``--dropout``,
+    ``--upsample-ratio`` and ``--upsample-ratio-range``, or the weights of ``--init-from`` (the
+    FA-DAT fine-tune: weights only, the optimizer starts fresh).
 
     Raises:
         InputError: bad preset/overrides, or an ``--init-from`` model of the other architecture
@@ -66,9 +66,7 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> TranslationModel:
                 f"--init-from {cfg.init_from} has vocabulary size {model.config.vocab_size}, "
                 f"the data has {vocab_size}"
             )
-        changes = {"dropout": cfg.dropout}
-        if cfg.upsample_ratio:
-            changes["upsample_ratio"] = cfg.upsample_ratio
+        changes = {"dropout": cfg.dropout, **lambda_overrides(cfg)}
         if any(getattr(model.config, k) != v for k, v in changes.items()):
             # Dropout and λ are training settings: the fine-tune's flags win.
             config = dataclasses.replace(model.config, **changes)
@@ -77,14 +75,28 @@ def build_model(cfg: TrainConfig, vocab_size: int) -> TranslationModel:
             model = fresh
         model.train()
         return model
-    overrides = {"model_type": cfg.arch, "dropout": cfg.dropout, **cfg.model}
-    if cfg.upsample_ratio:
-        overrides["upsample_ratio"] = cfg.upsample_ratio
+    overrides = {
+        "model_type": cfg.arch,
+        "dropout": cfg.dropout,
+        **cfg.model,
+        **lambda_overrides(cfg),
+    }
     config = make_config(cfg.preset, vocab_size, **overrides)
     model = model_class(cfg.arch)(config)
     if cfg.init_encoder_from:
         _load_encoder(model, cfg.init_encoder_from, cfg.init_decoder_layers)
     return model
+
+
+def lambda_overrides(cfg: TrainConfig) -> dict[str, object]:
+    """The model config fields set by ``--upsample-ratio`` and ``--upsample-ratio-range`` (those
+    given: a flag wins over the preset, the YAML ``model`` block and an ``--init-from`` model)."""
+    out: dict[str, object] = {}
+    if cfg.upsample_ratio:
+        out["upsample_ratio"] = cfg.upsample_ratio
+    if cfg.upsample_ratio_range:
+        out["upsample_ratio_range"] = tuple(cfg.upsample_ratio_range)
+    return out
 
 
 def _load_encoder(model: TranslationModel, directory: str, decoder_layers: bool = False) -> None:
@@ -96,13 +108,30 @@ def _load_encoder(model: TranslationModel, directory: str, decoder_layers: bool 
     not a weight). The decoder's position table and the architecture's own heads (links, length
     predictor, blank) stay freshly initialised.
 
+    Any depth works (the presets cpu-small-4x2 and cpu-small-5x1 included) when the source has
+    the same number of encoder layers (and, with ``decoder_layers``, decoder layers); a different
+    depth is refused rather than copied in part.
+
     Raises:
-        InputError: the directory's encoder (or decoder layers) differ in shape (vocabulary,
-            width, layers, pre/post-norm).
+        InputError: the directory's encoder (or decoder layers) differ in depth, naming both, or
+            in shape (vocabulary, width, pre/post-norm).
     """
     from fadat.models.directory import load_pretrained
 
-    source = load_pretrained(directory).state_dict()
+    loaded = load_pretrained(directory)
+    depths = [("encoder_layers", "encoder")] + ([("decoder_layers", "decoder")] * decoder_layers)
+    for key, stack in depths:
+        theirs, ours = getattr(loaded.config, key), getattr(model.config, key)
+        if theirs != ours:
+            # No partial copy: which of 3 layers would start a 1-layer stack is not obvious,
+            # and fresh layers on top of copied ones would scramble the copied representation.
+            flag = "--init-encoder-from" + (" --init-decoder-layers" if stack == "decoder" else "")
+            raise InputError(
+                f"{flag} {directory}: its {stack} has {theirs} layers, this model's {ours}; "
+                f"initialise from a model of the same depth (e.g. an AT trained with the same "
+                f"--preset and --arch at)"
+            )
+    source = loaded.state_dict()
     own = model.state_dict()
     prefixes = ("encoder.",)
     if decoder_layers:

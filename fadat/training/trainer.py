@@ -45,6 +45,7 @@ import torch.distributed as dist
 import yaml
 
 from fadat import outputs
+from fadat.data.contract import Batch
 from fadat.errors import InputError
 from fadat.models.architectures import model_class
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
@@ -314,6 +315,14 @@ class Trainer:
     def _count(self, indices: list[int]) -> int:
         return self.objective.count([int(self.train_data.target_lengths[i]) for i in indices])
 
+    def _collate(self, indices: list[int]) -> Batch:
+        """The training batch of ``indices``, with the graph sizes of this update when the model
+        draws them from a λ range (the model's ``training_graph_lengths``: a pure function of
+        the seed, the update and the sentence ids, so resuming needs no extra state)."""
+        batch = self.train_data.collate(indices)
+        sizes = self.model.training_graph_lengths(batch, self.cfg.seed, self.progress.update)
+        return batch if sizes is None else dataclasses.replace(batch, graph_lengths=sizes)
+
     def train_update(self, group: list[list[int]], stop_flag: float) -> dict[str, float]:
         """Forward/backward the micro-batches of one update, reduce over ranks, step.
 
@@ -334,7 +343,7 @@ class Trainer:
         for idx in group:
             if not idx:
                 continue  # an empty shard: zero gradient from this rank
-            batch = self.train_data.collate(idx).to(device)
+            batch = self._collate(idx).to(device)
             with torch.autocast(**self.autocast):
                 out = compute_loss(self.model, batch, objective, self.objective)
             self.scaler.scale(out.loss_sum / total).backward()
