@@ -54,7 +54,7 @@ VERBS: dict[str, tuple[str, str]] = {
     ),
     "export": (
         "fadat.translation.export",
-        "export an AT model to another inference engine (CTranslate2)",
+        "export a model to another inference engine (DAT: ONNX Runtime; AT: CTranslate2)",
     ),
     "shortlist": ("fadat.models.shortlist", "build a lexical vocabulary shortlist for a DAT model"),
     "serve": ("fadat.serve.cli", "serve translations and the graph over HTTP, with a web page"),

@@ -8,11 +8,10 @@ import argparse
 import sys
 
 from fadat.data.text import read_lines
-from fadat.models.directory import load_model
 from fadat.options import nonnegative_int, positive_int
+from fadat.translation.engines import DEFAULT_ENGINE, ENGINES, load_translation_model
 from fadat.translation.pipeline import (
     Translation,
-    apply_precision,
     apply_reduced_head,
     check_strategy,
     iter_translations,
@@ -76,10 +75,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--precision",
-        default="fp32",
+        default=None,
         choices=("fp32", "bf16", "int8"),
         help="DAT on CPU: weights in fp32 (default), bf16 or int8 (fadat.models.inference; test "
-        "BLEU of each in docs/results/precision.md)",
+        "BLEU of each in docs/results/precision.md); --engine onnxruntime: fp32 or int8, default "
+        "the export's",
+    )
+    parser.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        choices=ENGINES,
+        help=f"torch: the model in PyTorch; onnxruntime: an export of `fadat export --format "
+        f"onnx` (or a DAT model directory, exported first) run by ONNX Runtime, strategies "
+        f"greedy, lookahead, viterbi, joint-viterbi (docs/engine.md; default {DEFAULT_ENGINE})",
     )
     add_head_arguments(parser)
     add_common_arguments(parser)
@@ -108,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
     """
     apply_threads(args.threads)
     check_output(args.output, [("--input", args.input), ("--model", args.model)], args.force)
-    model, sp = load_model(args.model, args.device)
-    model = apply_precision(model, args.precision)
+    model, sp = load_translation_model(
+        args.model, args.engine, args.device, args.precision, intra_threads=args.threads
+    )
     model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from fadat.data.contract import PAD_ID
+from fadat.engine.decoding_np import output_tokens as _output_tokens
 
 NEG_INF = float("-inf")
 
@@ -80,7 +81,8 @@ def output_tokens(path_tokens: Sequence[int]) -> list[int]:
 
     Drops the first and last token (the endpoints), then skips every token equal to the previous
     vertex's token (consecutive de-duplication on the raw sequence), then drops ``<pad>``. So
-    ``a a b`` → ``a b`` and ``a <pad> a`` → ``a a``.
+    ``a a b`` → ``a b`` and ``a <pad> a`` → ``a a``. One implementation for both engines:
+    :func:`fadat.engine.decoding_np.output_tokens` (importable without torch).
 
     Args:
         path_tokens: token ids at the vertices of a path, endpoints included.
@@ -88,13 +90,7 @@ def output_tokens(path_tokens: Sequence[int]) -> list[int]:
     Returns:
         The output token ids.
     """
-    out: list[int] = []
-    prev: int | None = None
-    for t in list(path_tokens)[1:-1]:
-        if t != prev and t != PAD_ID:
-            out.append(int(t))
-        prev = t
-    return out
+    return _output_tokens(path_tokens, PAD_ID)
 
 
 def path_score(

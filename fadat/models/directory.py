@@ -338,7 +338,10 @@ def check_vocabulary(sp: Any, model: nn.Module, where: str = "sentencepiece mode
 
 
 def model_device(model: nn.Module) -> torch.device:
-    """The device of the model's parameters."""
+    """The device of the model's parameters (the ``device`` attribute of a model that is no
+    torch module: :class:`fadat.translation.engines.OnnxRuntimeModel`)."""
+    if not isinstance(model, nn.Module):
+        return torch.device(model.device)
     return next(model.parameters()).device
 
 

@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 
+from fadat.engine import DEFAULT_ENGINE, ENGINES
 from fadat.errors import InputError
 
 
@@ -70,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="on SIGTERM, wait at most S seconds for requests in flight (default 60)",
     )
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
+    parser.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        choices=ENGINES,
+        help="torch, or onnxruntime for an export of `fadat export --format onnx` (no graph "
+        f"view, no confidence; docs/engine.md; default {DEFAULT_ENGINE})",
+    )
     parser.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
@@ -137,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = Engine.from_directory(args.model, args.device)
+    engine = Engine.from_directory(args.model, args.device, args.engine, intra_threads=args.threads)
     limits = Limits(max_sentences=args.max_sentences, max_chars=args.max_chars)
     app = create_app(
         engine,

@@ -140,18 +140,26 @@ class Engine:
         self.name = name
 
     @classmethod
-    def from_directory(cls, directory: str | Path, device: str = "cpu") -> Engine:
-        """Load a model directory and translate :data:`PROBE_SENTENCE` once with the default
-        strategy, so that a model whose outputs are not finite (corrupt weights, finite ones
-        included) is refused before the server starts instead of answering 500.
+    def from_directory(
+        cls,
+        directory: str | Path,
+        device: str = "cpu",
+        engine: str = "torch",
+        intra_threads: int = 1,
+    ) -> Engine:
+        """Load a model directory (or, with ``engine="onnxruntime"``, an ONNX export: see
+        :func:`fadat.translation.engines.load_translation_model`) and translate
+        :data:`PROBE_SENTENCE` once with the default strategy, so that a model whose outputs are
+        not finite (corrupt weights, finite ones included) is refused before the server starts
+        instead of answering 500.
 
         Raises:
-            InputError: as :func:`fadat.models.directory.load_model`.
+            InputError: as :func:`fadat.translation.engines.load_translation_model`.
             NonFiniteOutputError: the probe's outputs are NaN or infinite.
         """
-        from fadat.models.directory import load_model
+        from fadat.translation.engines import load_translation_model
 
-        model, sp = load_model(directory, device)
+        model, sp = load_translation_model(directory, engine, device, intra_threads=intra_threads)
         engine = cls(model, sp, name=Path(directory).name)
         try:
             engine.translate([PROBE_SENTENCE], engine.default_strategy, {})
@@ -277,7 +285,8 @@ class Engine:
         rows = [i for i, s in enumerate(sentences) if s.strip()]
         scored = {i: (best[i].log_prob, best[i].covers) for i in rows}
         unscored = [i for i in rows if best[i].log_prob is None]
-        if unscored:  # the model could not score these outputs from the translating pass
+        # the model could not score these outputs from the translating pass (and can score pairs)
+        if unscored and getattr(self.model, "scores_pairs", True):
             pairs = score_pairs(
                 self.model,
                 self.sp,
@@ -293,8 +302,8 @@ class Engine:
             out[i] = Result(
                 text=best[i].text,
                 score=_finite(best[i].score),
-                log_prob=_finite(log_prob),
-                confidence=confidence(log_prob, tokens),
+                log_prob=None if log_prob is None else _finite(log_prob),
+                confidence=None if log_prob is None else confidence(log_prob, tokens),
             )
         return out
 

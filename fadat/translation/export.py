@@ -1,6 +1,7 @@
-"""``fadat export``: write an AT baseline model directory in another inference engine's format.
+"""``fadat export``: write a model directory in another inference engine's format.
 
-One format today, ``ctranslate2``: the AT (:class:`fadat.models.at.ATModel`) described through
+Two formats: ``onnx``, a DAT for ONNX Runtime (:mod:`fadat.translation.onnx_export`,
+docs/engine.md), and ``ctranslate2``: the AT (:class:`fadat.models.at.ATModel`) described through
 CTranslate2's model-spec API (``ctranslate2.specs.TransformerSpec``) and saved with it, so the
 engine a CPU user would deploy a Transformer with runs our weights. Needs the optional extra
 ``pip install -e .[ctranslate2]``.
@@ -52,7 +53,7 @@ from fadat.outputs import (
     staging_dir,
 )
 
-FORMATS = ("ctranslate2",)
+FORMATS = ("ctranslate2", "onnx")
 KIND = "ctranslate2-model"  # the output directory's kind (fadat.outputs)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16", "float16", "bfloat16")
 EXPORT_INFO = "fadat_export.json"
@@ -398,14 +399,27 @@ class CTranslate2AT:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``fadat export``."""
-    parser.add_argument("--format", required=True, choices=FORMATS, help="target format")
-    parser.add_argument("--model", required=True, metavar="AT_DIR", help="AT model directory")
+    parser.add_argument(
+        "--format",
+        required=True,
+        choices=FORMATS,
+        help="ctranslate2: an AT for CTranslate2; onnx: a DAT for ONNX Runtime (docs/engine.md)",
+    )
+    parser.add_argument("--model", required=True, metavar="DIR", help="model directory")
     parser.add_argument("--output", required=True, metavar="DIR", help="directory to create")
     parser.add_argument(
         "--quantization",
         default="float32",
         choices=QUANTIZATIONS,
-        help="stored weight type (default float32; the engine can also quantize at load time)",
+        help="ctranslate2: stored weight type (default float32; the engine can also quantize "
+        "at load time)",
+    )
+    parser.add_argument(
+        "--precision",
+        default="fp32",
+        choices=("fp32", "int8"),
+        help="onnx: fp32 (default) or int8 (ONNX Runtime's dynamic quantization; the links "
+        "head stays fp32)",
     )
     parser.add_argument("--force", action="store_true", help="replace an existing --output")
     parser.add_argument(
@@ -414,13 +428,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const="",
         default=None,
         metavar="FILE",
-        help="write CTranslate2's vocabulary map (vmap.txt, use_vmap=True) from a shortlist "
-        "(`fadat shortlist --model AT_DIR`; default AT_DIR/shortlist.safetensors)",
+        help="ctranslate2: write CTranslate2's vocabulary map (vmap.txt, use_vmap=True) from a "
+        "shortlist (`fadat shortlist --model AT_DIR`; default AT_DIR/shortlist.safetensors)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Export; returns 0. Raises InputError for bad input (see :func:`export_ctranslate2`)."""
+    """Export; returns 0. Raises InputError for bad input (see :func:`export_ctranslate2` and
+    :func:`fadat.translation.onnx_export.export_onnx`)."""
+    if args.format == "onnx":
+        from fadat.translation.onnx_export import export_onnx
+
+        if args.shortlist is not None or args.quantization != "float32":
+            raise InputError("--shortlist and --quantization are for --format ctranslate2")
+        out = export_onnx(args.model, args.output, precision=args.precision, force=args.force)
+        print(f"exported {args.model} to {out} (onnx, {args.precision})")
+        return 0
+    if args.precision != "fp32":
+        raise InputError("--precision is for --format onnx (ctranslate2: --quantization)")
     shortlist = None
     if args.shortlist is not None:
         shortlist = args.shortlist or args.model

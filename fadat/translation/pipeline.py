@@ -525,7 +525,8 @@ def apply_reduced_head(
         prune_threshold: τ in ``[0, 1]`` or ``None`` (off).
 
     Raises:
-        InputError: either set for a model without ``reduced_head`` (AT, NAT, CTC); a missing
+        InputError: either set for a model without ``reduced_head`` (AT, NAT, CTC, the
+            onnxruntime engine's :class:`fadat.translation.engines.OnnxRuntimeModel`); a missing
             or unreadable shortlist, or one for another vocabulary; τ outside ``[0, 1]``.
     """
     from fadat.models.inference import with_reduced_head
@@ -536,7 +537,7 @@ def apply_reduced_head(
     if shortlist is None and prune_threshold is None:
         return model
     if not model.reduced_head:
-        raise InputError("--shortlist and --prune-threshold are for DAT models")
+        raise InputError("--shortlist and --prune-threshold are for DAT models on the torch engine")
     loaded = None
     if shortlist is not None:
         where = directory if shortlist is True or shortlist == "model" else shortlist

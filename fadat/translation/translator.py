@@ -13,12 +13,12 @@ import torch
 from torch import nn
 
 from fadat.errors import InputError
-from fadat.models.directory import check_vocabulary, load_model
+from fadat.models.directory import check_vocabulary
+from fadat.translation.engines import DEFAULT_ENGINE, load_translation_model
 from fadat.translation.pipeline import (
     DEFAULT_MAX_TOKENS,
     PairScore,
     Translation,
-    apply_precision,
     apply_reduced_head,
     check_upsample_ratio,
     score_pairs,
@@ -57,33 +57,42 @@ class Translator:
         directory: str | Path,
         device: str = "cpu",
         upsample_ratio: float | None = None,
-        precision: str = "fp32",
+        precision: str | None = None,
         shortlist: bool | str | Path | None = None,
         prune_threshold: float | None = None,
+        engine: str = DEFAULT_ENGINE,
+        intra_threads: int = 1,
     ) -> Translator:
         """Load a model directory (DAT or AT) onto ``device``; ``upsample_ratio`` is the
         decoding λ the translator passes to the model (:attr:`upsample_ratio`); a DAT can run in
-        ``precision`` ``fp32``, ``bf16`` or ``int8`` weights on the CPU
+        ``precision`` ``fp32`` (``None``), ``bf16`` or ``int8`` weights on the CPU
         (:func:`fadat.models.inference.with_precision`), with a vocabulary ``shortlist`` (``True``:
         the directory's ``shortlist.safetensors``, or a path) and with the token head pruned
         to vertices of passing probability ≥ ``prune_threshold`` (:func:`apply_reduced_head`).
 
+        With ``engine="onnxruntime"`` ``directory`` is an export of ``fadat export --format
+        onnx`` (or a DAT model directory, exported first), run by ONNX Runtime with
+        ``intra_threads`` threads; ``precision`` is the export's (fp32 or int8), and the
+        strategies are greedy, lookahead without n-gram bans, viterbi and joint-viterbi
+        (:func:`fadat.translation.engines.load_translation_model`, docs/engine.md).
+
         Raises:
-            InputError: as :func:`load_model`, :func:`apply_precision`,
+            InputError: as :func:`fadat.translation.engines.load_translation_model`,
                 :func:`apply_reduced_head` and :func:`check_upsample_ratio`.
         """
         if not isinstance(directory, str | Path):
             raise InputError(
                 f"directory must be a path (str or pathlib.Path), got {type(directory).__name__}"
             )
-        for name, value in (("device", device), ("precision", precision)):
+        for name, value in (("device", device), ("precision", precision), ("engine", engine)):
+            if value is None and name == "precision":
+                continue
             if not isinstance(value, str | torch.device) or (
-                name == "precision" and not isinstance(value, str)
+                name != "device" and not isinstance(value, str)
             ):
                 raise InputError(f"{name} must be a string, got {type(value).__name__}")
         check_upsample_ratio(upsample_ratio)
-        model, sp = load_model(directory, device)
-        model = apply_precision(model, precision)
+        model, sp = load_translation_model(directory, engine, device, precision, intra_threads)
         model = apply_reduced_head(model, directory, shortlist, prune_threshold)
         return cls(model, sp, upsample_ratio)
 

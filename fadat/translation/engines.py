@@ -1,0 +1,225 @@
+"""The engine a DAT translates with: ``torch`` (the model in eager PyTorch,
+:mod:`fadat.models.inference`) or ``onnxruntime`` (an export of ``fadat export --format onnx``
+run by :class:`fadat.engine.runtime.OnnxDAT`). ``fadat translate --engine``, ``fadat serve
+--engine`` and ``fadat.Translator.from_pretrained(..., engine=)`` all load through
+:func:`load_translation_model`; the rest of the pipeline (:mod:`.pipeline`) sees one model
+interface (:class:`OnnxRuntimeModel` gives the engine that interface).
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import math
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fadat.engine import DEFAULT_ENGINE, ENGINES
+from fadat.errors import InputError, NonFiniteOutputError
+from fadat.models.architectures import Scored
+
+__all__ = ["DEFAULT_ENGINE", "ENGINES", "OnnxRuntimeModel", "load_translation_model"]
+
+
+class OnnxRuntimeModel:
+    """An :class:`fadat.engine.runtime.OnnxDAT` behind the part of the translation-model
+    interface (:class:`fadat.models.architectures.TranslationModel`) that
+    :func:`fadat.translation.pipeline.translate_lines` and the server use.
+
+    Offers the strategies the export's graph feeds (greedy, lookahead without n-gram bans,
+    Viterbi, joint-Viterbi), one hypothesis per sentence, no ``log P(y|x)`` (the graph does
+    not give the full token head) and no scoring of given pairs.
+
+    Attributes:
+        engine: the runtime.
+        config: ``vocab_size``, ``max_source_positions``, ``max_target_positions`` and
+            ``decoding_upsample_ratio`` of the export.
+        directory: the export directory (named in error messages).
+        device: always the CPU (the pipeline builds its batches there).
+    """
+
+    model_type: ClassVar[str] = "dat"
+    default_strategy: ClassVar[str] = "lookahead"
+    has_graph: ClassVar[bool] = False  # the graph view needs the full token head
+    reduced_head: ClassVar[bool] = False
+    scores_pairs: ClassVar[bool] = False  # no score_batch: the server leaves log P(y|x) out
+    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        meta = engine.metadata
+        self.config = SimpleNamespace(
+            vocab_size=int(meta["vocab_size"]),
+            max_source_positions=engine.max_source_positions,
+            max_target_positions=engine.max_target_positions,
+            decoding_upsample_ratio=engine.upsample_ratio,
+        )
+        self.directory = engine.directory
+        self.device = torch.device("cpu")
+        self.precisions = (engine.precision,)
+
+    def strategies(self) -> dict[str, tuple[str, ...]]:
+        """Strategy → its keyword options (:data:`fadat.engine.decoding_np.STRATEGIES`)."""
+        from fadat.engine.decoding_np import STRATEGIES
+
+        return {
+            name: tuple(
+                p.name
+                for p in inspect.signature(fn).parameters.values()
+                if p.kind is p.KEYWORD_ONLY
+            )
+            for name, fn in STRATEGIES.items()
+        }
+
+    def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
+        """Try the options once on a 4-vertex graph with uniform links.
+
+        Raises:
+            ValueError: an invalid value, or ``nbest > 1``.
+        """
+        from fadat.engine.decoding_np import decode
+
+        if nbest > 1:
+            raise ValueError(f"--nbest {nbest}: the onnxruntime engine gives one hypothesis")
+        size = 4
+        upper = np.triu(np.ones((size, size), dtype=bool), 1)  # (L, L)
+        counts = np.maximum(upper.sum(1), 1).astype(np.float32)  # (L,)
+        links = np.where(upper, -np.log(counts)[:, None], -np.inf).astype(np.float32)[None]
+        links[:, -1] = -np.inf
+        s = np.full((1, size), -math.log(self.config.vocab_size), dtype=np.float32)
+        tok = np.full((1, size), 3, dtype=np.int64)
+        decode(s, tok, links, np.array([size]), strategy, **options)
+
+    def batch_cost(self, source_length: int, upsample_ratio: float | None = None) -> int:
+        """The graph size of a sentence of ``source_length`` tokens (with ``</s>``)."""
+        return int(self.engine.graph_lengths(np.array([source_length]), upsample_ratio)[0])
+
+    def translate_batch(
+        self,
+        source: Tensor,
+        strategy: str,
+        options: dict[str, Any],
+        nbest: int = 1,
+        *,
+        upsample_ratio: float | None = None,
+        with_log_prob: bool = False,
+    ) -> list[list[Scored]]:
+        """One run of the exported graph and one numpy decode
+        (:meth:`fadat.engine.runtime.OnnxDAT.run`, :func:`fadat.engine.decoding_np.decode`).
+
+        Args:
+            source: ``(B, S)`` int64 ``x </s>`` right-padded.
+            strategy, options, nbest: as :meth:`fadat.models.dat.DATModel.translate_batch`
+                (``nbest`` must be 1).
+            upsample_ratio: the decoding λ; ``None`` = the export's.
+            with_log_prob: ignored: the hypotheses carry ``log_prob=None``.
+
+        Raises:
+            NonFiniteOutputError: NaN or +inf outputs of the graph.
+        """
+        from fadat.engine.decoding_np import decode
+        from fadat.engine.runtime import NonFiniteGraphError
+
+        try:
+            s, tok, links, lengths = self.engine.run(source.cpu().numpy(), upsample_ratio)
+        except NonFiniteGraphError as err:
+            raise NonFiniteOutputError(err.what) from None
+        hyps = decode(s, tok, links, lengths, strategy, **options)
+        return [[Scored(h.tokens, h.score, None, len(h.tokens) + 2)] for h in hyps]
+
+    def score_batch(self, *args: Any, **kwargs: Any):
+        """Not offered: ``log P(y|x)`` needs the full token head (use ``--engine torch``).
+
+        Raises:
+            InputError: always.
+        """
+        raise InputError("scoring pairs needs the torch engine (the onnx graph gives top-1 only)")
+
+
+def load_translation_model(
+    directory: str | Path,
+    engine: str = DEFAULT_ENGINE,
+    device: str = "cpu",
+    precision: str | None = None,
+    intra_threads: int = 1,
+) -> tuple[Any, Any]:
+    """Load a model for translation on ``engine``.
+
+    Args:
+        directory: ``torch``: a model directory. ``onnxruntime``: an export of ``fadat export
+            --format onnx``, or a DAT model directory, which is then exported to a temporary
+            directory first (about a minute; export once to skip it).
+        engine: one of :data:`ENGINES`.
+        device: ``torch``: the device; ``onnxruntime``: must be ``cpu``.
+        precision: ``torch``: fp32 (``None``), bf16 or int8 (:func:`.pipeline.apply_precision`);
+            ``onnxruntime``: fp32 or int8, checked against an export's ``metadata.json``
+            (``None``: the export's), used for the export of a model directory (``None``:
+            fp32).
+        intra_threads: ``onnxruntime``: threads of one graph run (0 = all cores); ``torch``
+            uses ``torch.set_num_threads`` instead (``--threads``).
+
+    Returns:
+        ``(model, sentencepiece processor)``.
+
+    Raises:
+        InputError: unknown engine; a directory of the other engine; as
+            :func:`fadat.models.directory.load_model`, :func:`.pipeline.apply_precision` and
+            :func:`.onnx_export.export_onnx`; onnxruntime not installed; an export of another
+            precision; a device other than the CPU for onnxruntime.
+    """
+    from fadat.data.spm import load_sentencepiece
+    from fadat.engine.runtime import EngineDirectoryError, OnnxDAT, is_engine_dir
+
+    if engine not in ENGINES:
+        raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "torch":
+        from fadat.models.directory import load_model
+        from fadat.translation.pipeline import apply_precision
+
+        if is_engine_dir(directory):
+            raise InputError(
+                f"{directory}: an ONNX export (fadat export --format onnx); translate it with "
+                "--engine onnxruntime"
+            )
+        model, sp = load_model(directory, device)
+        return apply_precision(model, precision or "fp32"), sp
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError as err:
+        raise InputError(
+            "--engine onnxruntime needs onnxruntime: pip install 'fadat[onnx]'"
+        ) from err
+    if str(device) != "cpu":
+        raise InputError(f"--engine onnxruntime runs on the CPU, not on {device}")
+    directory = Path(directory)
+    if not is_engine_dir(directory):
+        from fadat.translation.onnx_export import export_onnx
+
+        print(
+            f"fadat: exporting {directory} to ONNX ({precision}) for this run; "
+            "`fadat export --format onnx` once saves this step",
+            file=sys.stderr,
+        )
+        temporary = tempfile.mkdtemp(prefix="fadat-onnx-")
+        atexit.register(shutil.rmtree, temporary, ignore_errors=True)
+        target = Path(temporary) / "engine"
+        directory = export_onnx(directory, target, precision=precision or "fp32")
+    try:
+        runtime = OnnxDAT(directory, intra_threads=intra_threads)
+    except EngineDirectoryError as err:
+        raise InputError(str(err)) from None
+    if precision is not None and runtime.precision != precision:
+        raise InputError(
+            f"{directory}: an export in {runtime.precision}, not {precision} (the precision of "
+            "an ONNX export is chosen when exporting)"
+        )
+    sp = load_sentencepiece(directory / "spm.model")
+    return OnnxRuntimeModel(runtime), sp

@@ -1,0 +1,327 @@
+"""``fadat export --format onnx``: a DAT model directory as a self-contained ONNX Runtime engine
+directory (docs/engine.md).
+
+The directory holds:
+
+- ``dat.onnx``: one graph, the DAT's encoder, decoder, token head reduced to each vertex's best
+  token (what greedy, lookahead, Viterbi and joint-Viterbi read: :class:`DATGraph`) and links
+  head. Inputs ``source`` ``(batch, source_length)`` int64 ``x </s>`` right-padded with
+  ``<pad>``, ``decoder_tokens`` ``(batch, graph_size)`` int64 ``[<s>, <unk> × (L_b − 2), </s>,
+  <pad> …]``; outputs ``s`` ``(batch, graph_size)`` fp32, ``tok`` ``(batch, graph_size)`` int64,
+  ``links`` ``(batch, graph_size, graph_size)`` fp32. The axes are dynamic and carry those names.
+- ``metadata.json``: the decoding λ (``upsample_ratio``), the size limits, the special-token
+  contract, the precision, the opset and the versions of fadat, torch and onnx that wrote it
+  (:data:`METADATA`).
+- ``spm.model``: the model's sentencepiece model.
+
+Export: ``torch.onnx.export(..., dynamo=True)`` (the ``torch.export``-based exporter, torch's
+default since 2.9; the TorchScript one is deprecated). Precisions (:data:`PRECISIONS`):
+
+- ``fp32``: the graph as exported;
+- ``int8``: ONNX Runtime's dynamic quantization of the fp32 graph
+  (``onnxruntime.quantization.quantize_dynamic``: int8 weights per output channel, activations
+  quantized per batch at run time) of the ``MatMul`` s outside the links head, which stays fp32
+  as in fadat's own int8 (:func:`fadat.models.inference.with_precision`).
+
+bf16 is not offered: ONNX Runtime's CPU execution provider (1.32) has no bfloat16 kernel for
+``MatMul``, ``Gemm``, ``Add`` or ``ReduceMax`` (``NOT_IMPLEMENTED`` when a session is created).
+
+The graph runs in :class:`fadat.engine.runtime.OnnxDAT` (onnxruntime, numpy and sentencepiece
+only). Needs ``pip install 'fadat[onnx]'`` (onnx, onnxruntime, onnxscript).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from fadat.errors import InputError
+from fadat.models.directory import load_pretrained, read_model_metadata, spm_model_path
+from fadat.outputs import (
+    check_not_input,
+    check_output_dir,
+    check_replaceable,
+    replace_dir,
+    staging_dir,
+)
+
+KIND = "onnx-engine"  # the output directory's kind (fadat.outputs)
+PRECISIONS = ("fp32", "int8")
+GRAPH_FILE = "dat.onnx"
+METADATA = "metadata.json"
+FORMAT_VERSION = 1
+OPSET = 18
+INPUT_NAMES = ("source", "decoder_tokens")
+OUTPUT_NAMES = ("s", "tok", "links")
+
+
+def _require_onnx():
+    try:
+        import onnx
+        import onnxruntime
+        import onnxscript  # noqa: F401  (the dynamo exporter's ONNX builder)
+    except ImportError as err:
+        raise InputError(
+            f"the onnx format needs {err.name}: pip install 'fadat[onnx]' "
+            "(onnx, onnxruntime, onnxscript)"
+        ) from err
+    return onnx, onnxruntime
+
+
+class DATGraph(nn.Module):
+    """The part of a DAT that the engine exports: what :func:`fadat.models.inference.graph_top1`
+    computes in fp32 without a shortlist or pruning, as one module with tensor inputs.
+
+    Args:
+        model: a :class:`fadat.models.dat.DATModel` (fp32, eval mode).
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, source: Tensor, decoder_tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``source`` ``(B, S)`` int64 and ``decoder_tokens`` ``(B, L)`` int64 (module docstring)
+        → ``s`` ``(B, L)`` fp32 (``max_y log P(y|v)``, 0 at padding vertices), ``tok`` ``(B, L)``
+        int64 (its argmax, the lowest id on ties; ``<pad>`` at padding vertices), ``links``
+        ``(B, L, L)`` fp32 (:func:`fadat.models.dat.transition_log_probs`)."""
+        m = self.model
+        graph_lengths = decoder_tokens.ne(PAD_ID).sum(dim=1)  # (B,)
+        states = m.decoder_states(m.encode(source), decoder_tokens)  # (B, L, d)
+        links = m.links_head(states, graph_lengths)  # (B, L, L)
+        logp = torch.log_softmax(m.token_logits(states).float(), dim=-1)  # (B, L, V)
+        s, tok = logp.max(dim=-1)  # (B, L), (B, L)
+        real = decoder_tokens.ne(PAD_ID)  # (B, L)
+        s = torch.where(real, s, torch.zeros((), dtype=s.dtype))
+        tok = torch.where(real, tok, torch.full((), PAD_ID, dtype=tok.dtype))
+        return s, tok, links
+
+
+def example_inputs(model: nn.Module, batch: int = 2) -> tuple[Tensor, Tensor]:
+    """``(source (B, S), decoder_tokens (B, L))`` of ``batch`` ≥ 2 sentences of different
+    lengths: the exporter's example (a size of 1 would be specialised as a constant)."""
+    lengths = torch.arange(batch, 0, -1) + 3  # (B,) distinct, ≥ 4
+    source = torch.full((batch, int(lengths.max())), PAD_ID, dtype=torch.int64)
+    for b, n in enumerate(lengths.tolist()):
+        source[b, : n - 1] = torch.arange(4, 3 + n) % model.config.vocab_size
+        source[b, n - 1] = EOS_ID
+    graph_lengths = model.graph_lengths(lengths, True)  # (B,)
+    return source, model.decoder_input_tokens(graph_lengths)
+
+
+def export_graph(model: nn.Module, path: str | Path, opset: int = OPSET) -> None:
+    """Export :class:`DATGraph` of ``model`` to one self-contained ONNX file (weights inside).
+
+    Args:
+        model: a DAT model in fp32.
+        path: the ``.onnx`` file to write.
+        opset: the ONNX opset.
+    """
+    onnx, _ = _require_onnx()
+    from torch.export import Dim
+
+    graph = DATGraph(model).eval()
+    batch = Dim("batch")
+    source_length = Dim("source_length", max=model.config.max_source_positions)
+    graph_size = Dim("graph_size", min=2, max=model.config.max_target_positions)
+    program = torch.onnx.export(
+        graph,
+        example_inputs(model),
+        dynamo=True,
+        input_names=list(INPUT_NAMES),
+        output_names=list(OUTPUT_NAMES),
+        dynamic_shapes={
+            "source": {0: batch, 1: source_length},
+            "decoder_tokens": {0: batch, 1: graph_size},
+        },
+        opset_version=opset,
+        verbose=False,
+    )
+    proto = program.model_proto
+    onnx.save_model(proto, str(path), save_as_external_data=False)
+
+
+def quantize_int8(fp32_path: str | Path, int8_path: str | Path) -> None:
+    """ONNX Runtime's dynamic int8 quantization of the graph (module docstring), the links
+    head's ``MatMul`` s excluded (found by the exporter's ``pkg.torch.onnx.name_scopes``)."""
+    onnx, _ = _require_onnx()
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    proto = onnx.load(str(fp32_path))
+    excluded = [
+        node.name
+        for node in proto.graph.node
+        if any(
+            p.key == "pkg.torch.onnx.name_scopes" and "links_head" in p.value
+            for p in node.metadata_props
+        )
+    ]
+    if not excluded:
+        raise RuntimeError("no node of the links head found: the exporter's scopes changed")
+    quantize_dynamic(
+        str(fp32_path),
+        str(int8_path),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_exclude=excluded,
+    )
+
+
+def _write_fp32(
+    model: nn.Module, meta: dict, model_dir: Path, spm_path: Path, out: Path, opset: int
+) -> None:
+    """The fp32 export's files in ``out``: graph, ``spm.model``, ``metadata.json``."""
+    import onnx
+    import onnxruntime
+
+    import fadat
+
+    cfg = model.config
+    export_graph(model, out / GRAPH_FILE, opset)
+    shutil.copyfile(spm_path, out / "spm.model")
+    info = {
+        "format": "fadat-onnx-engine",
+        "format_version": FORMAT_VERSION,
+        "graph": GRAPH_FILE,
+        "precision": "fp32",
+        "upsample_ratio": float(cfg.decoding_upsample_ratio),
+        "max_source_positions": cfg.max_source_positions,
+        "max_target_positions": cfg.max_target_positions,
+        "vocab_size": cfg.vocab_size,
+        "special_ids": {"bos": BOS_ID, "pad": PAD_ID, "eos": EOS_ID, "unk": UNK_ID},
+        "contract": (
+            "source: (batch, source_length) int64, sentencepiece ids of x then </s>, "
+            "right-padded with pad; decoder_tokens: (batch, graph_size) int64 "
+            "[bos, unk x (L_b - 2), eos, pad ...] with L_b = clip(floor(upsample_ratio * "
+            "|x </s>|), 2, max_target_positions); outputs s (batch, graph_size) float32 "
+            "max log P(token|vertex) (0 at padding), tok (batch, graph_size) int64 its "
+            "argmax (pad at padding), links (batch, graph_size, graph_size) float32 log "
+            "transition probabilities (-inf where invalid)"
+        ),
+        "strategies": ["greedy", "lookahead", "viterbi", "joint-viterbi"],
+        "default_strategy": model.default_strategy,
+        "opset": opset,
+        "exporter": "torch.onnx.export(dynamo=True)",
+        "versions": {
+            "fadat": fadat.__version__,
+            "torch": torch.__version__,
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+        },
+        "exported_from": str(model_dir.resolve()),
+        "model_config": meta["config"],
+        "data": meta.get("data"),
+    }
+    (out / METADATA).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+
+
+def _write_int8(fp32_dir: Path, out: Path) -> None:
+    """The int8 export's files in ``out`` from the fp32 export in ``fp32_dir``."""
+    quantize_int8(fp32_dir / GRAPH_FILE, out / GRAPH_FILE)
+    shutil.copyfile(fp32_dir / "spm.model", out / "spm.model")
+    info = json.loads((fp32_dir / METADATA).read_text(encoding="utf-8"))
+    info["precision"] = "int8"
+    info["quantization"] = (
+        "onnxruntime.quantization.quantize_dynamic(weight_type=QInt8, per_channel=True, "
+        "op_types_to_quantize=[MatMul], links head excluded)"
+    )
+    (out / METADATA).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
+
+
+def quantize_export(directory: str | Path, output: str | Path, *, force: bool = False) -> Path:
+    """An int8 export directory from an fp32 one, without exporting again (what
+    :func:`export_onnx` with ``precision="int8"`` does after its fp32 export).
+
+    Raises:
+        InputError: ``directory`` not an fp32 export; ``output`` as in :func:`export_onnx`.
+    """
+    _require_onnx()
+    directory, output = Path(directory), Path(output)
+    meta_path = directory / METADATA
+    info = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.is_file() else {}
+    if info.get("format") != "fadat-onnx-engine" or info.get("precision") != "fp32":
+        raise InputError(f"{directory}: not an fp32 ONNX export of fadat")
+    check_not_input(output, [("directory", directory)])
+    if check_output_dir(output, KIND) and not force:
+        raise InputError(f"--output {output}: an existing ONNX export (pass --force)")
+    check_replaceable(output, KIND)
+    staged = staging_dir(output)
+    try:
+        _write_int8(directory, staged)
+        replace_dir(staged, output, KIND)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return output
+
+
+def export_onnx(
+    model_dir: str | Path,
+    output: str | Path,
+    *,
+    precision: str = "fp32",
+    force: bool = False,
+    opset: int = OPSET,
+) -> Path:
+    """Export a DAT model directory to an ONNX Runtime engine directory (module docstring).
+
+    Built in a staging directory and renamed into place when complete; an existing ``output``
+    is replaced only when it is a fadat ONNX export (fadat.outputs) and ``force`` is set.
+
+    Args:
+        model_dir: a fadat DAT model directory.
+        output: the directory to create.
+        precision: one of :data:`PRECISIONS`.
+        force: replace an existing export at ``output``.
+        opset: the ONNX opset of the graph.
+
+    Returns:
+        ``output`` as a Path.
+
+    Raises:
+        InputError: onnx, onnxruntime or onnxscript not installed; unknown ``precision``;
+            ``model_dir`` missing, corrupt, not a DAT or without a sentencepiece model;
+            ``output`` an export without ``force``, or anything else than an export or an
+            empty directory.
+    """
+    _require_onnx()
+    if precision not in PRECISIONS:
+        raise InputError(
+            f"--precision must be one of {', '.join(PRECISIONS)} for the onnx format "
+            f"(bf16: ONNX Runtime's CPU provider has no bfloat16 MatMul), got {precision!r}"
+        )
+    model_dir, output = Path(model_dir), Path(output)
+    meta = read_model_metadata(model_dir)
+    if meta["model_type"] != "dat":
+        raise InputError(
+            f"{model_dir}: holds a {meta['model_type']!r} model; the onnx engine is for DAT "
+            "models (export an AT with --format ctranslate2)"
+        )
+    spm_path = spm_model_path(model_dir)
+    if spm_path is None:
+        raise InputError(f"{model_dir}: has no sentencepiece model")
+    check_not_input(output, [("--model", model_dir)])
+    if check_output_dir(output, KIND) and not force:
+        raise InputError(f"--output {output}: an existing ONNX export (pass --force)")
+    check_replaceable(output, KIND)
+    model = load_pretrained(model_dir).float().eval()
+    staged = staging_dir(output)
+    try:
+        if precision == "fp32":
+            _write_fp32(model, meta, model_dir, spm_path, staged, opset)
+        else:
+            with tempfile.TemporaryDirectory(dir=staged) as tmp:
+                _write_fp32(model, meta, model_dir, spm_path, Path(tmp), opset)
+                _write_int8(Path(tmp), staged)
+        replace_dir(staged, output, KIND)
+    except BaseException:
+        shutil.rmtree(staged, ignore_errors=True)
+        raise
+    return output
