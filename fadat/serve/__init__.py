@@ -4,6 +4,7 @@
   translated and scored (``confidence``), the graph of one sentence as JSON numbers;
 - :mod:`fadat.serve.batching` — dynamic batching of concurrent requests;
 - :mod:`fadat.serve.app` — the ASGI application (FastAPI): endpoints, limits, JSON errors;
+- :mod:`fadat.serve.protocol` — the HTTP connections: header timeout, header size, connection cap;
 - :mod:`fadat.serve.cli` — ``fadat serve`` (uvicorn);
 - ``static/`` — the web page (HTML, CSS, JavaScript; no external asset).
 

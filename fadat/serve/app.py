@@ -11,12 +11,19 @@ Endpoints (schemas in the OpenAPI document at ``/openapi.json``, browsable at ``
 - ``GET /`` — the web page (``static/``).
 
 Bad requests get a 4xx answer ``{"error": {"status": N, "message": "..."}}`` whose message names
-the problem: 400 for a body that is not UTF-8 or not JSON, 413 for a body, sentence count or
-sentence length over the limits (:class:`Limits`), 422 for wrong types, a missing or empty
-``text``, an unknown strategy or option, or a value out of range, 503 when too many sentences
-wait. A model whose outputs are NaN or infinite for a request (corrupt weights that the
-start-up probe of :meth:`~fadat.serve.engine.Engine.from_directory` did not reveal) is answered
-500 with a message that says so. An unexpected error is logged with its traceback on the
+the problem: 400 for a body that is not UTF-8 or not JSON, 404 for an unknown path, 405 (with
+``Allow``) for a method the path does not take, 408 for a body that does not arrive within
+``Limits.body_timeout`` seconds, 413 for a body, sentence count or sentence length over the
+limits (:class:`Limits`), 422 for wrong types, a missing or empty ``text``, an unknown strategy
+or option, or a value out of range, 503 when too many sentences wait or when the server stops
+(SIGTERM) before a request's answer is ready (``--graceful-timeout``). A client that hangs up
+before its body has arrived is logged as one info line. The request schemas of
+``/openapi.json`` declare every limit that is checked here (sentence count and length, blank
+text, strategies and their options with their ranges), so that a request valid by the schema
+is answered 200 (``tests/test_serve_robust.py::test_schemathesis`` fuzzes it). A model whose
+outputs are NaN or infinite for a request (corrupt weights that the start-up probe of
+:meth:`~fadat.serve.engine.Engine.from_directory` did not reveal) is answered 500 with a
+message that says so. An unexpected error is logged with its traceback on the
 server and answered 500 with a generic message (no traceback is sent). The request body is
 parsed here rather than by FastAPI, so that each of these problems gets its own status and
 message.
@@ -24,6 +31,7 @@ message.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -36,12 +44,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fadat.errors import InputError, NonFiniteOutputError
+from fadat.options import DECODING_OPTIONS
 from fadat.serve.batching import Batcher, Busy
-from fadat.serve.engine import Engine
+from fadat.serve.engine import Engine, http_range
 
 log = logging.getLogger("fadat.serve")
 
@@ -57,20 +68,26 @@ class Limits:
         max_chars: characters per sentence (default 1,000; longer sources would be truncated to
             the model's ``max_source_positions`` tokens anyway).
         max_body_bytes: request body size (default 1 MiB).
+        body_timeout: seconds from the end of the headers until the whole body has arrived
+            (default 30; later: 408). uvicorn has a keep-alive timeout and (``fadat serve``'s
+            protocol, :mod:`fadat.serve.protocol`) a header timeout, but no body timeout: the
+            body is read here, under this deadline.
     """
 
     max_sentences: int = 64
     max_chars: int = 1000
     max_body_bytes: int = 1 << 20
+    body_timeout: float = 30.0
 
 
 class ApiError(Exception):
     """A request problem answered with ``status`` and ``message``."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, close: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.close = close  # the body was not read to its end: the connection cannot be reused
 
 
 # ----------------------------------------------------------------------------------------------
@@ -133,6 +150,13 @@ class GraphRequest(BaseModel):
         "highlighted; default: the model's default strategy",
     )
     top_k: int = Field(5, ge=1, le=20, description="tokens listed per vertex")
+
+    @field_validator("top_k", mode="before")
+    @classmethod
+    def _integral(cls, value: Any) -> Any:
+        """6.0 is an integer in JSON Schema, as in the schema we publish."""
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
     min_passing: float = Field(
         0.05, ge=0.0, le=1.0, description="draw vertices with at least this passing probability"
     )
@@ -191,32 +215,123 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": text}
     for code, text in (
         (400, "the body is not UTF-8 or not JSON"),
+        (408, "the body did not arrive within the body timeout"),
         (413, "too large: body, sentences or characters per sentence over the limits"),
         (422, "wrong types, missing or empty text, unknown strategy or option, bad value"),
-        (503, "too many sentences waiting"),
+        (503, "too many sentences waiting, or the server stopped before the answer was ready"),
     )
 }
 
 
-def _request_body(model: type[BaseModel]) -> dict[str, Any]:
+def _request_body(schema: dict[str, Any]) -> dict[str, Any]:
     """OpenAPI ``requestBody`` for a handler that parses its body itself."""
     return {
         "requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
+            "content": {"application/json": {"schema": schema}},
         }
     }
+
+
+def _not_blank_pattern() -> str:
+    """A JSON-schema ``pattern`` (ECMA-262) that a string matches iff Python's ``str.strip()``
+    leaves something: a character outside Python's whitespace (which is not ECMA's ``\\s``:
+    it has U+001C-U+001F and U+0085, not U+FEFF). Every whitespace character is below U+3001."""
+    spaces = [c for c in range(0x3001) if chr(c).isspace()]
+    runs: list[list[int]] = []
+    for c in spaces:
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    ranges = "".join(chr(a) if a == b else f"{chr(a)}-{chr(b)}" for a, b in runs)
+    return f"[^{ranges}]"
+
+
+def _option_schema(engine: Engine, strategy: str, name: str) -> dict[str, Any]:
+    """The JSON schema of decoder option ``name`` of ``strategy``: its type and its
+    HTTP range (:func:`fadat.serve.engine.http_range`), each end exclusive where the
+    decoder rejects it (``top_p`` > 0), as :meth:`Engine.check` finds."""
+    option = DECODING_OPTIONS[name]
+    low, high = http_range(name)
+    schema: dict[str, Any] = {"type": "integer" if option.kind is int else "number"}
+
+    def accepted(value: float) -> bool:
+        try:
+            engine.check(strategy, {name: option.kind(value)})
+        except InputError:
+            return False
+        return True
+
+    schema["minimum" if accepted(low) else "exclusiveMinimum"] = option.kind(low)
+    schema["maximum" if accepted(high) else "exclusiveMaximum"] = option.kind(high)
+    if option.help:
+        schema["description"] = option.help
+    return schema
+
+
+def translate_schema(engine: Engine, limits: Limits) -> dict[str, Any]:
+    """The JSON schema of a ``/v1/translate`` body with every limit :func:`check_sentences` and
+    :meth:`Engine.check` enforce: 1 to ``max_sentences`` sentences of at most ``max_chars``
+    characters, and one alternative per strategy with the options it takes, in range, and no
+    other key (``strategy`` may be left out, or null, for the default strategy)."""
+    fields = TranslateRequest.model_fields
+    text = {
+        "type": "array",
+        "items": {"type": "string", "maxLength": limits.max_chars},
+        "minItems": 1,
+        "maxItems": limits.max_sentences,
+        "description": fields["text"].description,
+    }
+    variants = []
+    for strategy, names in engine.strategies.items():
+        default = strategy == engine.default_strategy
+        properties: dict[str, Any] = {
+            "text": text,
+            "strategy": {"enum": [strategy, None] if default else [strategy]},
+        }
+        properties.update((name, _option_schema(engine, strategy, name)) for name in names)
+        variants.append(
+            {
+                "title": strategy,
+                "type": "object",
+                "properties": properties,
+                "required": ["text"] if default else ["text", "strategy"],
+                "additionalProperties": False,
+            }
+        )
+    return {
+        "title": "TranslateRequest",
+        "description": TranslateRequest.__doc__,
+        "anyOf": variants,
+        "examples": TranslateRequest.model_config["json_schema_extra"]["examples"],  # type: ignore[index]
+    }
+
+
+def graph_schema(engine: Engine, limits: Limits) -> dict[str, Any]:
+    """The JSON schema of a ``/v1/graph`` body: :class:`GraphRequest`'s, with the limits of
+    :func:`check_graph_request`: a sentence of at most ``max_chars`` characters that is not
+    blank, and 1 or more distinct strategies of the model's."""
+    schema = GraphRequest.model_json_schema()
+    properties = schema["properties"]
+    properties["text"].update(maxLength=limits.max_chars, pattern=_not_blank_pattern())
+    properties["strategies"]["anyOf"][0].update(
+        items={"enum": list(engine.strategies)}, minItems=1, uniqueItems=True
+    )
+    return schema
 
 
 # ----------------------------------------------------------------------------------------------
 # Parsing and checking
 
 
-async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON.
+async def read_json(request: Request, limit: int, timeout: float = 30.0) -> Any:
+    """The request body as JSON, read within ``timeout`` seconds.
 
     Raises:
-        ApiError: 413 over ``limit`` bytes, 400 not UTF-8 or not JSON (NaN and Infinity are not
+        ClientDisconnect: the client hung up before the end of the body.
+        ApiError: 408 the body took longer than ``timeout``, 413 over ``limit`` bytes, 400 not
+            UTF-8 or not JSON (NaN and Infinity are not
             JSON either, nor numbers beyond the float range or integers of more than 64
             digits), an object with a key given twice, nested deeper than
             :data:`MAX_DEPTH`, or a string (key or value) holding a lone surrogate escape such
@@ -225,12 +340,20 @@ async def read_json(request: Request, limit: int) -> Any:
     """
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"the body has {declared} bytes; the limit is {limit}")
+        raise ApiError(413, f"the body has {declared} bytes; the limit is {limit}", close=True)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, f"the body is over the limit of {limit} bytes")
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise ApiError(413, f"the body is over the limit of {limit} bytes", close=True)
+    except TimeoutError:
+        raise ApiError(
+            408,
+            f"the body did not arrive within {timeout:g} s ({len(body)} bytes came)",
+            close=True,
+        ) from None
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -411,10 +534,12 @@ def create_app(
         description=(
             f"Limits: at most {limits.max_sentences} sentences per request, "
             f"{limits.max_chars} characters per sentence, {limits.max_body_bytes} bytes per "
-            'body (413 above). Errors: `{"error": {"status": N, "message": "..."}}`.'
+            f"body (413 above), the body within {limits.body_timeout:g} s of the headers (408 "
+            'after). Errors: `{"error": {"status": N, "message": "..."}}`.'
         ),
         lifespan=_lifespan(batcher),
     )
+    app.add_middleware(AnswerCancelled)
     app.state.engine = engine
     app.state.batcher = batcher
     app.state.limits = limits
@@ -449,13 +574,26 @@ def _lifespan(batcher: Batcher) -> Callable[[FastAPI], AbstractAsyncContextManag
 def _add_error_handlers(app: FastAPI, engine: Engine) -> None:
     """Every error as ``{"error": {"status", "message"}}``: :class:`ApiError` with its status,
     :class:`~fadat.errors.InputError` 422, :class:`~fadat.serve.batching.Busy` 503, FastAPI's
-    own HTTP errors (404, 405) with theirs, a model with non-finite outputs 500 naming the
-    problem, any other exception 500 with a generic message (the traceback is logged, not
+    own HTTP errors (404, 405) with theirs and their headers (``Allow``), a model with
+    non-finite outputs 500 naming the problem, a client gone before the end of its body one
+    info line, any other exception 500 with a generic message (the traceback is logged, not
     sent)."""
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, err: ApiError) -> JSONResponse:
-        return _error(err.status, err.message)
+        return _error(err.status, err.message, {"connection": "close"} if err.close else None)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, err: ClientDisconnect) -> JSONResponse:
+        # Nobody reads the answer; uvicorn drops it. Not the server's fault: no traceback.
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.info(
+            "%s hung up before the end of its body (%s %s)",
+            client,
+            request.method,
+            request.url.path,
+        )
+        return _error(400, "the client hung up before the end of the body")
 
     @app.exception_handler(NonFiniteOutputError)
     async def broken_model(request: Request, err: NonFiniteOutputError) -> JSONResponse:
@@ -477,7 +615,7 @@ def _add_error_handlers(app: FastAPI, engine: Engine) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
-        return _error(err.status_code, str(err.detail))
+        return _error(err.status_code, str(err.detail), err.headers)
 
     @app.exception_handler(Exception)
     async def internal_error(request: Request, err: Exception) -> JSONResponse:
@@ -513,10 +651,11 @@ def _add_translate(app: FastAPI, engine: Engine, batcher: Batcher, limits: Limit
         summary="Translate sentences",
         response_model=TranslateResponse,
         responses=ERRORS,
-        openapi_extra=_request_body(TranslateRequest),
+        openapi_extra=_request_body(translate_schema(engine, limits)),
     )
     async def translate(request: Request) -> dict[str, Any]:
-        req = validate(TranslateRequest, await read_json(request, limits.max_body_bytes))
+        body = await read_json(request, limits.max_body_bytes, limits.body_timeout)
+        req = validate(TranslateRequest, body)
         check_sentences(req.text, limits)
         strategy, options = engine.check(req.strategy, dict(req.model_extra or {}))
         results = await batcher.translate(req.text, strategy, options)
@@ -546,10 +685,11 @@ def _add_graph(app: FastAPI, engine: Engine, batcher: Batcher, limits: Limits) -
         response_model=GraphResponse,
         response_model_by_alias=True,
         responses=ERRORS,
-        openapi_extra=_request_body(GraphRequest),
+        openapi_extra=_request_body(graph_schema(engine, limits)),
     )
     async def graph(request: Request) -> dict[str, Any]:
-        req = validate(GraphRequest, await read_json(request, limits.max_body_bytes))
+        body = await read_json(request, limits.max_body_bytes, limits.body_timeout)
+        req = validate(GraphRequest, body)
         names = check_graph_request(req, engine, limits)
         return await batcher.call(
             engine.graph, req.text, names, req.top_k, req.min_passing, req.min_flow
@@ -592,8 +732,50 @@ def _add_page(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"status": status, "message": message}}, status_code=status, headers=headers
+    )
+
+
+class AnswerCancelled:
+    """ASGI middleware: a request cancelled before its answer started — uvicorn cancels the
+    requests still running when ``--graceful-timeout`` is over after SIGTERM — is answered
+    503 JSON (``connection: close``) instead of uvicorn's ``text/plain`` 500 and its
+    traceback, and logged as one warning line."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if started or task is None:
+                raise
+            task.uncancel()  # answered: the cancellation has done its work
+            log.warning(
+                "%s %s cancelled at shutdown (--graceful-timeout): answered 503",
+                scope["method"],
+                scope["path"],
+            )
+            response = _error(
+                503,
+                "the server stopped before the answer was ready (shutting down); try again",
+                {"connection": "close"},
+            )
+            await response(scope, receive, send)
 
 
 def _version() -> str:

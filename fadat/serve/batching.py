@@ -1,9 +1,14 @@
 """Dynamic batching: concurrent translation requests decoded as one batch, answered separately.
 
 A request becomes a :class:`Job` (its sentences, checked strategy and options, and the batch
-cost of each sentence, :meth:`fadat.serve.engine.Engine.cost`). One asyncio task
-(:meth:`Batcher.run`) takes the oldest waiting job and adds later jobs with the same strategy and
-options while
+cost of each sentence, :meth:`fadat.serve.engine.Engine.cost`). The job is cut into
+:class:`Piece` s of at most ``model_batch_tokens`` padded positions each (one model batch:
+:func:`fadat.translation.pipeline.make_batches`, sentences sorted by cost, a single sentence
+over the budget alone), and only its first piece waits in line; when a piece has run, the
+job's next piece goes to the back of the line, behind every request that arrived meanwhile.
+
+One asyncio task (:meth:`Batcher.run`) takes the piece at the front of the line and adds later
+pieces with the same strategy and options while
 
 - the batch's padded cost ``sentences × largest cost`` stays within ``max_batch_tokens`` (graph
   vertices for a DAT, source tokens for an AT: the model's ``batch_cost``), and
@@ -15,16 +20,24 @@ by length and cuts them into model batches of at most ``model_batch_tokens`` pad
 (:func:`fadat.translation.pipeline.make_batches`): on a CPU, one model batch of thousands of graph
 vertices is slower than the same sentences one by one (the ``(B, L, V)`` token log-probabilities
 leave the caches), while length-sorted model batches of ≈ 512 vertices are faster
-(docs/results/journal.md, "fadat serve"). Jobs with other options
-wait for a later batch, in arrival order. ``max_batch_tokens = 0`` turns batching off: every job
-runs alone, as it arrives.
+(docs/results/journal.md, "fadat serve"). Pieces with other options wait for a later batch, in
+line order. ``max_batch_tokens = 0`` turns batching off: every piece runs alone.
+
+**Fairness bound.** A request that arrives while others are being translated waits for at most
+the batch that is running (its pieces: ≤ ``max_batch_tokens`` padded positions, or one piece
+when a piece is larger) plus one piece of each request ahead of it in line, plus its own
+``max_wait_ms``. A maximum-size request (64 sentences of 1,000 characters, beam 200) thus
+delays a one-sentence request by one of its model batches (one sentence, for sentences longer
+than ``model_batch_tokens`` / 1 positions), not by the whole request, which used to be 23 s;
+``tests/test_serve_robust.py::test_small_request_does_not_wait_behind_a_large_one`` checks it.
 
 All model work — batches and the graph requests of :meth:`Batcher.call` — runs on one worker
 thread, one piece at a time: torch's own intra-op threads (``--threads``) use the cores, and two
 pieces of work in parallel would only compete for them.
 
-If a batch of several jobs fails, each of its jobs is run again alone, so one job that trips an
-error cannot fail the others with it.
+If a batch of several pieces fails, each of its pieces is run again alone, so one request that
+trips an error cannot fail the others with it; the failing request's other pieces are dropped.
+A request whose future is already done (failed, or cancelled at shutdown) is not run further.
 """
 
 from __future__ import annotations
@@ -51,7 +64,7 @@ class Busy(Exception):
 
 @dataclass
 class Job:
-    """One translation request waiting for its batch.
+    """One translation request waiting for its batches.
 
     Attributes:
         sentences: raw source text.
@@ -59,6 +72,8 @@ class Job:
         costs: batch cost of each sentence.
         future: receives the list of :class:`~fadat.serve.engine.Result`.
         arrival: ``time.monotonic()`` when the job was queued.
+        results: per sentence, its result once its piece has run.
+        pieces: the rows (indices into ``sentences``) of the pieces not yet in line.
     """
 
     sentences: list[str]
@@ -67,11 +82,31 @@ class Job:
     costs: list[int]
     future: asyncio.Future
     arrival: float = field(default_factory=time.monotonic)
+    results: list[Result | None] = field(default_factory=list)
+    pieces: collections.deque[list[int]] = field(default_factory=collections.deque)
 
     @property
     def key(self) -> tuple:
         """Jobs with equal keys can share a batch."""
         return (self.strategy, tuple(sorted(self.options.items())))
+
+
+@dataclass
+class Piece:
+    """Some sentences of a :class:`Job` (``rows``: indices into ``job.sentences``), at most one
+    model batch, that run together in one batch."""
+
+    job: Job
+    rows: list[int]
+
+    @property
+    def sentences(self) -> list[str]:
+        return [self.job.sentences[i] for i in self.rows]
+
+    @property
+    def width(self) -> int:
+        """The largest batch cost of the piece's sentences."""
+        return max((self.job.costs[i] for i in self.rows), default=0)
 
 
 @dataclass
@@ -132,7 +167,7 @@ class Batcher:
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
         self._queue: asyncio.Queue[Job | None] | None = None
-        self._deferred: collections.deque[Job] = collections.deque()
+        self._line: collections.deque[Piece] = collections.deque()
         self._task: asyncio.Task | None = None
         self._pending = 0
 
@@ -199,10 +234,33 @@ class Batcher:
 
     # -- the batching loop -----------------------------------------------------------------------
 
-    def _fits(self, batch: list[Job], job: Job) -> bool:
-        sentences = sum(len(j.sentences) for j in batch) + len(job.sentences)
-        width = max(max(j.costs, default=0) for j in [*batch, job])
+    def _fits(self, batch: list[Piece], piece: Piece) -> bool:
+        sentences = sum(len(p.rows) for p in batch) + len(piece.rows)
+        width = max(p.width for p in [*batch, piece])
         return sentences * width <= self.max_batch_tokens
+
+    def _admit(self, job: Job) -> Piece:
+        """Cut a new job into pieces (:func:`~fadat.translation.pipeline.make_batches`); returns
+        its first piece, the others stay in ``job.pieces``."""
+        from fadat.translation.pipeline import make_batches
+
+        job.results = [None] * len(job.sentences)
+        # Each piece in input order (make_batches sorts by cost), as a batch keeps it.
+        pieces = make_batches(job.costs, self.model_batch_tokens)
+        job.pieces = collections.deque(sorted(rows) for rows in pieces)
+        return Piece(job, job.pieces.popleft())
+
+    def _drain(self, stopping: bool) -> bool:
+        """Move every job already queued into the line (no waiting); returns whether stop was
+        asked."""
+        assert self._queue is not None
+        while not self._queue.empty():
+            job = self._queue.get_nowait()
+            if job is None:
+                stopping = True
+            else:
+                self._line.append(self._admit(job))
+        return stopping
 
     async def _next_job(self, timeout: float | None) -> Job | None:
         """The next job from the queue (``None`` = stop); raises TimeoutError after ``timeout``."""
@@ -217,33 +275,40 @@ class Batcher:
         """Form and run batches until :meth:`stop`; then finish what is queued."""
         stopping = False
         while True:
-            if self._deferred:
-                first = self._deferred.popleft()
-            elif stopping:
-                return
-            else:
-                first = await self._next_job(None)
-                if first is None:
+            stopping = self._drain(stopping)
+            if not self._line:
+                if stopping:
+                    return
+                job = await self._next_job(None)
+                if job is None:
                     stopping = True
-                    continue
+                else:
+                    self._line.append(self._admit(job))
+                continue
+            first = self._line.popleft()
+            if first.job.future.done():  # failed, or its request was cancelled
+                continue
             batch = [first]
             if self.max_batch_tokens > 0:
                 stopping = await self._collect(batch, stopping)
-            await self._run_batch(batch)
+            follow = await self._run_batch(batch)
+            # Requests that arrived while the batch ran go before the next pieces of its jobs.
+            stopping = self._drain(stopping)
+            self._line.extend(follow)
 
-    async def _collect(self, batch: list[Job], stopping: bool) -> bool:
-        """Add compatible jobs to ``batch`` (deferred ones first, then the queue, until the
+    async def _collect(self, batch: list[Piece], stopping: bool) -> bool:
+        """Add compatible pieces to ``batch`` (from the line first, then the queue, until the
         oldest job's wait is over or the budget is full); returns whether stop was asked."""
         first = batch[0]
-        later: collections.deque[Job] = collections.deque()
-        while self._deferred:
-            job = self._deferred.popleft()
-            if job.key == first.key and self._fits(batch, job):
-                batch.append(job)
+        later: collections.deque[Piece] = collections.deque()
+        while self._line:
+            piece = self._line.popleft()
+            if piece.job.key == first.job.key and self._fits(batch, piece):
+                batch.append(piece)
             else:
-                later.append(job)
-        self._deferred = later
-        deadline = first.arrival + self.max_wait
+                later.append(piece)
+        self._line = later
+        deadline = first.job.arrival + self.max_wait
         while not stopping:
             try:
                 job = await self._next_job(deadline - time.monotonic())
@@ -252,17 +317,23 @@ class Batcher:
             if job is None:
                 stopping = True
                 break
-            if job.key == first.key and self._fits(batch, job):
-                batch.append(job)
+            piece = self._admit(job)
+            if job.key == first.job.key and self._fits(batch, piece):
+                batch.append(piece)
                 continue
-            self._deferred.append(job)
-            if job.key == first.key:  # the budget is full
+            self._line.append(piece)
+            if job.key == first.job.key:  # the budget is full
                 break
         return stopping
 
-    async def _run_batch(self, batch: list[Job]) -> None:
-        sentences = [s for job in batch for s in job.sentences]
-        first = batch[0]
+    async def _run_batch(self, batch: list[Piece]) -> list[Piece]:
+        """Run one batch and deliver its results; returns the next piece of each of its jobs
+        that has more."""
+        batch = [p for p in batch if not p.job.future.done()]
+        if not batch:
+            return []
+        sentences = [s for piece in batch for s in piece.sentences]
+        first = batch[0].job
         try:
             results = await self.call(
                 self.engine.translate,
@@ -274,19 +345,26 @@ class Batcher:
         except Exception as err:  # noqa: BLE001 - delivered to the waiting requests
             self.stats.failed_batches += 1
             if len(batch) > 1:
-                for job in batch:
-                    await self._run_batch([job])
-                return
+                return [p for piece in batch for p in await self._run_batch([piece])]
             log.exception("a translation batch failed")
+            first.pieces.clear()
             if not first.future.done():
                 first.future.set_exception(err)
-            return
+            return []
         self.stats.batches += 1
         self.stats.sentences += len(sentences)
         self.stats.largest_batch = max(self.stats.largest_batch, len(sentences))
         start = 0
-        for job in batch:
-            part = results[start : start + len(job.sentences)]
-            start += len(job.sentences)
-            if not job.future.done():  # the client may have gone
-                job.future.set_result(part)
+        follow = []
+        for piece in batch:
+            job = piece.job
+            for row, result in zip(
+                piece.rows, results[start : start + len(piece.rows)], strict=True
+            ):
+                job.results[row] = result
+            start += len(piece.rows)
+            if job.pieces:
+                follow.append(Piece(job, job.pieces.popleft()))
+            elif not job.future.done():  # the client may have gone
+                job.future.set_result(list(job.results))
+        return follow

@@ -122,6 +122,22 @@ def _path_json(
     }
 
 
+#: The largest integer an HTTP request may give (2**53 - 1): I-JSON (RFC 7493) integers, which
+#: every JSON reader holds exactly; JSON-schema validators compare numbers as doubles, so a
+#: published maximum of 2**63 - 1 would admit 2**63 + 100.
+MAX_JSON_INT = 2**53 - 1
+
+
+def http_range(name: str) -> tuple[float, float]:
+    """The range of decoder option ``name`` over HTTP: its ``http_range``
+    (:data:`fadat.options.DECODING_OPTIONS`), integers within ±:data:`MAX_JSON_INT`."""
+    option = DECODING_OPTIONS[name]
+    low, high = option.http_range
+    if option.kind is int:
+        low, high = max(low, -MAX_JSON_INT), min(high, MAX_JSON_INT)
+    return low, high
+
+
 class Engine:
     """A loaded model directory as the server uses it.
 
@@ -229,7 +245,9 @@ class Engine:
                 takes = ", ".join(strategies[strategy]) or "no options"
                 raise InputError(f"strategy {strategy!r} does not take {name!r} (it takes {takes})")
             kind = DECODING_OPTIONS[name].kind
-            low, high = DECODING_OPTIONS[name].http_range
+            low, high = http_range(name)
+            if kind is int and isinstance(value, float) and value.is_integer():
+                value = int(value)  # 4.0 is an integer in JSON Schema, as in the schema we publish
             is_int = isinstance(value, int) and not isinstance(value, bool)
             if kind is int and not is_int:
                 raise InputError(f"option {name!r} must be an integer, got {value!r}")
@@ -267,7 +285,17 @@ class Engine:
         One call of :func:`fadat.translation.pipeline.translate_lines` (``max_tokens`` its batch
         budget; ``None`` = one batch) with ``log P(y|x)`` of the outputs from the same forward pass
         (see the module docstring for the one exception).
+
+        With a ``seed`` option each sentence is translated alone, with a generator of its own
+        seeded ``seed``: a sampler draws from one generator for its whole batch, so a sentence's
+        draw would otherwise depend on the sentences that share its batch (other requests', in
+        the server). A seeded sentence's translation thus depends on the sentence and the
+        options only, whatever request or batch it comes in.
         """
+        if "seed" in options and len(sentences) > 1:
+            return [
+                r for s in sentences for r in self.translate([s], strategy, options, max_tokens)
+            ]
         from fadat.translation.pipeline import score_pairs, translate_lines
 
         results = translate_lines(
