@@ -15,8 +15,9 @@ before it. The table also shows the largest difference between the backends' log
 gradients and alignments, as a check that both computed the same thing.
 
 Usage: ``python bench/bench_dag_gpu.py [--sizes 64x240,256x240] [--repeats 20] [--block 32]
-[--warps 4]`` (T = 30, so λ = L / 30: 8 at L = 240, the paper's; ``--block`` / ``--warps`` try
-other launch configurations than the library's fixed one).
+[--warps 4] [--json FILE]`` (T = 30, so λ = L / 30: 8 at L = 240, the paper's; ``--block`` /
+``--warps`` try other launch configurations than the library's fixed one; ``--json`` writes the
+table's rows to FILE after every row, so that a run cut short keeps what it measured).
 Exits with status 2 and a message where CUDA or Triton is missing. ``--device cpu`` runs the same
 code on the CPU (the Triton side then needs ``TRITON_INTERPRET=1``): a dry run of this script,
 its timings mean nothing.
@@ -25,6 +26,7 @@ its timings mean nothing.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -99,7 +101,7 @@ def max_diff(a, b) -> float:
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16x120,64x240,256x240,64x480")
     parser.add_argument("--repeats", type=int, default=20)
@@ -109,7 +111,8 @@ def main() -> int:
         "--block", type=int, default=triton_dag.BLOCK, help="Triton tile edge (a power of 2)"
     )
     parser.add_argument("--warps", type=int, default=triton_dag.NUM_WARPS, help="Triton warps")
-    args = parser.parse_args()
+    parser.add_argument("--json", default=None, help="write the rows to this JSON file")
+    args = parser.parse_args(argv)
     if args.block < 1 or args.block & (args.block - 1):
         print(f"bench_dag_gpu: --block must be a power of 2, got {args.block}", file=sys.stderr)
         return 2
@@ -135,6 +138,15 @@ def main() -> int:
     )
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
+    report = {
+        "device": where,
+        "torch": torch.__version__,
+        "block": triton_dag.BLOCK,
+        "warps": triton_dag.NUM_WARPS,
+        "steps": STEPS,
+        "repeats": args.repeats,
+        "rows": [],
+    }
     for task in args.tasks.split(","):
         for spec in args.sizes.split(","):
             batch, size = (int(x) for x in spec.split("x"))
@@ -157,6 +169,23 @@ def main() -> int:
                 f"{med['torch'] / med['triton']:.1f}x | {peaks['torch']:.0f} | "
                 f"{peaks['triton']:.0f} | {diff:.1e} |"
             )
+            report["rows"].append(
+                {
+                    "task": task,
+                    "batch": batch,
+                    "size": size,
+                    "torch_ms": med["torch"],
+                    "triton_ms": med["triton"],
+                    "speedup": med["torch"] / med["triton"],
+                    "torch_mib": peaks["torch"],
+                    "triton_mib": peaks["triton"],
+                    # the largest difference of log P, both gradients (likelihood) or the path
+                    "max_diff": diff,
+                }
+            )
+            if args.json:
+                with open(args.json, "w", encoding="utf-8") as f:
+                    json.dump(report, f, indent=1)
     return 0
 
 

@@ -23,6 +23,16 @@ encoder, decoder, token head + log-softmax, links head, objective
   setting); their stages are "objective" (the forward, glancing and loss), "backward" and
   "optimizer". Against ``bf16-fused`` they show what glancing and the fuzzy loss add.
 
+``--components``: besides the steps, the pieces of a step that the stages above lump together,
+each timed alone on this batch (median of ``--steps`` calls after one warm-up; on a GPU each after a
+``torch.cuda.synchronize``), the DAG programmes in fp32 as the objectives run them, the network
+under bf16 autocast: the DAG NLL forward and backward (``dag_log_likelihood_from_match`` from the
+step's ``match`` and links), the glancing pass (``fadat.objectives.glancing.glance`` at ratio 0.5:
+a no-grad decoder pass, the reference tokens' log-probabilities and the best alignment), the best
+alignment alone, and the fuzzy alignment loss (n = 2) forward and backward from the
+``(B, L, V)`` log-softmax. The line ``DAG share`` gives the DAG NLL's forward + backward over the
+fastest ``bf16-fused`` step (the training path), where that variant ran.
+
 It reports target tokens/s, matmul GFLOP/s achieved (FLOPs of mm/bmm/attention counted by
 ``torch.utils.flop_counter`` on the fp32 step) next to the measured peak of a large fp32 and bf16
 matmul in the same run, the speed-up over ``fp32-eager``, and whether a second pass under the same
@@ -33,7 +43,7 @@ Usage::
     python bench/bench_model.py [--preset cpu-small] [--vocab 8000] [--batch 32] [--src-len 30]
                                 [--ratios 4 8] [--steps 3] [--variants fp32-eager,bf16-eager,...]
                                 [--device cpu|cuda] [--max-tokens N] [--json FILE]
-                                [--dag-triton]
+                                [--dag-triton] [--components]
 
 ``--max-tokens N`` replaces ``--batch``: the batch is as many sentences as ``fadat train
 --max-tokens N`` puts in one micro-batch at this length, i.e. B · max cost ≤ N with a sentence's
@@ -131,9 +141,9 @@ def objective_fn() -> tuple[Callable, str]:
         return plain, "plain log-space forward loop in this bench (fadat.dag not found)"
 
 
-def matmul_peak(dtype: torch.dtype, device: torch.device, reps: int = 5) -> float:
-    """GFLOP/s of an n×n×n matmul (best of ``reps``; n = 2048 on the CPU, 8192 on a GPU)."""
-    n = 8192 if device.type == "cuda" else 2048
+def matmul_peak(dtype: torch.dtype, device: torch.device, reps: int = 5, n: int = 0) -> float:
+    """GFLOP/s of an n×n×n matmul (best of ``reps``; n = 0: 2048 on the CPU, 8192 on a GPU)."""
+    n = n or (8192 if device.type == "cuda" else 2048)
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     torch.mm(a, b)
@@ -375,6 +385,64 @@ def count_flops(args, ratio, objective, batch) -> float:
     return float(counter.get_total_flops())
 
 
+def time_components(args, ratio: float, batch, reps: int) -> dict[str, float]:
+    """Median milliseconds of the step's pieces timed alone (``--components``; the module
+    docstring): ``encoder``, ``decoder`` (forwards), ``token_head_log_softmax`` (the output
+    projection and the (B, L, V) fp32 log-softmax), ``links_head``, ``dag_nll_forward`` /
+    ``dag_nll_backward``, ``glancing_pass``, ``best_alignment``, ``fuzzy_forward`` /
+    ``fuzzy_backward``."""
+    from fadat.dag import best_alignment_from_match, dag_log_likelihood_from_match
+    from fadat.objectives.glancing import glance
+    from fadat.objectives.losses import fuzzy_loss, target_logprobs
+
+    device = args.device
+    torch.manual_seed(0)
+    config = make_config(args.preset, args.vocab, upsample_ratio=ratio, fast_dropout=True)
+    model = DATModel(config).to(device).train()
+    source, s_len, target, t_len = batch
+    gl = model.graph_lengths(s_len)  # (B,)
+    toks = model.decoder_input_tokens(gl)  # (B, L)
+    bf16 = torch.autocast(device.type, dtype=torch.bfloat16)
+    times: dict[str, list[float]] = {}
+
+    def timed(name: str, fn: Callable[[], object]):
+        synchronize(device)
+        t0 = time.perf_counter()
+        out = fn()
+        synchronize(device)
+        times.setdefault(name, []).append(1000 * (time.perf_counter() - t0))
+        return out
+
+    def one_round() -> None:
+        with torch.no_grad(), bf16:
+            enc = timed("encoder", lambda: model.encode(source))
+            states = timed("decoder", lambda: model.decoder_states(enc, toks))  # (B, L, d)
+            logits = model.token_logits(states)  # (B, L, V) bf16
+
+            def token_head():  # the (B, L, V) fp32 log-probabilities that fuzzy_loss reads
+                return torch.log_softmax(model.token_logits(states).float(), -1)
+
+            logprobs = timed("token_head_log_softmax", token_head)
+            links = timed("links_head", lambda: model.links_head(states, gl)).float()  # (B, L, L)
+            match = target_logprobs(logits, target)  # (B, T, L) fp32
+        leaf, links_leaf = match.requires_grad_(), links.clone().requires_grad_()
+        ll = timed(
+            "dag_nll_forward", lambda: dag_log_likelihood_from_match(leaf, links_leaf, gl, t_len)
+        )
+        timed("dag_nll_backward", lambda: (-(ll / t_len).mean()).backward())
+        with torch.no_grad():
+            timed("best_alignment", lambda: best_alignment_from_match(match, links, gl, t_len))
+            with bf16:
+                timed("glancing_pass", lambda: glance(model, enc, target, gl, t_len, 0.5, seed=7))
+        lp, links_leaf = logprobs.requires_grad_(), links.clone().requires_grad_()
+        out = timed("fuzzy_forward", lambda: fuzzy_loss(lp, links_leaf, target, gl, t_len, order=2))
+        timed("fuzzy_backward", lambda: (out.loss_sum / out.count).backward())
+
+    for _ in range(reps + 1):  # the first round warms up and is dropped below
+        one_round()
+    return {k: statistics.median(v[1:]) if len(v) > 1 else v[0] for k, v in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", default="cpu-small")
@@ -390,6 +458,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="add this run's rows to this JSON file")
     p.add_argument(
         "--dag-triton", action="store_true", help="backend 'auto' picks the Triton DAG kernels"
+    )
+    p.add_argument(
+        "--peak-size",
+        type=int,
+        default=0,
+        help="n of the n³ matmul that measures the peak (0: 2048 on the CPU, 8192 on a GPU; "
+        "a CPU without bf16 instructions takes minutes at 2048)",
+    )
+    p.add_argument(
+        "--components", action="store_true", help="also time the step's pieces alone (docstring)"
     )
     args = p.parse_args(argv)
     variants = [v for v in args.variants.split(",") if v]
@@ -407,8 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     objective, objective_name = objective_fn()
 
-    peak32 = matmul_peak(torch.float32, args.device)
-    peak16 = matmul_peak(torch.bfloat16, args.device)
+    peak32 = matmul_peak(torch.float32, args.device, n=args.peak_size)
+    peak16 = matmul_peak(torch.bfloat16, args.device, n=args.peak_size)
     config = make_config(args.preset, args.vocab)
     n_params = sum(p.numel() for p in DATModel(config).parameters())
     where = torch.cuda.get_device_name(args.device) if on_gpu else "CPU"
@@ -423,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"objective: {objective_name}; DAG backend 'auto' -> Triton: {args.dag_triton}")
     print(f"load average at the start: {os.getloadavg()[0]:.1f}")
-    n = 8192 if on_gpu else 2048
+    n = args.peak_size or (8192 if on_gpu else 2048)
     print(f"matmul peak ({n}³): fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s")
     rows = []
     prior = []  # the runs already in --json
@@ -476,8 +554,8 @@ def main(argv: list[str] | None = None) -> int:
                     times = v["step"](source, s_len, target, t_len)
                     v.setdefault("whole", []).append(times["step"])
         # the least disturbed peak so far (the start-of-run figure may itself be slowed down)
-        peak32 = max(peak32, matmul_peak(torch.float32, args.device))
-        peak16 = max(peak16, matmul_peak(torch.bfloat16, args.device))
+        peak32 = max(peak32, matmul_peak(torch.float32, args.device, n=args.peak_size))
+        peak16 = max(peak16, matmul_peak(torch.bfloat16, args.device, n=args.peak_size))
         print(f"peak so far: fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s (for %peak)")
         header = (
             f"{'variant':<13}"
@@ -532,15 +610,29 @@ def main(argv: list[str] | None = None) -> int:
                     "note": v["note"],
                 }
             )
+        if args.components:
+            parts = time_components(args, ratio, batch, max(1, args.steps))
+            print(
+                "pieces timed alone (median ms): "
+                + ", ".join(f"{k} {x:.2f}" for k, x in parts.items())
+            )
+            fused = [r for r in rows if r["ratio"] == ratio and r["variant"] == "bf16-fused"]
+            share = None
+            if fused:  # the step time behind its tokens/s: whole steps on a GPU
+                step_ms = min(fused[0]["whole_step_ms"] or [fused[0]["breakdown_best_ms"]])
+                share = (parts["dag_nll_forward"] + parts["dag_nll_backward"]) / step_ms
+                print(f"DAG share: NLL forward + backward {100 * share:.1f} % of a bf16-fused step")
+            run.setdefault("components", []).append(
+                {"ratio": ratio, "ms": parts, "dag_nll_share_of_fused_step": share}
+            )
         sys.stdout.flush()
         if args.json:
             # after every ratio, so that a run stopped later keeps what it measured
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump({"runs": [*prior, run]}, f, indent=1)
-    print(
-        f"\nmatmul peak again at the end: fp32 {matmul_peak(torch.float32, args.device):.1f}, "
-        f"bf16 {matmul_peak(torch.bfloat16, args.device):.1f} GFLOP/s"
-    )
+    end32 = matmul_peak(torch.float32, args.device, n=args.peak_size)
+    end16 = matmul_peak(torch.bfloat16, args.device, n=args.peak_size)
+    print(f"\nmatmul peak again at the end: fp32 {end32:.1f}, bf16 {end16:.1f} GFLOP/s")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores: > 2 means other jobs)")
     return 0
 

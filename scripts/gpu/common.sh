@@ -1,10 +1,13 @@
-# Shared by scripts/gpu/job-*.sh (sourced, not run): the environment of a device command and the
-# stage runner. Expects ROOT (the repository root) and DRY (1 = dry run on this CPU machine).
+# Shared by scripts/gpu/job.sh and job-train.sh (sourced, not run): the environment of a device
+# command and the stage runner. Expects ROOT (the repository root) and DRY (1 = dry run on this
+# CPU machine).
 
-# The job's clock and output folder: START, DEADLINE (BUDGET_S seconds from now), RESERVE; OUT
-# (a temporary folder in a dry run; the device tool sets it there). Expects BUDGET_S.
+# The job's clock and output folder: START, DEADLINE (BUDGET_S seconds from now), RESERVE (the
+# seconds kept back for what runs after the last stage); OUT (a temporary folder in a dry run
+# unless set; the device tool sets it there); STAGES, a tab-separated record of every stage
+# (name, status, exit code, seconds, budget, output file) kept outside OUT. Expects BUDGET_S.
 start_job() {
-  RESERVE=5
+  RESERVE=${RESERVE:-5}
   START=$(date +%s)
   DEADLINE=$((START + BUDGET_S))
   if [ "$DRY" = 1 ]; then
@@ -12,36 +15,35 @@ start_job() {
   fi
   : "${OUT:?OUT is not set (the device tool sets it; --dry-run makes one)}"
   mkdir -p "$OUT"
+  STAGES=$(mktemp /tmp/gpu-stages.XXXXXX)
   export PYTHONUNBUFFERED=1
 }
 
-# Device: the carried wheels into /tmp/site (device README), then fadat itself. Dry run: this
-# machine's venv, the worktree first on the path.
+# Device: the carried wheels into /tmp/site (device README); fadat from the checkout through
+# PYTHONPATH (every command below is `python -m ...`, so nothing is installed). Dry run: this
+# machine's venv (PYTHON, else /work/main/.venv/bin/python, else python3).
 setup_python() {
   if [ "$DRY" = 1 ]; then
-    PY=${PY:-/work/main/.venv/bin/python}
-    export PYTHONPATH=$ROOT:/work/tools${PYTHONPATH:+:$PYTHONPATH}
+    PY=${PYTHON:-/work/main/.venv/bin/python}
+    [ -x "$PY" ] || PY=python3
+    export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
     return 0
   fi
   PY=python3
   if ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site "$ROOT"/.whl/*.whl || echo "setup: installing .whl failed"
-    export PYTHONPATH=/tmp/site
+    export PYTHONPATH=$ROOT:/tmp/site
   else
     echo "setup: no .whl folder carried (run scripts/gpu/prepare.sh and carry .whl)"
+    export PYTHONPATH=$ROOT
   fi
-  # No registry there: build with the image's setuptools (no isolated build environment).
-  # If the editable install fails, ROOT on the path and `python3 -m fadat.cli` still work.
-  python3 -m pip install -q --no-deps --no-build-isolation --no-index -e "$ROOT" \
-    || echo "setup: pip install -e failed; using PYTHONPATH"
-  export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 }
 
 # The machine and the software the numbers were taken with.
 versions() {
   timeout 30 nvidia-smi 2>/dev/null || echo "nvidia-smi: not available"
-  timeout 60 "$PY" - <<'PY'
+  timeout 60 "$PY" - <<'PY' || echo "versions: the check failed"
 import sys
 
 import torch
@@ -52,37 +54,51 @@ if torch.cuda.is_available():
     print("device", p.name, p.total_memory // 2**20, "MiB,", p.multi_processor_count, "SMs")
 else:
     print("device: no CUDA")
-try:
-    import triton
-
-    print("triton", triton.__version__)
-except ImportError as err:
-    print("triton missing:", err)
+for name in ("triton", "sacremoses", "sacrebleu", "sentencepiece", "xdist", "pytest_timeout"):
+    try:
+        module = __import__(name)
+        print(name, getattr(module, "__version__", "(no version)"))
+    except ImportError as err:
+        print(name, "MISSING:", err)
 import fadat
 
 print("fadat from", fadat.__file__)
 PY
 }
 
-# stage NAME BUDGET_S FILE CMD...: run CMD with its output appended to $OUT/FILE and the job
-# log, killed after min(BUDGET_S, time left before DEADLINE - RESERVE) seconds. A stage that
-# fails or times out is logged and the job goes on.
+# stage NAME MAX_S MIN_S FILE CMD...: run CMD with its output appended to $OUT/FILE, killed after
+# min(MAX_S, the seconds left before DEADLINE - RESERVE). A stage with fewer than MIN_S seconds
+# left would overrun: it is skipped with a line saying so. MAX_S and MIN_S are multiplied by
+# SCALE (default 1; a dry run on a slow CPU gives more). A stage that fails or times out is
+# logged and the job goes on. Each stage adds a line to $STAGES.
 stage() {
-  local name=$1 budget=$2 file=$3
-  shift 3
+  local name=$1 budget=$(($2 * ${SCALE:-1})) need=$(($3 * ${SCALE:-1})) file=$4
+  shift 4
   local left=$((DEADLINE - RESERVE - $(date +%s)))
   [ "$budget" -gt "$left" ] && budget=$left
-  if [ "$budget" -lt 5 ]; then
-    echo "[$name] SKIPPED: no time left before the job's deadline" | tee -a "$OUT/job.log"
+  if [ "$left" -lt "$need" ]; then
+    echo "[$name] SKIPPED: it needs at least ${need}s and ${left}s are left before the" \
+      "job's deadline" | tee -a "$OUT/job.log"
+    printf '%s\tskipped\t\t0\t%s\t%s\n' "$name" "$left" "$file" >>"$STAGES"
     return 0
   fi
   echo "[$name] start $(date -u +%H:%M:%S), budget ${budget}s: $*" | tee -a "$OUT/job.log"
-  local t0 rc
+  local t0 rc status errexit=0
+  [[ $- == *e* ]] && errexit=1
   t0=$(date +%s)
+  set +e
   timeout -k 10 "$budget" "$@" 2>&1 | tee -a "$OUT/$file"
   rc=${PIPESTATUS[0]}
-  local msg="[$name] exit $rc after $(($(date +%s) - t0))s"
-  [ "$rc" = 124 ] || [ "$rc" = 137 ] && msg="$msg (TIMED OUT at ${budget}s)"
+  [ "$errexit" = 1 ] && set -e
+  local took=$(($(date +%s) - t0))
+  status=ok
+  [ "$rc" != 0 ] && status=failed
+  local msg="[$name] exit $rc after ${took}s"
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    status=timed_out
+    msg="$msg (TIMED OUT at ${budget}s)"
+  fi
   echo "$msg" | tee -a "$OUT/job.log"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$took" "$budget" "$file" >>"$STAGES"
   return 0
 }
