@@ -319,7 +319,7 @@ def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch)
 
     folder = foreign_dir(tmp_path / "folder")
     blocker = user_file(tmp_path / "blocker")
-    no_work(monkeypatch, fadat.cli.translate, "load_model", "read_lines")
+    no_work(monkeypatch, fadat.cli.translate, "load_translation_model", "read_lines")
     no_work(monkeypatch, fadat.evaluation.score, "load_model", "read_pairs")
     no_work(monkeypatch, fadat.cli.analyze, "load_dat_model")
     no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
@@ -440,7 +440,7 @@ def test_file_output_verbs_follow_the_rules(tmp_path, capsys, models, monkeypatc
     import fadat.evaluation.evaluate
     import fadat.evaluation.score
 
-    no_work(monkeypatch, fadat.cli.translate, "load_model", "read_lines")
+    no_work(monkeypatch, fadat.cli.translate, "load_translation_model", "read_lines")
     no_work(monkeypatch, fadat.evaluation.score, "load_model", "read_pairs")
     no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
     mine = user_file(tmp_path / "mine.png")
