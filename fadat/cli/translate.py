@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     Output goes out one chunk (``--chunk-lines``) at a time: to stdout as soon as the chunk is
     done (Ctrl-C keeps the finished chunks there), to an ``--output`` file all-or-nothing.
     """
-    apply_threads(args.threads)
+    apply_threads(args.threads, args.force)
     check_output(args.output, [("--input", args.input), ("--model", args.model)], args.force)
     model, sp = load_translation_model(
         args.model, args.engine, args.device, args.precision, intra_threads=args.threads

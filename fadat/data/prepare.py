@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import sys
 import time
@@ -61,7 +60,7 @@ from fadat.data.corpora import (
     synth_corpus,
 )
 from fadat.errors import InputError
-from fadat.options import positive_int
+from fadat.options import check_threads, positive_int, thread_count, usable_cores
 from fadat.process import terminate_as_interrupt
 
 CHUNK_PAIRS = 20_000  # pairs encoded at a time: about 50 MB of Python objects
@@ -156,8 +155,8 @@ def _add_spm_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     )
     s.add_argument(
         "--threads",
-        type=int,
-        default=min(4, os.cpu_count() or 1),
+        type=thread_count,
+        default=min(4, usable_cores()),
         help="sentencepiece encoding threads (the output is the same; default: cores, at most 4)",
     )
     return s
@@ -277,6 +276,11 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     start = time.time()
     out = Path(args.output)
     _check_options(args)
+    # Encoding threads beyond the cores only share them (the output is the same): a warning,
+    # since --force here means replacing the dataset.
+    warning = check_threads(args.threads, force=True)
+    if warning:
+        log(f"warning: {warning}")
     existing = _claim_output(args, out, stack)
     corpus, files, fp = _fingerprint_inputs(args)
     if existing and _up_to_date(args, out, fp):

@@ -367,7 +367,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.warmup < 0 or args.subset < 0 or args.bootstrap < 0:
         raise InputError("--warmup, --subset and --bootstrap must be >= 0")
-    apply_threads(args.threads)
+    apply_threads(args.threads, args.force)
     device = resolve_device(args.device)
     source_lang, target_lang = read_languages(args.data)
     sources, references = load_split(args.data, args.split, args.subset)

@@ -50,6 +50,7 @@ from fadat.errors import InputError
 from fadat.models.architectures import model_class
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.objectives.glancing import parse_glancing_schedule
+from fadat.options import check_threads
 from fadat.training.checkpoints import (
     CONFIG_FILE,
     LAST_NAME,
@@ -131,6 +132,9 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.info = setup_distributed(cfg.device)
         if cfg.threads:
+            warning = check_threads(cfg.threads, force=True, name="threads")
+            if warning:  # the command line refuses it without --force
+                logger.warning("%s", warning)
             torch.set_num_threads(cfg.threads)
         # The objective and its options resolved once per run; an update only sets the ratio.
         self.objective = OBJECTIVES[cfg.resolved_objective()]
