@@ -108,3 +108,21 @@ def _decode_block(name: str, data: bytes, line: int, offset: int) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def check_unicode(text: str, where: str) -> None:
+    """Check that ``text`` is Unicode text that UTF-8 can encode: a lone surrogate (U+D800 to
+    U+DFFF, e.g. from ``"\\udc80"`` or ``bytes.decode(errors="surrogateescape")``) is not a
+    character, and sentencepiece would fail on it with a traceback. The server refuses the same
+    in a request's JSON (``fadat.serve.app``).
+
+    Raises:
+        InputError: a lone surrogate, naming ``where``, its position and code point.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(text[err.start])
+        raise InputError(
+            f"{where}: character {err.start} is a lone surrogate (\\u{code:04x}), not a character"
+        ) from None

@@ -447,7 +447,9 @@ def _load_systems(
     for label, directory in zip(model_labels(args.model), args.model, strict=True):
         model, sp = load_model(directory, device)
         if model.reduced_head:  # only such models take --shortlist / --prune-threshold
-            model = apply_reduced_head(model, directory, args.shortlist, args.prune_threshold)
+            model = apply_reduced_head(
+                model, directory, args.shortlist, args.prune_threshold, cli=True
+            )
         models.append((label, model, sp))
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies and any(not m.autoregressive for _, m, _ in models):
