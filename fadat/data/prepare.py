@@ -250,13 +250,17 @@ def _refuse_inapplicable(args: argparse.Namespace) -> None:
             raise InputError(f"{flag} applies to {' and '.join(names)}, not to {chosen}")
 
 
-def _read_meta(path: Path) -> dict:
-    """``meta.json`` of an existing dataset, or ``{}`` when it cannot be read."""
+def _read_meta(path: Path) -> tuple[dict, str | None]:
+    """``(meta.json of an existing dataset, None)``, or ``({}, why it cannot be read)``."""
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
+    except OSError as err:
+        return {}, err.strerror or str(err)
+    except ValueError as err:  # invalid UTF-8 or JSON
+        return {}, f"not valid JSON: {err}"
+    if not isinstance(meta, dict):
+        return {}, f"a JSON {type(meta).__name__}, expected an object"
+    return meta, None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -362,11 +366,18 @@ def _up_to_date(args: argparse.Namespace, out: Path, fp: str) -> bool:
     otherwise checks that ``--force`` may replace it.
 
     Raises:
-        InputError: a different fingerprint without ``--force``, or (from
+        InputError: a different fingerprint or an unreadable meta.json without ``--force``,
+            or (from
             :func:`fadat.outputs.check_replaceable`) a dataset that may not be replaced.
     """
-    if _read_meta(out / "meta.json").get("fingerprint") == fp:
+    meta, unreadable = _read_meta(out / "meta.json")
+    if meta.get("fingerprint") == fp:
         return True
+    if not args.force and unreadable:
+        raise InputError(
+            f"--output {out}: exists, a fadat dataset whose meta.json is unreadable "
+            f"({unreadable}); use --force to replace it"
+        )
     if not args.force:
         raise InputError(
             f"--output {out}: exists, a fadat dataset built from different inputs or options "
