@@ -1491,7 +1491,7 @@ FROM_PRETRAINED_CASES = [
     ("{dat}|upsample_ratio=2", "upsample_ratio must be None or a finite number"),
     ("{dat}|upsample_ratio=nan", "upsample_ratio must be None or a finite number"),
     ("{dat}|device=0", "device must be a string"),
-    ("{dat}|precision=None", "precision must be a string"),
+    ("{dat}|precision=0", "precision must be a string"),  # None: the default since the engines
     ("{m-nanlambda}", "config.json.*upsample_ratio.*finite"),
     (42, "directory must be a path"),
     ("{missing}", "does not exist"),
