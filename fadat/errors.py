@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
 
-class InputError(Exception):
+
+def shown(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to about ``limit`` characters (``10**400`` as
+    ``10000000000000000000...00000000 (401 characters)``), so that a message naming a value
+    stays one short line."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    digits = f" ({len(text)} characters)"
+    return f"{text[: limit // 2]}...{text[-8:]}{digits}"
+
+
+class InputError(ValueError):
     """Bad input from the user: a file, line, argument or model directory that cannot be used.
 
     The message is one line that names the file (and line, byte offset where known) and the
     problem. ``fadat.cli`` prints it as ``fadat: error: <message>`` and exits with code 2.
+    It is a ``ValueError``, so that a Python caller's ``except ValueError`` (what the standard
+    library raises for a value it cannot use) catches it too.
     """
 
 

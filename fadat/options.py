@@ -10,16 +10,20 @@ Example::
 And :data:`DECODING_OPTIONS`, the one table of the decoders' options that the command line
 (``--beta`` …, :func:`fadat.verbs.add_decoding_arguments`), the Python API
 (:func:`fadat.translation.pipeline.check_option_values`) and the HTTP API (``"beta": …`` in a
-request, :meth:`fadat.serve.engine.Engine.check`) read.
+request, :meth:`fadat.serve.engine.Engine.check`) read; :func:`check_threads`, the one check
+of a thread count against the machine's cores.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from fadat.errors import InputError, shown
 
 
 def _number(text: str, kind: type) -> float | int:
@@ -27,9 +31,9 @@ def _number(text: str, kind: type) -> float | int:
         value = kind(text)
     except (TypeError, ValueError):
         noun = "an integer" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"expected {noun}, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {noun}, got {shown(text)}") from None
     if kind is float and not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {shown(text)}")
     return value
 
 
@@ -76,6 +80,77 @@ def nonnegative_int(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
     return value
+
+
+def int_range(low: int, high: int, why: str = "") -> Callable[[str], int]:
+    """The type of an integer option in ``[low, high]``; ``why`` (e.g. ``"torch's seed"``)
+    is said in the message of a value above ``high``."""
+
+    def parse(text: str) -> int:
+        value = int(_number(text, int))
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text!r}")
+        if value > high:
+            reason = f" ({why})" if why else ""
+            raise argparse.ArgumentTypeError(f"must be at most {high}{reason}, got {shown(text)}")
+        return value
+
+    return parse
+
+
+#: The largest seed: torch's and numpy's generators take a signed 64-bit seed.
+MAX_SEED = 2**63 - 1
+
+#: A random seed: an integer in 0 … 2**63 − 1 (a larger one overflows in ``torch.manual_seed``).
+random_seed = int_range(0, MAX_SEED, "a signed 64-bit seed")
+
+#: The most threads an option may ask for, even with ``--force``: more than the hardware threads
+#: of any machine today (a two-socket server has at most about 800), and far below the values
+#: that overflow in ``torch.set_num_threads`` (2**31).
+MAX_THREADS = 1024
+
+#: A ``--threads`` value: an integer in 0 … :data:`MAX_THREADS` (0 = the library's default). How
+#: it compares with the machine's cores is :func:`check_threads`'s.
+thread_count = int_range(0, MAX_THREADS, "more than any machine's cores")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one, e.g.
+    under ``taskset`` or a container's CPU set; else ``os.cpu_count()``)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def check_threads(threads: int, force: bool, name: str = "--threads") -> str | None:
+    """Check a thread count against the cores this process may use (:func:`usable_cores`):
+    more threads than cores share them and slow torch down (``--threads 1000`` on 2 cores made
+    ``serve`` 80x and ``train`` 15x slower), so it takes ``force``.
+
+    Args:
+        threads: the count (0 = the library's default: always fine).
+        force: the user insists (``--force``).
+        name: the option, for the messages.
+
+    Returns:
+        A warning to show when ``force`` lets more threads than cores through, else ``None``.
+
+    Raises:
+        InputError: ``threads`` is negative or above :data:`MAX_THREADS`, or above the cores
+            without ``force``.
+    """
+    if not 0 <= threads <= MAX_THREADS:
+        raise InputError(f"{name} must be in [0, {MAX_THREADS}], got {threads}")
+    cores = usable_cores()
+    if threads <= cores:
+        return None
+    cores_text = f"{cores} CPU core{'s' * (cores > 1)}"
+    problem = f"{name} {threads} is more than the {cores_text} this process may use"
+    if not force:
+        raise InputError(
+            f"{problem}; more threads than cores slow torch down (give --force to use them anyway)"
+        )
+    return problem
 
 
 def finite_float_list(text: str) -> list[float]:
@@ -141,7 +216,7 @@ DECODING_OPTIONS: dict[str, DecodingOption] = {
         (0.0, 1.0),
         "nucleus / candidate mass (sample, beam, lookahead with n-gram bans)",
     ),
-    "seed": DecodingOption(int, nonnegative_int, (0, 2**63 - 1), "RNG seed (sample)"),
+    "seed": DecodingOption(int, random_seed, (0, MAX_SEED), "RNG seed (sample)"),
     "beam_size": DecodingOption(
         int, positive_int, (1, 200), "beam size (beam; AT default 5, DAG default 100)"
     ),

@@ -20,21 +20,26 @@ from fadat import outputs
 from fadat.errors import InputError
 from fadat.options import (
     DECODING_OPTIONS,
+    check_threads,
     nonnegative_int,
     positive_float,
     probability,
+    thread_count,
 )
 from fadat.translation.pipeline import DEFAULT_MAX_TOKENS, Warn
 
 
 def add_force_argument(parser: argparse.ArgumentParser) -> None:
-    """``--force``: replace an existing output file that fadat did not write."""
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="replace an existing output file that fadat did not write (never an input or a "
-        "file of a model, dataset or run)",
-    )
+    """``--force`` (``args.force``), once per parser whichever helper asks for it first: it
+    replaces an existing output file that fadat did not write, and lets ``--threads`` above the
+    machine's cores through (:func:`apply_threads`)."""
+    if "--force" not in parser._option_string_actions:  # argparse's own table of flags
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="replace an existing output file that fadat did not write (never an input or "
+            "a file of a model, dataset or run); use --threads above the machine's cores",
+        )
 
 
 def check_output(
@@ -152,16 +157,23 @@ def add_head_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_common_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--device``, ``--threads``, ``--max-tokens``, ``--upsample-ratio``."""
-    add_upsample_argument(parser)
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
+def add_threads_argument(parser: argparse.ArgumentParser, default: int = 0) -> None:
+    """``--threads N`` (torch's intra-op threads, :func:`apply_threads`) and ``--force``."""
     parser.add_argument(
         "--threads",
-        type=nonnegative_int,
-        default=0,
-        help="torch intra-op threads (0 = torch's default)",
+        type=thread_count,
+        default=default,
+        help=f"torch intra-op threads (0 = torch's default; default {default}); more than the "
+        "machine's cores needs --force",
     )
+    add_force_argument(parser)
+
+
+def add_common_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--device``, ``--threads`` (and ``--force``), ``--max-tokens``, ``--upsample-ratio``."""
+    add_upsample_argument(parser)
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
+    add_threads_argument(parser)
     parser.add_argument(
         "--max-tokens",
         type=nonnegative_int,
@@ -171,13 +183,16 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def apply_threads(threads: int) -> None:
-    """``torch.set_num_threads`` when ``threads > 0``.
+def apply_threads(threads: int, force: bool = False) -> None:
+    """``torch.set_num_threads`` when ``threads > 0``, after :func:`fadat.options.check_threads`
+    (a warning on stderr when ``force`` lets more threads than cores through).
 
     Raises:
-        InputError: ``threads < 0``.
+        InputError: ``threads`` negative or above :data:`fadat.options.MAX_THREADS`, or above the
+            machine's cores without ``force``.
     """
-    if threads < 0:
-        raise InputError(f"--threads must be >= 0, got {threads}")
+    warning = check_threads(threads, force)
+    if warning:
+        print(f"fadat: warning: {warning}", file=sys.stderr)
     if threads:
         torch.set_num_threads(threads)

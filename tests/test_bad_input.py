@@ -46,9 +46,23 @@ def paths(tmp_path_factory) -> dict[str, str]:
     argv += ["--source-lang", "en", "--target-lang", "en", "--vocab-size", "16"]
     assert cli.main([*argv, "--model-type", "word", "--output", str(data)]) == 0
     p.update(text=text, data=data)
+    # Datasets whose raw text (read by evaluate, analyze and train's validation) is damaged.
+    for name, file, line, bad in (
+        ("latin1", "test.src.txt", 2, "ca\xf1on".encode("latin-1")),
+        ("nul", "test.ref.txt", 3, b"ab\x00cd"),
+        ("cr", "test.ref.txt", 1, b"ab\rcd"),
+        ("validref", "valid.ref.txt", 2, "ca\xf1on".encode("latin-1")),
+    ):
+        copy = root / f"data-{name}"
+        shutil.copytree(data, copy)
+        lines = (copy / "raw" / file).read_bytes().split(b"\n")
+        lines[line - 1] = bad
+        (copy / "raw" / file).write_bytes(b"\n".join(lines))
+        p[f"data-{name}"] = copy
     files = {
         "in": "ab cd\nef gh\n",
         "pairs": "ab cd\tef gh\n",
+        "crtsv": "ab cd\tef gh\rab\tcd\ref\tgh\r",  # classic Mac OS line ends
         "one": "ab cd\n",
         "two": "ab\ncd\n",
         "empty": "",
@@ -69,6 +83,8 @@ def paths(tmp_path_factory) -> dict[str, str]:
         "modelnan": "model:\n  upsample_ratio: .nan\n",
         "ngram": "ngram_order: 3\n",
         "atglat": "arch: at\nglat_p: '0.3'\n",
+        "hugemodel": "model:\n  d_model: 1000000000\n",
+        "deepmodel": "model:\n  encoder_layers: 100000\n",
     }
     for name, content in files.items():
         p[name] = root / f"{name}.txt"
@@ -133,6 +149,16 @@ def _int_weights(d: Path, p) -> None:
     save_file(state, str(d / "model.safetensors"))
 
 
+def _foreign_spm(d: Path, p) -> None:
+    """Another word-level sentencepiece model of the same size and special ids: every check but
+    the fingerprint passes, and the output would be garbage."""
+    from test_translate import train_sentencepiece
+
+    train_sentencepiece(random_sentences(200, 3), d / "other", vocab_size=16, model_type="word")
+    (d / "other.model").replace(d / "spm.model")
+    (d / "other.vocab").unlink()
+
+
 def _config(**changes):
     def damage(d: Path, p) -> None:
         meta = json.loads((d / "config.json").read_text())
@@ -163,6 +189,16 @@ _DAMAGE = {
     "nanlambda": _config(upsample_ratio=float("nan")),
     "strlambda": _config(upsample_ratio="4"),
     "cfgkey": _config(colour="blue"),
+    # Sizes no CPU or GPU could hold: refused before any layer is allocated.
+    "dmodel": _config(d_model=10**9),
+    "vocabhuge": _config(vocab_size=10**10),
+    "positions": _config(max_target_positions=10**12),
+    "layers": _config(encoder_layers=100000),
+    "params": _config(d_model=2**15, ffn_dim=2**17, attention_heads=2, link_heads=2),
+    "strversion": lambda d, p: (d / "config.json").write_text(
+        json.dumps({**json.loads((d / "config.json").read_text()), "format_version": "1"})
+    ),
+    "foreignspm": _foreign_spm,
 }
 
 
@@ -213,11 +249,22 @@ MODEL_CASES = [
     (["{m-nanlambda}"], ("config.json", "upsample_ratio", "finite")),
     (["{m-strlambda}"], ("config.json", "upsample_ratio", "'4'")),
     (["{m-cfgkey}"], ("config.json", "colour")),
+    # Only translate and the Python API meet these (score, evaluate, ... take MODEL_CASES[:6]).
+    (["{m-dmodel}"], ("config.json", "d_model must be <= 65536", "got 1000000000")),
+    (["{m-vocabhuge}"], ("config.json", "vocab_size must be <= 16777216", "got 10000000000")),
+    (["{m-positions}"], ("config.json", "max_target_positions must be <= 65536")),
+    (["{m-layers}"], ("config.json", "encoder_layers must be <= 1024", "got 100000")),
+    (["{m-params}"], ("config.json", "at least 2.58e+10 parameters", "1.72e+10 (64 GiB")),
+    (["{m-strversion}"], ("config.json", "format_version must be an integer, got '1' (str)")),
+    (["{m-foreignspm}"], ("spm.model", "not the sentencepiece model this model was saved with")),
 ]
 
 #: What a model with finite but extreme weights ({dat-e30}: × 1e30) gets: its outputs overflow.
 NON_FINITE_LINKS = ("model {dat-e30}", "non-finite link scores", "input line", "probably corrupt")
 NON_FINITE_AT = ("model {at-e30}", "non-finite token log-probabilities", "input line", "corrupt")
+
+#: What ``--threads 1000`` gets on any machine of today without --force.
+THREADS_ABOVE_CORES = ("--threads 1000 is more than the", "CPU core", "give --force")
 
 TRANSLATE_CASES = [
     *[(["--input", "{in}", "--model", *a], n) for a, n in MODEL_CASES],
@@ -286,6 +333,17 @@ TRANSLATE_CASES = [
         for s in ("greedy", "beam")
     ],
     (["--model", "{at-e15}", "--input", "{in}"], NON_FINITE_AT[1:]),
+    # Numbers range-checked before they reach torch.
+    (["--model", "{dat}", "--input", "{in}", "--threads", "99999999999"], ("at most 1024",)),
+    (["--model", "{dat}", "--input", "{in}", "--threads", "1000"], THREADS_ABOVE_CORES),
+    (
+        ["--model", "{dat}", "--input", "{in}", "--strategy", "sample", "--seed", str(2**64)],
+        ("--seed", f"at most {2**63 - 1}"),
+    ),
+    # Empty strings are named as such.
+    (["--model", "{dat}", "--input", ""], ("--input is empty",)),
+    (["--model", "{dat}", "--input", "{in}", "--output", ""], ("--output is empty",)),
+    (["--model", "", "--input", "{in}"], ("--model is empty",)),
 ]
 
 
@@ -325,6 +383,7 @@ PREPARE_CASES = [
     (["--source-file", "{text}", "--target-file", "{in}"], ("line counts differ", "{in}")),
     (["--source-file", "{text}"], ("--source-file and --target-file",)),
     (["--tsv", "{in}"], ("{in}:1", "tab-separated")),
+    (["--tsv", "{crtsv}"], ("{crtsv}:1:", "carriage return without a line feed", "CR-only")),
     (["--tsv", "{text}", "--source-file", "{text}"], ("--tsv",)),
     (
         ["--source-file", "{text}", "--target-file", "{text}", "--vocab-size", "0"],
@@ -456,6 +515,13 @@ TRAIN_CASES = [
     (["--data", "{in}"], ("--data", "a file")),
     (["--data", "{missing}"], ("{missing}", "does not exist")),
     (["--data", "{dir}"], ("meta.json",)),
+    (["--seed", str(2**64)], ("--seed must be >= 0 and at most 9223372036854775807",)),
+    (["--threads", "99999999999"], ("--threads", "at most 1024")),
+    (["--threads", "1000"], THREADS_ABOVE_CORES),
+    (["--config", "{hugemodel}"], ("{hugemodel}", "d_model must be <= 65536")),
+    (["--config", "{deepmodel}"], ("{deepmodel}", "encoder_layers must be <= 1024")),
+    (["--data", ""], ("--data is empty",)),
+    (["--data", "{data-validref}"], ("raw/valid.ref.txt:2:", "invalid UTF-8")),
 ]
 
 
@@ -609,6 +675,155 @@ def test_average_refuses_non_finite_and_unstorable_weights(paths, capsys, tmp_pa
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+def _damage_record(path: Path, record: str = "data/0") -> str:
+    """Flip one byte inside the data of ``path``'s zip record ending in ``record`` (a tensor of
+    a torch.save file); returns the record's name. The archive stays readable: only the
+    record's CRC-32 tells."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        info = next(i for i in archive.infolist() if i.filename.endswith(record))
+    raw = bytearray(path.read_bytes())
+    name_length, extra_length = struct.unpack(
+        "<HH", raw[info.header_offset + 26 : info.header_offset + 30]
+    )
+    start = info.header_offset + 30 + name_length + extra_length  # after the local header
+    raw[start + 3] ^= 0x40
+    path.write_bytes(bytes(raw))
+    return info.filename
+
+
+def test_average_refuses_a_checkpoint_that_fails_its_crc(paths, capsys, tmp_path):
+    good = str(_checkpoint(paths, tmp_path / "good.pt"))
+    bad = _checkpoint(paths, tmp_path / "bad.pt")
+    record = _damage_record(bad)
+    argv = ["average", "--data", "{data}", "--output", str(tmp_path / "m"), "--checkpoints"]
+    check(
+        [*argv, good, str(bad)],
+        (f"{bad}: damaged checkpoint: record {record} fails its CRC",),
+        paths,
+        capsys,
+    )
+    assert not (tmp_path / "m").exists()
+
+
+@pytest.fixture(scope="module")
+def run_dir(paths, tmp_path_factory) -> Path:
+    """A DAT run of two updates (checkpoint_last at update 2)."""
+    run = tmp_path_factory.mktemp("run") / "run"
+    argv = ["train", "--data", paths["data"], "--run-dir", str(run), "--preset", "tiny"]
+    argv += ["--max-updates", "2", "--validate-every", "0", "--no-progress-bar", "--threads", "1"]
+    assert cli.main(argv) == 0
+    return run
+
+
+def test_resume_checks_the_checkpoint(paths, run_dir, capsys, tmp_path):
+    """A damaged checkpoint_last is named with its record, not resumed; NaN weights in a sound
+    archive are named as damage, not blamed on the learning rate; an AT's checkpoint in a DAT
+    run names the file and the run."""
+    from fadat.models.directory import load_pretrained
+    from fadat.training.checkpoints import load_checkpoint
+
+    def copy(name: str) -> Path:
+        run = tmp_path / name
+        shutil.copytree(run_dir, run)
+        return run
+
+    resume = ["train", "--resume", "", "--max-updates", "3", "--no-progress-bar"]
+    run = copy("crc")
+    record = _damage_record(run / "checkpoint_last.pt")
+    resume[2] = str(run)
+    check(
+        resume,
+        (f"{run}/checkpoint_last.pt: damaged checkpoint: record {record} fails",),
+        paths,
+        capsys,
+    )
+    run = copy("nan")
+    state = load_checkpoint(run / "checkpoint_last.pt")
+    name = next(k for k, v in state["model"].items() if v.is_floating_point())
+    state["model"][name] = state["model"][name] * float("nan")
+    torch.save(state, run / "checkpoint_last.pt")
+    resume[2] = str(run)
+    check(resume, (f"{run}/checkpoint_last.pt: weight {name} holds NaN", "damaged"), paths, capsys)
+    run = copy("at")
+    at = load_pretrained(paths["at"])
+    state = load_checkpoint(run / "checkpoint_last.pt")
+    state.update(model=at.state_dict(), model_config=at.config.to_dict())
+    torch.save(state, run / "checkpoint_last.pt")
+    resume[2] = str(run)
+    check(
+        resume,
+        (
+            f"{run}/checkpoint_last.pt: a checkpoint of an 'at' model",
+            f"the run {run} trains --arch dat",
+        ),
+        paths,
+        capsys,
+    )
+
+
+def test_threads_above_the_cores_with_force_warn(paths, capsys, monkeypatch):
+    """--force lets more threads than cores through, with a warning; --threads 1000 without it
+    is refused (TRANSLATE_CASES)."""
+    from fadat.options import usable_cores
+
+    threads = usable_cores() + 1
+    before = torch.get_num_threads()
+    try:
+        argv = ["translate", "--model", paths["dat"], "--input", paths["in"], "--force"]
+        assert cli.main([*argv, "--threads", str(threads)]) == 0
+    finally:
+        torch.set_num_threads(before)
+    err = capsys.readouterr().err
+    assert err.startswith(f"fadat: warning: --threads {threads} is more than the"), err
+
+
+def test_option_before_the_verb(paths, capsys):
+    check(
+        ["--threads", "1", "translate", "--model", "{dat}"],
+        ("option --threads before the verb", "fadat translate --threads ..."),
+        paths,
+        capsys,
+    )
+    check(
+        ["--device=cpu"], ("option --device before the verb", "fadat VERB OPTIONS"), paths, capsys
+    )
+
+
+def test_prepare_onto_a_dataset_with_garbage_meta_json(paths, capsys, tmp_path):
+    """Named as unreadable, not as a dataset "built from different inputs"."""
+    out = tmp_path / "data"
+    shutil.copytree(paths["data"], out)
+    (out / "meta.json").write_bytes(b"\x00garbage{")
+    argv = ["prepare", *PREPARE_BASE, "--model-type", "word", "--source-file", "{text}"]
+    argv += ["--target-file", "{text}", "--output", str(out)]
+    check(argv, (f"--output {out}", "meta.json is unreadable", "--force"), paths, capsys)
+
+
+def test_models_saved_before_the_spm_fingerprint_still_load(paths, tmp_path):
+    """A model directory without ``spm_sha256`` (all saved before it, the committed one in
+    models/ too) loads unchecked; a new one records the sha256 of its spm.model."""
+    from fadat.data.build import sha256_file
+    from fadat.models.directory import read_model_metadata
+
+    assert read_model_metadata(paths["dat"])["spm_sha256"] == sha256_file(
+        Path(paths["dat"]) / "spm.model"
+    )
+    committed = REPO / "models" / "bible-en-es-fadat-cpu-small"
+    assert "spm_sha256" not in read_model_metadata(committed)
+    old = tmp_path / "old"
+    shutil.copytree(paths["m-foreignspm"], old)
+    meta = json.loads((old / "config.json").read_text())
+    del meta["spm_sha256"]
+    (old / "config.json").write_text(json.dumps(meta))
+    assert isinstance(fadat.Translator.from_pretrained(old).translate("ab cd"), str)
+    meta["spm_sha256"] = "not a digest"
+    (old / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match="spm_sha256 must be 64 hex digits"):
+        fadat.Translator.from_pretrained(old)
+
+
 EVAL_BASE = ["--bootstrap", "0", "--no-latency", "--report"]
 EVALUATE_CASES = [
     *[(["--data", "{data}", "--model", *a], n) for a, n in MODEL_CASES[:6]],
@@ -623,6 +838,12 @@ EVALUATE_CASES = [
     (["--model", "{dat}", "--data", "{data}", "--beta", "nan"], ("--beta", "finite")),
     (["--model", "{dat}", "--data", "{data}", "--length-penalty-grid", "1,x"], ("'x'",)),
     (["--model", "{dat}", "--data", "{data}", "--length-penalty-grid", ","], ("numbers",)),
+    (["--model", "{dat}", "--data", "{data}", "--threads", "99999999999"], ("at most 1024",)),
+    (["--model", "{dat}", "--data", "{data}", "--threads", "1000"], THREADS_ABOVE_CORES),
+    # A prepared dataset's raw text is read as every text file is.
+    (["--model", "{dat}", "--data", "{data-latin1}"], ("raw/test.src.txt:2:", "invalid UTF-8")),
+    (["--model", "{dat}", "--data", "{data-nul}"], ("raw/test.ref.txt:3:", "NUL byte")),
+    (["--model", "{dat}", "--data", "{data-cr}"], ("raw/test.ref.txt:1:", "carriage return")),
 ]
 
 
@@ -655,6 +876,8 @@ ANALYZE_CASES = [
     (["--model", "{dat}", "--data", "{data}", "--strategies", "nope"], ("'nope'",)),
     (["--model", "{dat}", "--data", "{data}", "--split", "nope"], ("nope",)),
     (["--model", "{dat-e30}", "--data", "{data}"], NON_FINITE_LINKS),
+    (["--model", "{dat}", "--data", "{data-latin1}"], ("raw/test.src.txt:2:", "invalid UTF-8")),
+    (["--model", "{dat}", "--data", "{data}", "--threads", "99999999999"], ("at most 1024",)),
 ]
 
 
@@ -673,6 +896,7 @@ SHOW_GRAPH_CASES = [
     (["ab cd", "--model", "{dat}", "--min-passing", "nan"], ("--min-passing", "finite")),
     (["ab cd", "--model", "{dat}", "--strategy", "nope"], ("'nope'",)),
     (["ab cd", "--model", "{dat-e30}"], (*NON_FINITE_LINKS[:2], "input line 1:")),
+    (["ab cd", "--model", "{dat}", "--top-k", "1000000"], ("--top-k", "at most 50")),
 ]
 
 
@@ -1002,6 +1226,9 @@ def test_distill_with_extreme_weights(beam, paths, capsys, tmp_path):
     teacher = tmp_path / "teacher"  # the dataset's tokenizer, as a real teacher has
     shutil.copytree(paths["at-e30"], teacher)
     shutil.copy(Path(paths["data"]) / "spm.model", teacher / "spm.model")
+    meta = json.loads((teacher / "config.json").read_text())  # as if saved with it
+    meta["spm_sha256"] = hashlib.sha256((teacher / "spm.model").read_bytes()).hexdigest()
+    (teacher / "config.json").write_text(json.dumps(meta))
     argv = ["distill", "--model", str(teacher), "--data", "{data}", "--engine", "fadat"]
     argv += ["--output", str(tmp_path / "kd"), "--beam", beam, "--no-progress-bar"]
     needles = (f"model {teacher} produces non-finite token", "for input lines ", " and 61 more: ")
@@ -1233,6 +1460,14 @@ API_CASES = [
     ("score", ("ab", ["ab"]), {}, "both as strings or both as sequences"),
     ("score", ([1], ["ab"]), {}, r"sources\[0\]"),
     ("score", (["ab"], None), {}, "targets must be"),
+    # Lone surrogates: not characters (sentencepiece failed on them with a traceback).
+    ("translate", ("ab \udc80",), {}, r"^sentences: character 3 is a lone surrogate \(\\udc80\)"),
+    ("translate", (["ab", "\ud800cd"],), {}, r"^sentences\[1\]: character 0 is a lone surrogate"),
+    ("translate_nbest", ("\udfff", 2), {"strategy": "sample"}, "^sentences: .* lone surrogate"),
+    ("score", (["ab"], ["c\udc80"]), {}, r"^targets\[0\]: character 1 is a lone surrogate"),
+    ("score", ("\udc80", "ab"), {}, "^sources: character 0 is a lone surrogate"),
+    ("translate", (["ab"], "sample"), {"seed": 2**64}, f"option seed: must be at most {2**63 - 1}"),
+    ("translate", (["ab"],), {"beta": 10**400}, "option beta: expected a finite number"),
 ]
 
 
@@ -1244,18 +1479,30 @@ def test_api_wrong_types_and_values(translator, method, args, kwargs, match):
         getattr(translator, method)(*args, **kwargs)
 
 
+def test_input_errors_are_value_errors(translator):
+    """A Python caller's ``except ValueError`` catches fadat's bad-input errors."""
+    assert issubclass(InputError, ValueError)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        translator.translate("ab\udc80")
+
+
 FROM_PRETRAINED_CASES = [
     (None, "directory must be a path"),
     ("{dat}|upsample_ratio=2", "upsample_ratio must be None or a finite number"),
     ("{dat}|upsample_ratio=nan", "upsample_ratio must be None or a finite number"),
     ("{dat}|device=0", "device must be a string"),
-    ("{dat}|precision=None", "precision must be a string"),
+    ("{dat}|precision=0", "precision must be a string"),  # None: the default since the engines
     ("{m-nanlambda}", "config.json.*upsample_ratio.*finite"),
     (42, "directory must be a path"),
     ("{missing}", "does not exist"),
     ("{in}", "a file, not a model directory"),
     ("{m-nan}", "NaN"),
     ("{m-nospm}", "spm.model"),
+    ("{dat}|upsample_ratio=huge", "upsample_ratio must be None or a finite number"),
+    ("{dat}|precision=fp8", "^precision must be one of fp32, bf16, int8, got 'fp8'$"),
+    ("{at}|precision=int8", "^precision='int8' is for DAT models on the CPU$"),
+    ("{m-dmodel}", "config.json: invalid model config: d_model must be <= 65536"),
+    ("{m-foreignspm}", "spm.model: not the sentencepiece model this model was saved with"),
 ]
 
 
@@ -1266,7 +1513,8 @@ def test_api_from_pretrained(paths, directory, match):
         directory, _, keyword = directory.format(**paths).partition("|")
         if keyword:  # one keyword argument of the wrong type or value
             name, value = keyword.split("=")
-            kwargs[name] = {"2": "2", "nan": float("nan"), "0": 0, "None": None}[value]
+            values = {"2": "2", "nan": float("nan"), "0": 0, "None": None, "huge": 10**400}
+            kwargs[name] = values.get(value, value)
     with pytest.raises(InputError, match=match):
         fadat.Translator.from_pretrained(directory, **kwargs)
     with pytest.raises(InputError, match="device"):
@@ -1387,16 +1635,17 @@ def test_case_counts():
     for argv, _ in OVERLAP_CASES:
         overlap[argv[0]] = overlap.get(argv[0], 0) + 1
     counts = {
-        # disk full, rmdir, SIGTERM, stdout, extreme weights with --output
-        "translate": len(TRANSLATE_CASES) + overlap["translate"] + 5,
+        # disk full, rmdir, SIGTERM, stdout, extreme weights with --output, --threads --force
+        "translate": len(TRANSLATE_CASES) + overlap["translate"] + 6,
         "score": len(SCORE_CASES) + overlap["score"] + 2,
-        "prepare": len(PREPARE_CASES) + len(PREPARE_OWN_CASES) + overlap["prepare"] + 2,
-        "train": len(TRAIN_CASES) + 3 + overlap["train"] + 3,  # 2 divergence, checkpoint disk
-        "average": len(AVERAGE_CASES) + overlap["average"] + 2,
+        "prepare": len(PREPARE_CASES) + len(PREPARE_OWN_CASES) + overlap["prepare"] + 3,
+        # 2 divergence, checkpoint disk, resume of damaged checkpoints (3)
+        "train": len(TRAIN_CASES) + 3 + overlap["train"] + 6,
+        "average": len(AVERAGE_CASES) + overlap["average"] + 3,
         "evaluate": len(EVALUATE_CASES) + overlap["evaluate"] + 1 + 2,  # extreme weights
         "analyze": len(ANALYZE_CASES) + overlap["analyze"],
         "show-graph": len(SHOW_GRAPH_CASES) + 1 + overlap["show-graph"] + 1,
-        "python API": len(API_CASES) + 2 * len(FROM_PRETRAINED_CASES) + 1 + 4,
+        "python API": len(API_CASES) + 2 * len(FROM_PRETRAINED_CASES) + 1 + 4 + 2,
         # finite but extreme weights: typed error, line attribution (4), check_finite, NAT/CTC (2)
         "python API, model outputs": len(EXTREME_API_CASES) + 4 + 1 + 2,
     }

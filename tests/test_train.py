@@ -319,7 +319,8 @@ def test_torchrun_two_processes_match_one_process(copy_data, tmp_path):
 
 def test_fuzzy_finetune_starts_from_init_weights_with_fresh_optimizer(copy_data, tmp_path):
     base = tmp_path / "base"
-    common = ["--data", str(copy_data), "--threads", "2", "--no-progress-bar", "--dropout", "0"]
+    common = ["--data", str(copy_data), "--threads", "2", "--force", "--no-progress-bar"]
+    common += ["--dropout", "0"]  # --force: 2 threads on a machine with 1 core too
     assert main(["train", "--run-dir", str(base), "--max-updates", "3", *common]) == 0
     init = tmp_path / "init"
     assert (
@@ -362,7 +363,8 @@ def test_bf16_autocast_trains_with_finite_losses(copy_data, tmp_path, monkeypatc
     rc = main(
         [
             "train", "--data", str(copy_data), "--run-dir", str(run), "--bf16",
-            "--max-updates", "3", "--validate-every", "0", "--threads", "2", "--no-progress-bar",
+            "--max-updates", "3", "--validate-every", "0", "--threads", "2", "--force",
+            "--no-progress-bar",
         ]
     )  # fmt: skip
     assert rc == 0

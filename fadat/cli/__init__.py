@@ -14,6 +14,7 @@ import argparse
 import errno
 import importlib
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
 from fadat.errors import InputError
@@ -68,10 +69,51 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         raise InputError(f"{message} (see {self.prog} --help)")
 
+    def parse_known_args(
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        """argparse's, then :func:`refuse_empty_options` on this parser's options (each verb's
+        parser runs it on its own)."""
+        namespace, extras = super().parse_known_args(args, namespace)
+        refuse_empty_options(self, namespace)
+        return namespace, extras
+
+
+def refuse_empty_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """An option given an empty string (``--input ""``, an unset shell variable) is refused,
+    naming the option: as a path it would be read as the current directory or as a missing
+    file, and reported as another problem.
+
+    Raises:
+        InputError: naming the option.
+    """
+    for action in parser._actions:
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if action.option_strings and action.default != "" and "" in values:
+            flag = max(action.option_strings, key=len)
+            raise InputError(f"{flag} is empty (an empty string): give a value")
+
 
 def one_line(message: str) -> str:
     """``message`` on one line (a library's multi-line error text joined by spaces)."""
     return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def refuse_option_before_verb(argv: list[str]) -> None:
+    """``fadat --threads 1 translate``: every option belongs to a verb, so one before the verb
+    is refused naming it and where it goes (argparse would take its value for the verb and
+    answer "invalid choice: '1'").
+
+    Raises:
+        InputError: the first argument is an option other than ``-h``/``--help``.
+    """
+    if not argv or not argv[0].startswith("-") or argv[0] in ("-h", "--help"):
+        return
+    option = argv[0].split("=", 1)[0]
+    verb = next((a for a in argv if a in VERBS), None)
+    where = f"after it: fadat {verb} {option} ..." if verb else "after a verb: fadat VERB OPTIONS"
+    raise InputError(f"option {option} before the verb; options go {where} (see fadat --help)")
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
@@ -139,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with terminate_as_interrupt():
             argv = sys.argv[1:] if argv is None else list(argv)
+            refuse_option_before_verb(argv)
             verb = next((a for a in argv if not a.startswith("-")), None)
             args = build_parser(verb).parse_args(argv)
             code = int(importlib.import_module(args._module).run(args) or 0)

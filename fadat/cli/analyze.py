@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from fadat.translation.pipeline import strategy_options
     from fadat.verbs import apply_threads, decoding_options, stderr_warner
 
-    apply_threads(args.threads)
+    apply_threads(args.threads, args.force)
     if args.names is not None and len(args.names) != len(args.model):
         raise InputError(f"--names has {len(args.names)} labels for {len(args.model)} models")
     if args.subset < 0:

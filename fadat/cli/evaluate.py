@@ -14,11 +14,18 @@ from fadat import outputs
 from fadat.evaluation import validset_metrics
 from fadat.evaluation.evaluate import DEFAULT_GRID, evaluate, log
 from fadat.evaluation.scoring import DEFAULT_STRATEGIES
-from fadat.options import finite_float, finite_float_list, nonnegative_int, positive_int
+from fadat.options import (
+    finite_float,
+    finite_float_list,
+    nonnegative_int,
+    positive_int,
+    usable_cores,
+)
 from fadat.verbs import (
     add_decoding_arguments,
     add_force_argument,
     add_head_arguments,
+    add_threads_argument,
     add_upsample_argument,
 )
 
@@ -154,9 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="latency on the first N sentences only",
     )
     parser.add_argument("--warmup", type=nonnegative_int, default=20, help="warm-up sentences (20)")
-    parser.add_argument(
-        "--threads", type=nonnegative_int, default=2, help="torch intra-op threads (2)"
-    )
+    add_threads_argument(parser, default=min(2, usable_cores()))
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
     add_upsample_argument(parser)
     add_head_arguments(parser)

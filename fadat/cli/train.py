@@ -15,6 +15,7 @@ import torch.distributed as dist
 from fadat.errors import InputError
 from fadat.models.architectures import ARCHITECTURES
 from fadat.objectives import OBJECTIVES, all_options
+from fadat.options import check_threads
 from fadat.training.config import (
     CONFIG_FILE,
     LAST_NAME,
@@ -30,6 +31,7 @@ from fadat.training.config import (
 from fadat.training.model_init import lambda_overrides
 from fadat.training.schedule import stop_text
 from fadat.training.trainer import train
+from fadat.verbs import add_force_argument
 
 # flag -> (config key, type, help). Every flag defaults to None so that only explicit flags
 # override the YAML file and the defaults.
@@ -141,6 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="no tqdm bar",
     )
+    add_force_argument(parser)
 
 
 def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
@@ -200,6 +203,8 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
 def run(args: argparse.Namespace) -> int:
     """``fadat train``: returns 0; Ctrl-C → KeyboardInterrupt (exit 130) after a checkpoint."""
     cfg, resume = resolve_config(args)
+    # More threads than cores: refused without --force; the trainer logs the warning.
+    check_threads(cfg.threads, args.force, "--threads" if args.threads is not None else "threads")
     summary = train(cfg, resume=resume)
     if int(os.environ.get("RANK", "0")) == 0:
         best = summary["best"][0]["bleu"] if summary["best"] else float("nan")

@@ -114,12 +114,12 @@ def run(args: argparse.Namespace) -> int:
     Output goes out one chunk (``--chunk-lines``) at a time: to stdout as soon as the chunk is
     done (Ctrl-C keeps the finished chunks there), to an ``--output`` file all-or-nothing.
     """
-    apply_threads(args.threads)
+    apply_threads(args.threads, args.force)
     check_output(args.output, [("--input", args.input), ("--model", args.model)], args.force)
     model, sp = load_translation_model(
-        args.model, args.engine, args.device, args.precision, intra_threads=args.threads
+        args.model, args.engine, args.device, args.precision, intra_threads=args.threads, cli=True
     )
-    model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold)
+    model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold, cli=True)
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
     check_strategy(model, strategy, options, args.nbest, cli=True)

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from fadat.data.contract import Batch, make_batch
+from fadat.data.text import read_lines
 from fadat.errors import InputError
 
 SIDES = ("src", "tgt")
@@ -284,10 +285,16 @@ def _load(path: Path) -> np.ndarray:
 
 
 def _read_lines(path: Path) -> list[str]:
+    """The lines of a raw text file of the dataset, read as every user text file is
+    (:func:`fadat.data.text.read_lines`: strict UTF-8, no NUL byte, no CR-only line ends).
+
+    Raises:
+        InputError: missing, or a problem of :func:`~fadat.data.text.read_lines`, naming the
+            file and line.
+    """
     if not path.is_file():
         raise InputError(f"{path}: missing")
-    text = path.read_text(encoding="utf-8")
-    return text.split("\n")[:-1] if text else []
+    return read_lines(path)
 
 
 def raw_sources(data_dir: str | Path, split: str) -> list[str]:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shutil
 import sys
 import time
@@ -61,7 +60,7 @@ from fadat.data.corpora import (
     synth_corpus,
 )
 from fadat.errors import InputError
-from fadat.options import positive_int
+from fadat.options import check_threads, positive_int, thread_count, usable_cores
 from fadat.process import terminate_as_interrupt
 
 CHUNK_PAIRS = 20_000  # pairs encoded at a time: about 50 MB of Python objects
@@ -156,8 +155,8 @@ def _add_spm_arguments(parser: argparse.ArgumentParser) -> argparse._ArgumentGro
     )
     s.add_argument(
         "--threads",
-        type=int,
-        default=min(4, os.cpu_count() or 1),
+        type=thread_count,
+        default=min(4, usable_cores()),
         help="sentencepiece encoding threads (the output is the same; default: cores, at most 4)",
     )
     return s
@@ -251,13 +250,17 @@ def _refuse_inapplicable(args: argparse.Namespace) -> None:
             raise InputError(f"{flag} applies to {' and '.join(names)}, not to {chosen}")
 
 
-def _read_meta(path: Path) -> dict:
-    """``meta.json`` of an existing dataset, or ``{}`` when it cannot be read."""
+def _read_meta(path: Path) -> tuple[dict, str | None]:
+    """``(meta.json of an existing dataset, None)``, or ``({}, why it cannot be read)``."""
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
+    except OSError as err:
+        return {}, err.strerror or str(err)
+    except ValueError as err:  # invalid UTF-8 or JSON
+        return {}, f"not valid JSON: {err}"
+    if not isinstance(meta, dict):
+        return {}, f"a JSON {type(meta).__name__}, expected an object"
+    return meta, None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -277,6 +280,11 @@ def _run(args: argparse.Namespace, stack: contextlib.ExitStack) -> int:
     start = time.time()
     out = Path(args.output)
     _check_options(args)
+    # Encoding threads beyond the cores only share them (the output is the same): a warning,
+    # since --force here means replacing the dataset.
+    warning = check_threads(args.threads, force=True)
+    if warning:
+        log(f"warning: {warning}")
     existing = _claim_output(args, out, stack)
     corpus, files, fp = _fingerprint_inputs(args)
     if existing and _up_to_date(args, out, fp):
@@ -358,11 +366,18 @@ def _up_to_date(args: argparse.Namespace, out: Path, fp: str) -> bool:
     otherwise checks that ``--force`` may replace it.
 
     Raises:
-        InputError: a different fingerprint without ``--force``, or (from
+        InputError: a different fingerprint or an unreadable meta.json without ``--force``,
+            or (from
             :func:`fadat.outputs.check_replaceable`) a dataset that may not be replaced.
     """
-    if _read_meta(out / "meta.json").get("fingerprint") == fp:
+    meta, unreadable = _read_meta(out / "meta.json")
+    if meta.get("fingerprint") == fp:
         return True
+    if not args.force and unreadable:
+        raise InputError(
+            f"--output {out}: exists, a fadat dataset whose meta.json is unreadable "
+            f"({unreadable}); use --force to replace it"
+        )
     if not args.force:
         raise InputError(
             f"--output {out}: exists, a fadat dataset built from different inputs or options "

@@ -56,6 +56,7 @@ from pathlib import Path
 import numpy as np
 
 from fadat.errors import InputError
+from fadat.options import MAX_SEED
 
 NAME = "synth-multimodal"
 VALIDSET_SUFFIX = "validset.jsonl"
@@ -102,8 +103,8 @@ class SynthConfig:
 
     def check(self) -> None:
         """Raises InputError naming the option for out-of-range values."""
-        if self.seed < 0:  # numpy's generators take no negative seed
-            raise InputError(f"--seed must be >= 0, got {self.seed}")
+        if not 0 <= self.seed <= MAX_SEED:  # numpy's generators take no negative seed
+            raise InputError(f"--seed must be >= 0 and at most {MAX_SEED}, got {self.seed}")
         for name in ("swap_prob", "synonym_prob", "phrase_final_fraction", "fertility2_fraction"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

@@ -1,13 +1,15 @@
 """The one reader of user text files: corpora for ``fadat prepare``, ``--input`` of ``translate``
 and ``score``, shortlist corpora and the training YAML.
 
-Conventions: UTF-8; lines end with ``\\n`` or ``\\r\\n``; a final newline is optional; a leading
-byte-order mark is dropped. A problem is an :class:`~fadat.errors.InputError` that names the file,
-the 1-based line (``FILE:LINE:``) and the byte.
+Conventions: UTF-8; lines end with ``\\n`` or ``\\r\\n`` (a carriage return elsewhere is refused:
+CR-only line endings would otherwise make the file one line); a final newline is optional; a
+leading byte-order mark is dropped. A problem is an :class:`~fadat.errors.InputError` that names
+the file, the 1-based line (``FILE:LINE:``) and the byte.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +18,8 @@ from typing import BinaryIO
 from fadat.errors import InputError
 
 READ_BLOCK = 1 << 22  # bytes decoded at a time
+
+_LONE_CR = re.compile(rb"\r(?!\n)")
 
 #: The names under which :func:`iter_lines` reads standard input (with ``stdin=True``).
 STDIN = (None, "-")
@@ -28,8 +32,9 @@ def iter_lines(path: str | Path | None, stdin: bool = False) -> Iterator[str]:
 
     Raises:
         InputError: the file cannot be opened (``FILE: cannot read (reason)``), a NUL byte (not a
-            text file) or invalid UTF-8 (``FILE:LINE: … at byte offset N`` of the file, and the
-            byte of the line), when the iteration reaches it.
+            text file), invalid UTF-8 (``FILE:LINE: … at byte offset N`` of the file, and the
+            byte of the line) or a carriage return not followed by a line feed, when the
+            iteration reaches it.
     """
     if stdin and path in STDIN:
         yield from _iter_stream("<stdin>", sys.stdin.buffer)
@@ -87,9 +92,37 @@ def _decode_block(name: str, data: bytes, line: int, offset: int) -> list[str]:
             f"{name}:{at}: invalid UTF-8 at byte offset {offset + err.start} "
             f"(byte {column} of the line: {err.reason})"
         ) from err
+    lone_cr = _LONE_CR.search(data)
+    if lone_cr is not None and lone_cr.start() < len(data) - 1:  # a CR ending the file ends a line
+        # Lines ended by CR alone (classic Mac OS) would run together into one line: a TSV
+        # corpus into one sentence pair.
+        at = line + data.count(b"\n", 0, lone_cr.start()) + 1
+        raise InputError(
+            f"{name}:{at}: carriage return without a line feed at byte offset "
+            f"{offset + lone_cr.start()} (CR-only line endings? fadat reads lines ending in LF or "
+            "CRLF)"
+        )
     if offset == 0 and text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def check_unicode(text: str, where: str) -> None:
+    """Check that ``text`` is Unicode text that UTF-8 can encode: a lone surrogate (U+D800 to
+    U+DFFF, e.g. from ``"\\udc80"`` or ``bytes.decode(errors="surrogateescape")``) is not a
+    character, and sentencepiece would fail on it with a traceback. The server refuses the same
+    in a request's JSON (``fadat.serve.app``).
+
+    Raises:
+        InputError: a lone surrogate, naming ``where``, its position and code point.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(text[err.start])
+        raise InputError(
+            f"{where}: character {err.start} is a lone surrogate (\\u{code:04x}), not a character"
+        ) from None

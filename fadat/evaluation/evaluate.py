@@ -367,7 +367,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
         raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.warmup < 0 or args.subset < 0 or args.bootstrap < 0:
         raise InputError("--warmup, --subset and --bootstrap must be >= 0")
-    apply_threads(args.threads)
+    apply_threads(args.threads, args.force)
     device = resolve_device(args.device)
     source_lang, target_lang = read_languages(args.data)
     sources, references = load_split(args.data, args.split, args.subset)
@@ -447,7 +447,9 @@ def _load_systems(
     for label, directory in zip(model_labels(args.model), args.model, strict=True):
         model, sp = load_model(directory, device)
         if model.reduced_head:  # only such models take --shortlist / --prune-threshold
-            model = apply_reduced_head(model, directory, args.shortlist, args.prune_threshold)
+            model = apply_reduced_head(
+                model, directory, args.shortlist, args.prune_threshold, cli=True
+            )
         models.append((label, model, sp))
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies and any(not m.autoregressive for _, m, _ in models):

@@ -82,7 +82,7 @@ def read_pairs(args: argparse.Namespace) -> tuple[list[str], list[str], str]:
 
 def run(args: argparse.Namespace) -> int:
     """``fadat score``: returns the exit code."""
-    apply_threads(args.threads)
+    apply_threads(args.threads, args.force)
     check_output(
         args.output,
         [

@@ -27,10 +27,13 @@ import torch
 
 from fadat import outputs
 from fadat.errors import InputError
-from fadat.options import positive_int, probability
+from fadat.options import int_range, probability
 from fadat.verbs import add_decoding_arguments, add_force_argument, add_upsample_argument
 
 SUFFIXES = (".png", ".svg")
+#: The most tokens ``--top-k`` lists per vertex: each is a line of the vertex's label, and
+#: graphviz took 40 s to lay out a graph with ``--top-k 1000000`` (every token of the vocabulary).
+MAX_TOP_K = 50
 
 
 @dataclass(frozen=True)
@@ -303,10 +306,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--top-k",
-        type=positive_int,
+        type=int_range(1, MAX_TOP_K, "the tokens listed in each vertex of the picture"),
         default=3,
         metavar="K",
-        help="tokens listed per vertex (default: 3)",
+        help=f"tokens listed per vertex (default: 3, at most {MAX_TOP_K})",
     )
     parser.add_argument(
         "--min-passing",
@@ -341,8 +344,8 @@ def run(args: argparse.Namespace) -> int:
     outputs.check_output_file(args.output, "--output", [("--model", args.model)], args.force)
     if Path(args.output).suffix.lower() not in SUFFIXES:
         raise InputError(f"{args.output}: output must end in .png or .svg")
-    if args.top_k < 1:
-        raise InputError(f"--top-k must be >= 1, got {args.top_k}")
+    if not 1 <= args.top_k <= MAX_TOP_K:
+        raise InputError(f"--top-k must be in [1, {MAX_TOP_K}], got {args.top_k}")
     for name in ("min_passing", "min_flow"):
         if not 0.0 <= getattr(args, name) <= 1.0:
             raise InputError(f"--{name.replace('_', '-')} must be in [0, 1]")

@@ -21,6 +21,45 @@ from fadat.errors import InputError
 #: :mod:`fadat.models.transformer` look them up here, so the check and the layers cannot disagree).
 _ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu}
 
+#: The largest value of each size of a :class:`ModelConfig`. A config.json is read before any
+#: layer is built, and a damaged or hand-edited one (``d_model`` 1e9, 100000 layers) would
+#: otherwise allocate until memory runs out, or build modules for minutes, before failing with
+#: a traceback. Each bound is far above any model that can be trained today:
+MAX_SIZES: dict[str, int] = {
+    # 64x the largest sentencepiece vocabularies in use (256k pieces).
+    "vocab_size": 2**24,
+    # 3.5x the widest published Transformers (d = 18432); one d x d matrix is then 16 GiB.
+    "d_model": 2**16,
+    "ffn_dim": 2**18,
+    # The deepest published Transformer (DeepNet) has 1000 layers.
+    "encoder_layers": 1024,
+    "decoder_layers": 1024,
+    # A DAT's links for one sentence of L = 65536 vertices are an (L, L) float32 matrix of
+    # 16 GiB; the AT's and the encoder's attention grow the same way.
+    "max_source_positions": 2**16,
+    "max_target_positions": 2**16,
+}
+
+#: The most parameters a config may describe (:func:`minimum_parameters`): 2**34 = 17.2 G
+#: parameters are 64 GiB of float32 weights, and training them needs 4x that with AdamW's
+#: gradients and two moments: more than the memory of the largest single GPU (141 GB) or of
+#: most CPU machines.
+MAX_PARAMETERS = 2**34
+
+
+def minimum_parameters(config: ModelConfig) -> int:
+    """A lower bound of the parameter count of a model of any architecture with ``config``:
+    the token embedding (V·d), the two position tables ((S + T)·d) and, per layer, the
+    attention projections (4·d²) and the feed-forward block (2·d·ffn). Biases, norms, the
+    decoder's cross-attention and the architectures' heads come on top.
+
+    Python integers: no overflow whatever the sizes.
+    """
+    d = config.d_model
+    embeddings = d * (config.vocab_size + config.max_source_positions + config.max_target_positions)
+    layers = (config.encoder_layers + config.decoder_layers) * (4 * d * d + 2 * d * config.ffn_dim)
+    return embeddings + layers
+
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
@@ -117,6 +156,17 @@ class ModelConfig:
         ):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name, most in MAX_SIZES.items():
+            if getattr(self, name) > most:
+                problems.append(
+                    f"{name} must be <= {most} (larger than any CPU or GPU could hold), got "
+                    f"{getattr(self, name)}"
+                )
+        if not problems and minimum_parameters(self) > MAX_PARAMETERS:
+            problems.append(
+                f"the sizes describe at least {minimum_parameters(self):.3g} parameters, more "
+                f"than the {MAX_PARAMETERS:.3g} (64 GiB of float32 weights) that fadat loads"
+            )
         if self.attention_heads >= 1 and self.d_model % self.attention_heads:
             problems.append(
                 f"d_model {self.d_model} is not divisible by attention_heads {self.attention_heads}"

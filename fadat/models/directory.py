@@ -28,6 +28,10 @@ FORMAT_VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 SPM_NAME = "spm.model"
+#: config.json's key for the sha256 of the sentencepiece model the weights were saved with:
+#: another spm.model of the same size (a model directory assembled by hand) passes every other
+#: check and turns the output into garbage.
+SPM_SHA256 = "spm_sha256"
 
 
 class PretrainedMixin:
@@ -67,7 +71,8 @@ def save_model_directory(
     """Write ``config.json``, ``model.safetensors`` and (optionally) ``spm.model`` to ``directory``.
 
     config.json is ``{"model_type", "format_version": 1, "config": {...}, "spm_model": "spm.model"
-    or null, **extra}``; put the training data's licence and attribution in ``extra`` (e.g.
+    or null, "spm_sha256": its sha256 or null, **extra}``; put the training data's licence and
+    attribution in ``extra`` (e.g.
     ``{"data": {"licence": ..., "attribution": ..., "source_lang": ..., "target_lang": ...}}``).
     The tied output weight is the shared embedding and is stored once. Files are written to a
     temporary name and renamed, so an interrupted save leaves no truncated file.
@@ -94,7 +99,7 @@ def save_model_directory(
         raise ValueError(f"weights_dtype must be one of {sorted(dtypes)}, got {weights_dtype!r}")
 
     directory = Path(directory)
-    reserved = {"model_type", "format_version", "config", "spm_model", "weights_dtype"}
+    reserved = {"model_type", "format_version", "config", "spm_model", SPM_SHA256, "weights_dtype"}
     clash = reserved & set(extra or {})
     if clash:
         raise ValueError(f"extra uses reserved config.json keys: {sorted(clash)}")
@@ -108,6 +113,7 @@ def save_model_directory(
         "format_version": FORMAT_VERSION,
         "config": model.config.to_dict(),
         "spm_model": SPM_NAME if spm_model is not None else None,
+        SPM_SHA256: None,  # filled in below, from the copy in the directory
         "weights_dtype": weights_dtype,
         **(extra or {}),
     }
@@ -131,6 +137,10 @@ def save_model_directory(
         tmp = directory / (SPM_NAME + ".tmp")
         shutil.copyfile(spm_model, tmp)
         os.replace(tmp, directory / SPM_NAME)
+    if spm_model is not None:
+        from fadat.data.build import sha256_file
+
+        meta[SPM_SHA256] = sha256_file(directory / SPM_NAME)
     tmp = directory / (CONFIG_NAME + ".tmp")
     tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, directory / CONFIG_NAME)
@@ -161,7 +171,15 @@ def read_model_metadata(directory: str | Path) -> dict[str, Any]:
         raise InputError(f"{path}: not valid JSON ({err})") from err
     if not isinstance(meta, dict):
         raise InputError(f"{path}: expected a JSON object")
-    if meta.get("format_version") != FORMAT_VERSION:
+    version = meta.get("format_version")
+    if version is None:
+        raise InputError(f"{path}: no format_version (not a fadat model directory?)")
+    if isinstance(version, bool) or not isinstance(version, int):
+        # A string "1" would otherwise read "unsupported format_version '1' (this fadat reads 1)".
+        raise InputError(
+            f"{path}: format_version must be an integer, got {version!r} ({type(version).__name__})"
+        )
+    if version != FORMAT_VERSION:
         raise InputError(
             f"{path}: unsupported format_version {meta.get('format_version')!r} "
             f"(this fadat reads {FORMAT_VERSION})"
@@ -177,11 +195,14 @@ def read_model_metadata(directory: str | Path) -> dict[str, Any]:
     return meta
 
 
-def spm_model_path(directory: str | Path) -> Path | None:
-    """Path of the sentencepiece model stored in a model directory, or ``None`` if it has none.
+def spm_model_path(directory: str | Path, verify: bool = True) -> Path | None:
+    """Path of the sentencepiece model stored in a model directory, or ``None`` if it has none;
+    with ``verify``, checked against the sha256 config.json records
+    (:func:`verify_spm_fingerprint`).
 
     Raises:
-        InputError: as :func:`read_model_metadata`, or config.json names a missing file.
+        InputError: as :func:`read_model_metadata` and :func:`verify_spm_fingerprint`, or
+            config.json names a missing file.
     """
     meta = read_model_metadata(directory)
     name = meta.get("spm_model")
@@ -191,7 +212,38 @@ def spm_model_path(directory: str | Path) -> Path | None:
     if not path.is_file():
         what = "not a file" if path.exists() else "missing"
         raise InputError(f"{path}: sentencepiece model named in config.json is {what}")
+    if verify:
+        verify_spm_fingerprint(directory, path)
     return path
+
+
+def verify_spm_fingerprint(directory: str | Path, path: str | Path) -> None:
+    """Check that the sentencepiece model ``path`` of a model directory is the one its weights
+    were saved with: config.json's ``spm_sha256`` (written by :func:`save_model_directory`
+    since it exists). Directories saved before it (the committed models/) are not checked.
+
+    Raises:
+        InputError: config.json's ``spm_sha256`` is not a sha256, or ``path`` has another one.
+    """
+    config_path = Path(directory) / CONFIG_NAME
+    recorded = read_model_metadata(directory).get(SPM_SHA256)
+    if recorded is None:
+        return
+    if (
+        not isinstance(recorded, str)
+        or len(recorded) != 64
+        or recorded.strip("0123456789abcdefABCDEF")
+    ):
+        raise InputError(f"{config_path}: {SPM_SHA256} must be 64 hex digits, got {recorded!r}")
+    from fadat.data.build import sha256_file
+
+    actual = sha256_file(Path(path))  # InputError: unreadable
+    if actual != recorded.lower():
+        raise InputError(
+            f"{path}: not the sentencepiece model this model was saved with (sha256 "
+            f"{actual[:12]}..., {config_path} records {recorded[:12]}...); put back the "
+            "spm.model of its training data"
+        )
 
 
 def _load(
@@ -305,17 +357,19 @@ def load_model(
     Raises:
         InputError: missing or corrupt directory or files (from
             :func:`load_pretrained`), no sentencepiece model, or a sentencepiece
-            model whose size or special ids disagree with the model (vocabulary mismatch).
+            model whose size or special ids disagree with the model (vocabulary mismatch), or
+            that is not the one the model was saved with (:func:`verify_spm_fingerprint`).
     """
     from fadat.data.spm import load_sentencepiece
 
     device = resolve_device(device)
     model = load_pretrained(directory, map_location=device)
-    path = spm_model_path(directory)
+    path = spm_model_path(directory, verify=False)
     if path is None:
         raise InputError(f"{directory}: the model directory has no sentencepiece model")
     sp = load_sentencepiece(path)
-    check_vocabulary(sp, model, where=str(path))
+    check_vocabulary(sp, model, where=str(path))  # the plainer message for another size
+    verify_spm_fingerprint(directory, path)
     return model, sp
 
 

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import random
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,11 +112,38 @@ def _first_line(err: BaseException) -> str:
     return next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a training checkpoint with ``torch.load(weights_only=True)`` on CPU.
+def verify_zip(path: str | Path) -> None:
+    """Check every record of a zip archive (what ``torch.save`` writes) against its CRC-32:
+    ``torch.load`` does not, and a flipped bit in a tensor's record would be resumed or
+    averaged as if it were a weight.
 
     Raises:
-        InputError: missing, unreadable/corrupt, or not a fadat training checkpoint.
+        InputError: not a readable zip archive, or a record that fails its CRC (named, with the
+            file).
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()  # reads every record: the first whose CRC fails, or None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError) as err:
+        raise InputError(
+            f"{path}: damaged checkpoint (not a readable zip archive: {err})"
+        ) from None
+    except OSError as err:
+        raise InputError(f"{path}: cannot read checkpoint ({err.strerror or err})") from None
+    if bad is not None:
+        raise InputError(
+            f"{path}: damaged checkpoint: record {bad} fails its CRC check (the file changed "
+            "after it was written)"
+        )
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a training checkpoint with ``torch.load(weights_only=True)`` on CPU, after checking
+    its zip records' CRCs (:func:`verify_zip`).
+
+    Raises:
+        InputError: missing, unreadable/corrupt (a record that fails its CRC), or not a fadat
+            training checkpoint.
     """
     path = Path(path)
     if path.is_dir():
@@ -132,6 +160,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
         what = "an empty file" if not head else "not a file written by torch.save"
         raise InputError(f"{path}: cannot read checkpoint ({what}; expected a fadat .pt file)")
+    if head.startswith(b"PK"):
+        verify_zip(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises many types for torn or foreign files
@@ -237,7 +267,8 @@ def restore_last(
         info: the :class:`fadat.training.distributed.DistInfo` of this process.
 
     Raises:
-        InputError: a changed fixed key, another number of processes, or a corrupt state.
+        InputError: a changed fixed key, another number of processes, or a corrupt state (NaN
+            or infinite weights included).
     """
     saved = state.get("train_config", {})
     for key in sorted(fixed_keys):
@@ -252,6 +283,17 @@ def restore_last(
             f"{where}: written by {state.get('world_size')} processes, resumed with "
             f"{info.world_size}; the data order depends on it"
         )
+    weights = state.get("model")
+    if isinstance(weights, dict):
+        for name, value in weights.items():
+            if (
+                isinstance(value, torch.Tensor)
+                and value.is_floating_point()
+                and not bool(torch.isfinite(value).all())
+            ):
+                # Never written by the trainer (a diverged update is not saved): damage, which
+                # resumed would be reported as divergence and blamed on the learning rate.
+                raise InputError(f"{where}: weight {name} holds NaN or infinite values (damaged)")
     try:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])

@@ -29,6 +29,7 @@ from fadat.models.architectures import ARCHITECTURES
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, Option, all_options, default_objective
 from fadat.objectives.base import options_of
 from fadat.objectives.glancing import parse_glancing_schedule
+from fadat.options import MAX_SEED, MAX_THREADS
 
 CONFIG_FILE = "config.yaml"
 LAST_NAME = "checkpoint_last.pt"
@@ -367,8 +368,12 @@ def validate_config(
         ("warmup_init_lr", cfg.warmup_init_lr >= 0, "must be >= 0"),
         ("adam_eps", cfg.adam_eps > 0, "must be > 0"),
         ("max_tokens_valid", cfg.max_tokens_valid >= 0, "must be >= 0 (0 = --max-tokens)"),
-        ("seed", cfg.seed >= 0, "must be >= 0"),
-        ("threads", cfg.threads >= 0, "must be >= 0 (0 = torch's default)"),
+        ("seed", 0 <= cfg.seed <= MAX_SEED, f"must be >= 0 and at most {MAX_SEED}"),
+        (
+            "threads",
+            0 <= cfg.threads <= MAX_THREADS,
+            f"must be >= 0 (0 = torch's default) and at most {MAX_THREADS}",
+        ),
         ("log_every", cfg.log_every >= 1, "must be >= 1"),
     ]
     options_class = OBJECTIVES[objective].options_class

@@ -13,8 +13,14 @@ from fadat.training.config import TrainConfig
 
 
 def load_data(cfg: TrainConfig):
-    """The train split and the valid split (None if the data has none) of ``--data``."""
-    from fadat.data.binarized import BinarizedDataset
+    """The train split and the valid split (None if the data has none) of ``--data``.
+
+    Raises:
+        InputError: a missing or damaged dataset, including the valid split's raw references
+            (read here once, so that a damaged file stops the run before its first update
+            rather than at its first validation).
+    """
+    from fadat.data.binarized import BinarizedDataset, raw_references
 
     data_dir = Path(cfg.data)
     if data_dir.exists() and not data_dir.is_dir():
@@ -23,6 +29,8 @@ def load_data(cfg: TrainConfig):
         raise InputError(f"data directory {data_dir} does not exist")
     train = BinarizedDataset(data_dir, "train")
     valid = BinarizedDataset(data_dir, "valid") if _has_split(data_dir, "valid") else None
+    if valid is not None:
+        raw_references(data_dir, "valid")
     return train, valid
 
 

@@ -50,6 +50,7 @@ from fadat.errors import InputError
 from fadat.models.architectures import model_class
 from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.objectives.glancing import parse_glancing_schedule
+from fadat.options import check_threads
 from fadat.training.checkpoints import (
     CONFIG_FILE,
     LAST_NAME,
@@ -131,6 +132,9 @@ class Trainer:
         self.run_dir = Path(cfg.run_dir)
         self.info = setup_distributed(cfg.device)
         if cfg.threads:
+            warning = check_threads(cfg.threads, force=True, name="threads")
+            if warning:  # the command line refuses it without --force
+                logger.warning("%s", warning)
             torch.set_num_threads(cfg.threads)
         # The objective and its options resolved once per run; an update only sets the ratio.
         self.objective = OBJECTIVES[cfg.resolved_objective()]
@@ -163,7 +167,8 @@ class Trainer:
         the architecture checkpoint_last saved (its weights are loaded by :meth:`_resume`).
 
         Raises:
-            InputError: checkpoint_last holds no model config.
+            InputError: checkpoint_last holds no model config, an invalid one, or one of
+                another architecture than the run's.
         """
         cfg = self.cfg
         vocab = data_vocab_size(Path(cfg.data))
@@ -178,10 +183,18 @@ class Trainer:
         # match --preset) and then loads checkpoint_last's weights.
         from fadat.models.config import ModelConfig
 
+        path = self.run_dir / LAST_NAME
         try:
             model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))
         except (KeyError, TypeError) as err:
-            raise InputError(f"{self.run_dir / LAST_NAME}: no model config ({err})") from None
+            raise InputError(f"{path}: no model config ({err})") from None
+        except InputError as err:
+            raise InputError(f"{path}: {err}") from None
+        if model_config.model_type != cfg.arch:
+            raise InputError(
+                f"{path}: a checkpoint of an {model_config.model_type!r} model, but the run "
+                f"{self.run_dir} trains --arch {cfg.arch} (a checkpoint of another run?)"
+            )
         return model_class(cfg.arch)(model_config).to(self.info.device)
 
     def _build_optimizer(self) -> None:

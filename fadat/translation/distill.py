@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -38,18 +38,21 @@ from typing import Any
 import torch
 
 from fadat.data.binarized import DISTILL_PARTIAL, BinarizedDataset, read_meta, write_split
+from fadat.data.build import sha256_file
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError
 from fadat.models.architectures import naming_inputs
-from fadat.models.directory import load_pretrained, read_model_metadata, spm_model_path
+from fadat.models.directory import (
+    load_pretrained,
+    read_model_metadata,
+    spm_model_path,
+)
+from fadat.options import MAX_THREADS, check_threads, int_range
 from fadat.outputs import check_not_input, check_output_dir, mark_dir, output_lock
+from fadat.verbs import add_force_argument
 
 PARTIAL = DISTILL_PARTIAL
 ENGINES = ("auto", "fadat", "ctranslate2")
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _check_teacher(model_dir: Path, data_dir: Path, meta: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +73,11 @@ def _check_teacher(model_dir: Path, data_dir: Path, meta: dict[str, Any]) -> dic
             f"{meta['vocab_size']} (the teacher was trained on other data)"
         )
     model_spm, data_spm = spm_model_path(model_dir), data_dir / "spm.model"
-    if model_spm is not None and data_spm.is_file() and _sha256(model_spm) != _sha256(data_spm):
+    if (
+        model_spm is not None
+        and data_spm.is_file()
+        and sha256_file(model_spm) != sha256_file(data_spm)
+    ):
         raise InputError(
             f"{model_spm}: differs from {data_spm} (same size, different vocabulary: the teacher "
             "was trained on other data)"
@@ -251,7 +258,7 @@ def _settings(
     reused, only when these are equal."""
     return {
         "teacher": str(model_dir.resolve()),
-        "teacher_sha256": _sha256(model_dir / "model.safetensors"),
+        "teacher_sha256": sha256_file(model_dir / "model.safetensors"),
         "data": str(data_dir.resolve()),
         "data_fingerprint": meta.get("fingerprint"),
         "beam": beam,
@@ -413,7 +420,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy; default 5)")
     parser.add_argument("--length-penalty", type=float, default=1.0)
     parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    parser.add_argument(
+        "--threads",
+        type=int_range(1, MAX_THREADS, "more than any machine's cores"),
+        default=1,
+        help="CPU threads (default 1); more than the machine's cores needs --force",
+    )
+    add_force_argument(parser)
     parser.add_argument(
         "--engine",
         default="auto",
@@ -426,6 +439,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Distill; returns 0. Raises InputError for bad input (see :func:`distill`), or while
     another process distills into the same ``--output`` (:func:`fadat.outputs.output_lock`)."""
+    warning = check_threads(args.threads, args.force)
+    if warning:
+        print(f"fadat: warning: {warning}", file=sys.stderr)
     with output_lock(args.output, "--output"):
         out = distill(
             args.model,

@@ -150,6 +150,7 @@ def load_translation_model(
     device: str = "cpu",
     precision: str | None = None,
     intra_threads: int = 1,
+    cli: bool = False,
 ) -> tuple[Any, Any]:
     """Load a model for translation on ``engine``.
 
@@ -165,6 +166,7 @@ def load_translation_model(
             fp32).
         intra_threads: ``onnxruntime``: threads of one graph run (0 = all cores); ``torch``
             uses ``torch.set_num_threads`` instead (``--threads``).
+        cli: messages name ``--precision`` (the command line), else the keyword.
 
     Returns:
         ``(model, sentencepiece processor)``.
@@ -190,7 +192,7 @@ def load_translation_model(
                 "--engine onnxruntime"
             )
         model, sp = load_model(directory, device)
-        return apply_precision(model, precision or "fp32"), sp
+        return apply_precision(model, precision or "fp32", cli=cli), sp
     try:
         import onnxruntime  # noqa: F401
     except ImportError as err:

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from fadat.data.contract import EOS_ID, pad_sequences
-from fadat.errors import InputError
+from fadat.errors import InputError, shown
 from fadat.models.architectures import naming_inputs
 from fadat.models.directory import model_device
 from fadat.options import DECODING_OPTIONS
@@ -178,6 +178,15 @@ def check_option_values(options: dict[str, Any]) -> None:
             raise InputError(f"option {name}: {err}") from None
 
 
+def _finite(value: int | float) -> bool:
+    """Whether a number is finite as a float (an int beyond 1.8e308, e.g. ``10**400``, is not:
+    ``math.isfinite`` raises OverflowError for it)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def check_upsample_ratio(upsample_ratio: Any) -> None:
     """Check a decoding λ given by a caller (``None`` = the model's own).
 
@@ -187,11 +196,11 @@ def check_upsample_ratio(upsample_ratio: Any) -> None:
     if upsample_ratio is not None and (
         isinstance(upsample_ratio, bool)
         or not isinstance(upsample_ratio, int | float)
-        or not math.isfinite(upsample_ratio)
+        or not _finite(upsample_ratio)
         or upsample_ratio <= 0
     ):
         raise InputError(
-            f"upsample_ratio must be None or a finite number > 0, got {upsample_ratio!r}"
+            f"upsample_ratio must be None or a finite number > 0, got {shown(upsample_ratio)}"
         )
 
 
@@ -489,9 +498,10 @@ def score_pairs(
 # Precision and a reduced token head (of a loaded model)
 
 
-def apply_precision(model: nn.Module, precision: str) -> nn.Module:
+def apply_precision(model: nn.Module, precision: str, cli: bool = False) -> nn.Module:
     """``model`` converted for inference in ``precision`` (fadat.models.inference; the precisions of
-    the model's ``precisions``, on the CPU).
+    the model's ``precisions``, on the CPU). Messages name ``--precision`` with ``cli``, else
+    the keyword ``precision``.
 
     Raises:
         InputError: unknown precision, or other than fp32 for a model without it in its
@@ -499,12 +509,14 @@ def apply_precision(model: nn.Module, precision: str) -> nn.Module:
     """
     from fadat.models.inference import PRECISIONS, with_precision
 
+    name = "--precision" if cli else "precision"
     if precision not in PRECISIONS:
-        raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise InputError(f"{name} must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     if precision == "fp32":
         return model
     if precision not in model.precisions or model_device(model).type != "cpu":
-        raise InputError(f"--precision {precision} is for DAT models on the CPU")
+        shown = f"--precision {precision}" if cli else f"precision={precision!r}"
+        raise InputError(f"{shown} is for DAT models on the CPU")
     return with_precision(model, precision)
 
 
@@ -513,9 +525,11 @@ def apply_reduced_head(
     directory: str | Path,
     shortlist: bool | str | Path | None = None,
     prune_threshold: float | None = None,
+    cli: bool = False,
 ) -> nn.Module:
     """``model`` tagged to run with a shortlist and/or pruning (fadat.models.inference
-    :func:`~fadat.models.inference.with_reduced_head`).
+    :func:`~fadat.models.inference.with_reduced_head`). Messages name the flags with ``cli``,
+    else the keywords.
 
     Args:
         model: the model loaded from ``directory``.
@@ -537,7 +551,8 @@ def apply_reduced_head(
     if shortlist is None and prune_threshold is None:
         return model
     if not model.reduced_head:
-        raise InputError("--shortlist and --prune-threshold are for DAT models on the torch engine")
+        names = "--shortlist and --prune-threshold" if cli else "shortlist and prune_threshold"
+        raise InputError(f"{names} are for DAT models on the torch engine")
     loaded = None
     if shortlist is not None:
         where = directory if shortlist is True or shortlist == "model" else shortlist

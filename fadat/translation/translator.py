@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fadat.data.text import check_unicode
 from fadat.errors import InputError
 from fadat.models.directory import check_vocabulary
 from fadat.translation.engines import DEFAULT_ENGINE, load_translation_model
@@ -119,8 +120,8 @@ class Translator:
             **options: the strategy's options, e.g. ``beta=1.0``, ``length_penalty=1.1``.
 
         Raises:
-            InputError: ``sentences`` is neither a string nor a sequence of strings; unknown
-                strategy or option, invalid value.
+            InputError: ``sentences`` is neither a string nor a sequence of strings, or holds a
+                lone surrogate; unknown strategy or option, invalid value.
             NonFiniteOutputError: (an InputError) the model's outputs for a sentence are NaN
                 or infinite: its weights are corrupt (finite but extreme ones included).
         """
@@ -176,8 +177,8 @@ class Translator:
         source and a target given as strings.
 
         Raises:
-            InputError: a source or target that is not a string, one string against a
-                sequence, or different numbers of sources and targets.
+            InputError: a source or target that is not a string or holds a lone surrogate,
+                one string against a sequence, or different numbers of sources and targets.
             NonFiniteOutputError: as :meth:`translate`.
         """
         src, single_src = _sentences(sources, "sources")
@@ -199,9 +200,11 @@ def _sentences(value: Any, name: str) -> tuple[list[str], bool]:
     """``(lines, was_one_string)`` from a string or a sequence of strings.
 
     Raises:
-        InputError: anything else (bytes, None, a number, a sequence holding a non-string).
+        InputError: anything else (bytes, None, a number, a sequence holding a non-string), or
+            a string holding a lone surrogate (:func:`fadat.data.text.check_unicode`).
     """
     if isinstance(value, str):
+        check_unicode(value, name)
         return [value], True
     if isinstance(value, Mapping | Set):  # its keys, in no meaningful order: not sentences
         raise InputError(
@@ -215,6 +218,7 @@ def _sentences(value: Any, name: str) -> tuple[list[str], bool]:
     for i, item in enumerate(lines):
         if not isinstance(item, str):
             raise InputError(f"{name}[{i}] is a {type(item).__name__}, expected a string")
+        check_unicode(item, f"{name}[{i}]")
     return lines, False
 
 
