@@ -27,6 +27,8 @@ import sys
 
 from fadat.engine import DEFAULT_ENGINE, ENGINES
 from fadat.errors import InputError
+from fadat.options import check_threads
+from fadat.verbs import add_force_argument
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,6 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
     )
+    add_force_argument(parser)
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -206,9 +209,11 @@ def check_arguments(args: argparse.Namespace) -> None:
     Raises:
         InputError: naming the flag, its value and the allowed range.
     """
-    for name in ("threads", "max_batch_tokens"):
-        if getattr(args, name) < 0:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    warning = check_threads(args.threads, args.force)  # also rejects < 0 and absurd counts
+    if warning:
+        print(f"fadat: warning: {warning}", file=sys.stderr)
+    if args.max_batch_tokens < 0:
+        raise InputError(f"--max-batch-tokens must be >= 0, got {args.max_batch_tokens}")
     for name in ("max_sentences", "max_chars", "max_tokens", "max_connections"):
         if getattr(args, name) < 1:
             raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
