@@ -15,7 +15,12 @@ from fadat.evaluation import validset_metrics
 from fadat.evaluation.evaluate import DEFAULT_GRID, evaluate, log
 from fadat.evaluation.scoring import DEFAULT_STRATEGIES
 from fadat.options import finite_float, finite_float_list, nonnegative_int, positive_int
-from fadat.verbs import add_decoding_arguments, add_head_arguments, add_upsample_argument
+from fadat.verbs import (
+    add_decoding_arguments,
+    add_head_arguments,
+    add_upsample_argument,
+    strategy_help,
+)
 
 
 def _fmt(value: float | None, digits: int = 2) -> str:
@@ -97,8 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strategies",
         default=",".join(DEFAULT_STRATEGIES),
-        help="comma-separated DAT strategies (default greedy,lookahead,joint-viterbi); "
-        "AT models always run greedy and beam search",
+        help="comma-separated strategies of the non-autoregressive models "
+        f"({strategy_help(autoregressive=False, defaults=False)}; "
+        f"default {','.join(DEFAULT_STRATEGIES)}); AT models always run greedy and beam search",
     )
     parser.add_argument(
         "--subset", type=nonnegative_int, default=0, help="only the first N sentences"
