@@ -26,6 +26,16 @@ class InputError(ValueError):
     """
 
 
+class DecodingOptionError(InputError, ValueError):
+    """A decoding request the model cannot honour: a strategy it does not offer, an option the
+    strategy does not take or a value out of its range, an ``nbest`` the strategy cannot give,
+    or a decoding λ (``upsample_ratio``) for a model whose decoder length does not depend on it
+    (AT, NAT). A :class:`ValueError` too, as a Python caller expects of a bad argument; checked
+    once, before any input is read (:func:`fadat.translation.pipeline.check_strategy`,
+    :func:`fadat.translation.pipeline.check_upsample_ratio`).
+    """
+
+
 class NonFiniteOutputError(InputError):
     """A model whose outputs (token log-probabilities, links, logits) hold NaN or +inf for an
     input: its weights are corrupt, e.g. finite but so large that fp32 overflows in the forward

@@ -184,8 +184,9 @@ class DecodingOption:
 
 
 #: Decoder keyword → :class:`DecodingOption`, in the order of ``fadat translate --help``. The
-#: types reject NaN, infinities and sizes below their minimum; the decoders check their own
-#: ranges (``top_p`` in (0, 1], ...) in :func:`fadat.translation.pipeline.check_strategy`. Options
+#: types reject NaN, infinities and sizes below their minimum; each strategy's record
+#: (:mod:`fadat.decoding.strategies`) holds its own ranges (``top_p`` in (0, 1], ...), checked by
+#: :func:`fadat.translation.pipeline.check_strategy`. Options
 #: that are not numbers (a KenLM model for the DAG beam search) are not here: no flag, no HTTP
 #: field.
 DECODING_OPTIONS: dict[str, DecodingOption] = {

@@ -101,6 +101,67 @@ def stderr_warner(source_name: str) -> Warn:
     return warn
 
 
+def strategies_by_architecture() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Architecture (``model_type``) → ``(default strategy, offered strategy names)``, from the
+    models' ``decoder_kind`` and the records of :mod:`fadat.decoding.strategies`."""
+    from fadat.models.architectures import ARCHITECTURES, model_class
+
+    out = {}
+    for model_type in ARCHITECTURES:
+        cls = model_class(model_type)
+        out[model_type] = (cls.default_strategy, tuple(cls.offered_strategies()))
+    return out
+
+
+def upsampled_architectures() -> list[str]:
+    """``["DAT", "CTC"]``: the architectures that take a decoding λ (``upsampled``)."""
+    from fadat.models.architectures import ARCHITECTURES, model_class
+
+    return [t.upper() for t in ARCHITECTURES if model_class(t).upsampled]
+
+
+def strategy_help(autoregressive: bool = True, defaults: bool = True) -> str:
+    """The strategies of every architecture, for ``--help``: ``DAT: greedy, lookahead
+    (default), …; AT: greedy, beam (default); NAT, CTC: argmax (default)`` (without the
+    autoregressive ones when ``autoregressive`` is false, without the defaults' marks when
+    ``defaults`` is false)."""
+    from fadat.decoding.strategies import AUTOREGRESSIVE
+    from fadat.models.architectures import model_class
+
+    groups: dict[str, list[str]] = {}
+    for model_type, (default, names) in strategies_by_architecture().items():
+        if not autoregressive and model_class(model_type).decoder_kind == AUTOREGRESSIVE:
+            continue
+        text = ", ".join(f"{n} (default)" if defaults and n == default else n for n in names)
+        groups.setdefault(text, []).append(model_type.upper())
+    return "; ".join(f"{', '.join(types)}: {text}" for text, types in groups.items())
+
+
+def nbest_strategies() -> str:
+    """``DAT sample``: the strategies that give n-best lists, with their architectures."""
+    from fadat.models.architectures import model_class
+
+    found = []
+    for model_type, (_, names) in strategies_by_architecture().items():
+        offered = model_class(model_type).offered_strategies()
+        found += [f"{model_type.upper()} {n}" for n in names if offered[n].nbest]
+    return ", ".join(found) or "none"
+
+
+def add_strategy_argument(parser: argparse.ArgumentParser) -> None:
+    """``--strategy NAME``: its choices and help generated from the strategy records
+    (:func:`fadat.decoding.strategies.strategy_names`, :func:`strategy_help`)."""
+    from fadat.decoding.strategies import strategy_names
+
+    parser.add_argument(
+        "--strategy",
+        default=None,
+        choices=strategy_names(),
+        metavar="NAME",
+        help=f"decoding strategy: {strategy_help()}",
+    )
+
+
 def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the strategy option flags (all default ``None`` = the decoder's own default)."""
     group = parser.add_argument_group("decoding options (only those the strategy takes)")
@@ -130,8 +191,9 @@ def add_upsample_argument(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         default=None,
         metavar="λ",
-        help="DAT graph size L = λ·|x| at decoding (DA-Transformer's --decode-upsample-scale; "
-        "default: the model's)",
+        help=f"{' and '.join(upsampled_architectures())}: decoder size L = λ·|x| at decoding "
+        "(DA-Transformer's --decode-upsample-scale; default: the model's); refused for the "
+        "other models, whose decoder length does not depend on it",
     )
 
 

@@ -23,7 +23,7 @@ from fadat.dag import dag_log_likelihood
 from fadat.data.spm import encode_source, encode_target, train_sentencepiece
 from fadat.data.text import read_lines
 from fadat.decoding import decode
-from fadat.errors import InputError
+from fadat.errors import DecodingOptionError, InputError
 from fadat.models.at import ATModel
 from fadat.models.config import make_config
 from fadat.models.dat import DATModel
@@ -544,7 +544,7 @@ def test_copy_model_reproduces_heldout_inputs(copy_model, capsys, monkeypatch, t
 def test_decode_upsample_ratio_changes_the_graph(models, capsys, monkeypatch):
     """--upsample-ratio / Translator.from_pretrained(upsample_ratio=) set the decoding λ (the
     reference's --decode-upsample-scale) as an argument: the graph size and the scores follow
-    it, the loaded model's config does not change; AT models ignore it; λ <= 0 is bad input."""
+    it, the loaded model's config does not change; AT models refuse it; λ <= 0 is bad input."""
     from fadat.data.contract import PAD_ID
     from fadat.data.spm import encode_source
 
@@ -573,8 +573,8 @@ def test_decode_upsample_ratio_changes_the_graph(models, capsys, monkeypatch):
     want = [f"{h[0].score:.4f}\t{h[0].text}" for h in wide.translate_nbest(lines, 1)]
     assert out.splitlines() == want
     assert [f"{h[0].score:.4f}\t{h[0].text}" for h in default.translate_nbest(lines, 1)] != want
-    at = Translator.from_pretrained(models["at"], upsample_ratio=6.0)
-    assert at.translate(["ab cd"]) == Translator.from_pretrained(models["at"]).translate(["ab cd"])
+    with pytest.raises(DecodingOptionError, match="AT model does not use one"):  # not ignored
+        Translator.from_pretrained(models["at"], upsample_ratio=6.0)
     code, _, err = run_cli(
         ["translate", "--model", str(models["dat"]), "--upsample-ratio", "0"],
         capsys,

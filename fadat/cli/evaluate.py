@@ -27,6 +27,7 @@ from fadat.verbs import (
     add_head_arguments,
     add_threads_argument,
     add_upsample_argument,
+    strategy_help,
 )
 
 
@@ -109,8 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strategies",
         default=",".join(DEFAULT_STRATEGIES),
-        help="comma-separated DAT strategies (default greedy,lookahead,joint-viterbi); "
-        "AT models always run greedy and beam search",
+        help="comma-separated strategies of the non-autoregressive models "
+        f"({strategy_help(autoregressive=False, defaults=False)}; "
+        f"default {','.join(DEFAULT_STRATEGIES)}); AT models always run greedy and beam search",
     )
     parser.add_argument(
         "--subset", type=nonnegative_int, default=0, help="only the first N sentences"

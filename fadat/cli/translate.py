@@ -14,6 +14,7 @@ from fadat.translation.pipeline import (
     Translation,
     apply_reduced_head,
     check_strategy,
+    check_upsample_ratio,
     iter_translations,
 )
 from fadat.verbs import (
@@ -21,9 +22,11 @@ from fadat.verbs import (
     add_decoding_arguments,
     add_force_argument,
     add_head_arguments,
+    add_strategy_argument,
     apply_threads,
     check_output,
     decoding_options,
+    nbest_strategies,
     open_output,
     stderr_warner,
 )
@@ -43,17 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", default=None, help="input file (default: stdin)")
     parser.add_argument("--output", default=None, help="output file (default: stdout)")
     add_force_argument(parser)
-    parser.add_argument(
-        "--strategy",
-        default=None,
-        help="DAT: greedy, lookahead (default), viterbi, joint-viterbi, sample, beam; "
-        "AT: greedy, beam (default)",
-    )
+    add_strategy_argument(parser)
     parser.add_argument(
         "--nbest",
         type=positive_int,
         default=1,
-        help="hypotheses per line (> 1: DAT sample only)",
+        help=f"hypotheses per line (> 1: {nbest_strategies()} only)",
     )
     parser.add_argument(
         "--chunk-lines",
@@ -123,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
     check_strategy(model, strategy, options, args.nbest, cli=True)
+    check_upsample_ratio(args.upsample_ratio, model)
     lines = read_lines(args.input, stdin=True)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
     from tqdm import tqdm

@@ -23,9 +23,10 @@ Each decoder returns one :class:`Hypothesis` per sentence:
 - ``score``: ``log P(a|x) + Σ_{v ∈ a} log P(path_token_v | v)`` (natural log), i.e. the sum of
   the path's links plus the log-probability of every path token, endpoints included.
 
-Strategies (the :data:`STRATEGIES` registry; :func:`decode` dispatches by name):
-``greedy``, ``lookahead``, ``viterbi``, ``joint-viterbi``, ``sample``, ``beam``.
-``s_v = max_y log P(y|v)`` and the argmax token come from :func:`vertex_top1`.
+Strategies: ``greedy``, ``lookahead``, ``viterbi``, ``joint-viterbi``, ``sample``, ``beam``, one
+record each in :mod:`.strategies` (its function, options, what it reads, whether it gives n-best;
+the registry :data:`REGISTRY` holds the AT's and the argmax's records too); :func:`decode`
+dispatches by name. ``s_v = max_y log P(y|v)`` and the argmax token come from :func:`vertex_top1`.
 
 Greedy, lookahead, Viterbi and the candidate tables of sampling are batched tensor code and run
 on the device of the inputs (CUDA was not run: this machine has no GPU). Beam search is a
@@ -35,12 +36,12 @@ optional n-gram language model needs the ``kenlm`` package (not a core dependenc
 One module per family: :mod:`.paths` (what every decoder shares: :class:`Hypothesis`, outputs
 and scores of paths, input checks), :mod:`.greedy` (greedy, lookahead), :mod:`.viterbi`
 (Viterbi, joint-Viterbi), :mod:`.sampling` (candidate tables, n-gram bans, sampling),
-:mod:`.beam` (beam search); the registry and the dispatcher are here.
+:mod:`.beam` (beam search); the records and the registry are in :mod:`.strategies`, the
+dispatcher is here.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -49,7 +50,6 @@ import torch
 from fadat.decoding.beam import beam_search
 from fadat.decoding.greedy import greedy, lookahead, walk_links
 from fadat.decoding.paths import (
-    TOP1_STRATEGIES,
     Hypothesis,
     VertexTop1,
     check_inputs,
@@ -58,36 +58,46 @@ from fadat.decoding.paths import (
     vertex_top1,
 )
 from fadat.decoding.sampling import BANNED_WEIGHT, sample
+from fadat.decoding.strategies import (
+    GRAPH,
+    REGISTRY,
+    Strategy,
+    StrategyError,
+    StrategyOption,
+    offered,
+    strategy_names,
+)
 from fadat.decoding.viterbi import joint_viterbi, viterbi
 
 __all__ = [
     "BANNED_WEIGHT",
+    "REGISTRY",
     "STRATEGIES",
-    "TOP1_STRATEGIES",
     "Hypothesis",
+    "Strategy",
+    "StrategyError",
+    "StrategyOption",
     "VertexTop1",
     "beam_search",
     "decode",
     "greedy",
     "joint_viterbi",
     "lookahead",
+    "offered",
     "output_tokens",
     "path_score",
     "sample",
+    "strategy_names",
     "vertex_top1",
     "viterbi",
     "walk_links",
 ]
 
 
-#: Strategy name → decoder ``fn(token_logprobs, links, graph_lengths, **options)``.
+#: DAG strategy name → decoder ``fn(token_logprobs, links, graph_lengths, **options)``: a view
+#: of the :data:`REGISTRY` records that read a graph.
 STRATEGIES: dict[str, Callable[..., list[Hypothesis]]] = {
-    "greedy": greedy,
-    "lookahead": lookahead,
-    "viterbi": viterbi,
-    "joint-viterbi": joint_viterbi,
-    "sample": sample,
-    "beam": beam_search,
+    name: record.fn for name, record in offered(GRAPH).items()
 }
 
 
@@ -102,7 +112,8 @@ def decode(
 
     Args:
         token_logprobs: ``(B, L, V)`` float log P(token|vertex), or their :class:`VertexTop1`
-            for the strategies of :data:`TOP1_STRATEGIES` (lookahead without n-gram bans).
+            for a strategy that reads only that (:meth:`Strategy.reads_top1_only`: greedy,
+            lookahead without n-gram bans, Viterbi, joint-Viterbi).
         links: ``(B, L, L)`` float log E (see the module docstring for the layout).
         graph_lengths: ``(B,)`` int64 graph sizes, each in ``[2, L]``.
         strategy: ``greedy``, ``lookahead``, ``viterbi``, ``joint-viterbi``, ``sample`` or ``beam``.
@@ -114,26 +125,21 @@ def decode(
     Raises:
         ValueError: unknown strategy or option, bad option value, or inconsistent shapes.
     """
-    fn = STRATEGIES.get(strategy)
-    if fn is None:
+    record = offered(GRAPH).get(strategy)
+    if record is None:
         raise ValueError(f"unknown decoding strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
-    accepted = [
-        p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY
-    ]
+    accepted = record.option_names
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise ValueError(
             f"unknown option(s) {', '.join(unknown)} for strategy {strategy!r}; "
             f"accepted: {', '.join(accepted) or 'none'}"
         )
-    if isinstance(token_logprobs, VertexTop1) and (
-        strategy not in TOP1_STRATEGIES
-        or any(options.get(k) for k in ("no_consecutive_repeated_ngram", "no_repeated_ngram"))
-    ):
+    if isinstance(token_logprobs, VertexTop1) and not record.reads_top1_only(options):
         raise ValueError(
             f"strategy {strategy!r} with these options reads more of the token head than "
             "VertexTop1 holds; pass the (B, L, V) token log-probabilities"
         )
     check_inputs(token_logprobs, links, graph_lengths)
     with torch.no_grad():
-        return fn(token_logprobs, links, graph_lengths, **options)
+        return record.fn(token_logprobs, links, graph_lengths, **options)

@@ -38,9 +38,9 @@ class Hypothesis:
 
 class VertexTop1(NamedTuple):
     """The token head reduced to what greedy, lookahead without n-gram bans, Viterbi and
-    joint-Viterbi read (:data:`TOP1_STRATEGIES`): every vertex's best token and its
-    log-probability. :func:`decode` accepts it in place of ``token_logprobs``, so a model can
-    skip the ``(B, L, V)`` log-probabilities (fadat.inference).
+    joint-Viterbi read (``Strategy.top1`` of :mod:`fadat.decoding.strategies`): every vertex's
+    best token and its log-probability. :func:`decode` accepts it in place of
+    ``token_logprobs``, so a model can skip the ``(B, L, V)`` log-probabilities (fadat.inference).
 
     Attributes:
         s: ``(B, L)`` float, ``s_v = max_y log P(y|v)``.
@@ -49,10 +49,6 @@ class VertexTop1(NamedTuple):
 
     s: torch.Tensor
     tok: torch.Tensor
-
-
-#: The strategies that read the token head only through :class:`VertexTop1`.
-TOP1_STRATEGIES = ("greedy", "lookahead", "viterbi", "joint-viterbi")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -73,6 +73,7 @@ from fadat.models.directory import load_model, model_device, model_labels, resol
 from fadat.translation.pipeline import (
     apply_reduced_head,
     check_strategy,
+    check_upsample_ratio,
     encode_sources,
     translate_lines,
 )
@@ -290,15 +291,22 @@ def build_systems(
     An autoregressive model (the paper's AT baseline) runs each of its strategies (greedy and
     beam search) with ``length_penalty``, ``beam_size`` (beam only) and ``at_options``
     (``max_len_a/b``). A non-autoregressive model runs each of ``strategies`` that it supports,
-    with the options ``options_for(model, strategy)`` that the strategy takes. Every system
-    decodes at λ = ``upsample_ratio`` (``None``: each model's own).
+    with the options ``options_for(model, strategy)`` that the strategy takes. The systems of
+    the models whose decoder length is ``λ·|x|`` (``upsampled``: DAT, CTC) decode at
+    λ = ``upsample_ratio`` (``None``: each model's own); the others (AT, NAT) take no λ, as
+    ``--shortlist`` goes only to the models that take it.
 
     Raises:
         InputError: a strategy that no non-autoregressive model supports, a model that supports
             none of them, invalid options.
+        DecodingOptionError: ``upsample_ratio`` given but no model takes one
+            (:func:`fadat.translation.pipeline.check_upsample_ratio`).
     """
+    if upsample_ratio is not None and not any(m.upsampled for _, m, _ in models):
+        check_upsample_ratio(upsample_ratio, models[0][1])
     systems = []
     for label, model, sp in models:
+        ratio = upsample_ratio if model.upsampled else None
         accepted = model.strategies()
         if model.autoregressive:
             for strategy, names in accepted.items():
@@ -310,7 +318,7 @@ def build_systems(
                 if "beam_size" in options:
                     name += str(at_beam_size)
                 check_strategy(model, strategy, options, cli=True)
-                systems.append(System(name, label, model, sp, strategy, options, upsample_ratio))
+                systems.append(System(name, label, model, sp, strategy, options, ratio))
             continue
         chosen = [s for s in strategies if s in accepted]
         if not chosen:
@@ -324,7 +332,7 @@ def build_systems(
             }
             check_strategy(model, strategy, options, cli=True)
             name = f"{label}:{strategy}"
-            systems.append(System(name, label, model, sp, strategy, options, upsample_ratio))
+            systems.append(System(name, label, model, sp, strategy, options, ratio))
     run = {s.strategy for s in systems if not s.model.autoregressive}
     missing = [s for s in strategies if s not in run]
     if missing and any(not model.autoregressive for _, model, _ in models):

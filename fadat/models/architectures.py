@@ -25,6 +25,7 @@ import numpy as np
 from torch import Tensor, nn
 
 from fadat.data.contract import Batch, drawn_graph_size, graph_size, uniform_draws
+from fadat.decoding.strategies import POSITIONS, Strategy, StrategyError, offered
 from fadat.errors import InputError, NonFiniteOutputError
 
 if TYPE_CHECKING:
@@ -103,6 +104,13 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
             one with ``--strategies``.
         flag_aliases: per strategy, CLI option name → the strategy's keyword, where they differ
             (the DAG beam search calls ``--length-penalty`` ``alpha``).
+        decoder_kind: what its decoder gives the strategies to read
+            (:data:`fadat.decoding.strategies.DECODER_KINDS`: ``graph``, ``autoregressive``,
+            ``positions``); it offers the strategies of the registry that need it
+            (:meth:`offered_strategies`).
+        upsampled: its decoder length is ``λ·|x </s>|`` (DAT, CTC), so it takes a decoding λ
+            (``upsample_ratio``); the AT and the NAT, which would ignore one, refuse it
+            (:func:`fadat.translation.pipeline.check_upsample_ratio`).
         has_graph: the outputs are a DAG (``graph_outputs``) that ``fadat analyze``, ``fadat
             show-graph`` and the server's graph view can draw.
         precisions: the inference precisions of :func:`fadat.models.inference.with_precision` it
@@ -119,6 +127,8 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
     validation_options: ClassVar[dict[str, str]] = {}
     autoregressive: ClassVar[bool] = False
     flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
+    decoder_kind: ClassVar[str] = POSITIONS
+    upsampled: ClassVar[bool] = True
     has_graph: ClassVar[bool] = False
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     reduced_head: ClassVar[bool] = False
@@ -224,26 +234,32 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
 
     # ---- decoding and scoring
 
+    @classmethod
+    def offered_strategies(cls) -> dict[str, Strategy]:
+        """The strategies it offers, name → record: those of the registry that need its
+        :attr:`decoder_kind` (:func:`fadat.decoding.strategies.offered`; default ``argmax``)."""
+        return offered(cls.decoder_kind)
+
     def strategies(self) -> dict[str, tuple[str, ...]]:
-        """Strategy name → the keyword options it accepts (default ``{"argmax": ()}``)."""
-        return {"argmax": ()}
+        """Strategy name → the keyword options it accepts (of :meth:`offered_strategies`)."""
+        return {name: s.option_names for name, s in self.offered_strategies().items()}
 
     def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
-        """Validate option values and ``nbest`` for a known strategy; callers turn the
-        ValueError into an InputError.
-
-        The default accepts the options of :meth:`strategies` with any value and one hypothesis.
+        """Validate option values and ``nbest`` for a strategy it offers, from the strategy's
+        record (:meth:`fadat.decoding.strategies.Strategy.check_request`; no decode is tried).
 
         Raises:
-            ValueError: an option the strategy does not take, or ``nbest > 1``.
+            StrategyError: (a ``ValueError``) a strategy it does not offer, an option the
+                strategy does not take, a value of the wrong type or out of range, or an
+                ``nbest`` the strategy cannot give.
         """
-        accepted = self.strategies()[strategy]
-        unknown = sorted(set(options) - set(accepted))
-        if unknown:
-            takes = f"takes only {list(accepted)}" if accepted else "takes no options"
-            raise ValueError(f"strategy {strategy!r} {takes}, got {unknown}")
-        if nbest > 1:
-            raise ValueError(f"--nbest {nbest}: {strategy} decoding gives one hypothesis")
+        record = self.offered_strategies().get(strategy)
+        if record is None:
+            raise StrategyError(
+                f"strategy {strategy!r} is not available for {self.model_type.upper()} models; "
+                f"choose one of {', '.join(self.offered_strategies())}"
+            )
+        record.check_request(options, nbest)
 
     @abc.abstractmethod
     def translate_batch(
@@ -259,7 +275,8 @@ class TranslationModel(nn.Module, metaclass=abc.ABCMeta):
         """Decode a batch: per sentence up to ``nbest`` :class:`Scored`, best first.
 
         ``upsample_ratio``: the decoding λ of a model whose decoder length is ``λ·|x|``
-        (``None`` = the model's; others ignore it). ``with_log_prob``: fill
+        (``None`` = the model's; a model without :attr:`upsampled` ignores it here, and the
+        pipeline refuses one for it before any input is read). ``with_log_prob``: fill
         :attr:`Scored.log_prob` from the same pass (opt-in: it may cost more than the
         translation, e.g. the full token head of a DAT's fast path).
 

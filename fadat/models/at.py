@@ -20,16 +20,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
+from fadat.decoding.strategies import AUTOREGRESSIVE
 from fadat.models.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.models.config import ModelConfig
 from fadat.models.directory import PretrainedMixin
 from fadat.models.transformer import Decoder, Encoder, EncoderOut, _init_bert
-
-#: Strategies of the AT and their keyword options.
-STRATEGIES: dict[str, tuple[str, ...]] = {
-    "greedy": ("length_penalty", "max_len_a", "max_len_b"),
-    "beam": ("beam_size", "length_penalty", "max_len_a", "max_len_b"),
-}
 
 # One cache per decoder layer: {"self": {"k", "v"}, "cross": {"mk", "mv"}}, tensors (N, h, t, d_h).
 Cache = list[dict[str, dict[str, Tensor]]]
@@ -64,6 +59,8 @@ class ATModel(PretrainedMixin, TranslationModel):
     default_strategy: ClassVar[str] = "beam"
     validation_strategy: ClassVar[str] = "greedy"
     autoregressive: ClassVar[bool] = True
+    decoder_kind: ClassVar[str] = AUTOREGRESSIVE
+    upsampled: ClassVar[bool] = False
     # Until the decoder stack was shared (fadat.models.transformer.Decoder) its parts sat at the
     # top.
     renamed_parameters: ClassVar[dict[str, str]] = {
@@ -244,20 +241,6 @@ class ATModel(PretrainedMixin, TranslationModel):
 
     # ---- the translation-model interface (fadat.models.architectures.TranslationModel)
 
-    def strategies(self) -> dict[str, tuple[str, ...]]:
-        """:data:`STRATEGIES`: greedy and beam search with their options."""
-        return dict(STRATEGIES)
-
-    def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
-        """Raises ValueError: ``nbest > 1`` (one hypothesis per sentence) or a beam size < 1."""
-        if nbest > 1:
-            raise ValueError(
-                f"--nbest {nbest} needs strategy 'sample' of a DAT model (the beam searches "
-                "return one hypothesis per sentence)"
-            )
-        if options.get("beam_size", 1) < 1:
-            raise ValueError(f"beam size must be >= 1, got {options['beam_size']}")
-
     def translate_batch(
         self,
         source: Tensor,
@@ -268,16 +251,16 @@ class ATModel(PretrainedMixin, TranslationModel):
         upsample_ratio: float | None = None,
         with_log_prob: bool = False,
     ) -> list[list[Scored]]:
-        """:meth:`greedy` or :meth:`beam_search` (default beam size 5); one hypothesis each.
+        """:meth:`greedy` or :meth:`beam_search` (the ``method`` of the strategy's record, with
+        the record's defaults: beam size 5); one hypothesis each.
 
-        ``upsample_ratio`` is ignored (no graph). With ``with_log_prob``, each output's
-        ``log P(y|x)``: the sum of its token log-probs over ``y </s>`` that the search kept
-        (as :meth:`score_batch` computes it teacher-forced); else ``None``.
+        ``upsample_ratio`` is ignored (no graph; the pipeline refuses one, ``upsampled``). With
+        ``with_log_prob``, each output's ``log P(y|x)``: the sum of its token log-probs over
+        ``y </s>`` that the search kept (as :meth:`score_batch` computes it teacher-forced);
+        else ``None``.
         """
-        if strategy == "greedy":
-            hyps = self.greedy(source, **options)
-        else:
-            hyps = self.beam_search(source, **{"beam_size": 5, **options})
+        record = self.offered_strategies()[strategy]
+        hyps = getattr(self, record.method)(source, **{**record.defaults, **options})
         return [
             [
                 Scored(

@@ -23,7 +23,6 @@ Only CPU was run; the code is device-agnostic but CUDA was not tested.
 
 from __future__ import annotations
 
-import inspect
 import math
 from typing import Any, ClassVar
 
@@ -38,6 +37,7 @@ from fadat.dag import (
     outputs_log_prob,
 )
 from fadat.data.contract import PAD_ID
+from fadat.decoding.strategies import GRAPH
 from fadat.models.architectures import BatchScores, Scored, TranslationModel, check_finite
 from fadat.models.config import ModelConfig
 from fadat.models.directory import PretrainedMixin
@@ -167,6 +167,7 @@ class DATModel(PretrainedMixin, TranslationModel):
     validation_options: ClassVar[dict[str, str]] = {"beta": "decode_beta"}
     flag_aliases: ClassVar[dict[str, dict[str, str]]] = {"beam": {"length_penalty": "alpha"}}
     has_graph: ClassVar[bool] = True
+    decoder_kind: ClassVar[str] = GRAPH
     precisions: ClassVar[tuple[str, ...]] = PRECISIONS
     reduced_head: ClassVar[bool] = True
     # Until the decoder stack was shared (fadat.models.transformer.Decoder) its parts sat at the
@@ -277,56 +278,6 @@ class DATModel(PretrainedMixin, TranslationModel):
 
     # ---- the translation-model interface (fadat.models.architectures.TranslationModel)
 
-    def strategies(self) -> dict[str, tuple[str, ...]]:
-        """The decoders of :data:`fadat.decoding.STRATEGIES` → their keyword-only parameters."""
-        from fadat.decoding import STRATEGIES
-
-        return {
-            name: tuple(
-                p.name
-                for p in inspect.signature(fn).parameters.values()
-                if p.kind is p.KEYWORD_ONLY
-            )
-            for name, fn in STRATEGIES.items()
-        }
-
-    def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
-        """Try the options once on a 4-vertex graph with uniform links, so that an invalid value
-        (``top_p = 2``) fails with the decoder's own message.
-
-        Raises:
-            ValueError: an invalid value, a missing optional package (the DAG beam search's
-                language model), or ``nbest > 1`` with a strategy other than ``sample`` (the only
-                one that can give several hypotheses: repeated draws).
-        """
-        from fadat.decoding import decode
-        from fadat.models.inference import reads_top1_only
-
-        if nbest > 1 and strategy != "sample":
-            raise ValueError(
-                f"--nbest {nbest} needs strategy 'sample' of a DAT model (the beam searches "
-                "return one hypothesis per sentence)"
-            )
-        reduced = getattr(self, "inference_shortlist", None) is not None or (
-            getattr(self, "inference_prune_threshold", None) is not None
-        )
-        if reduced and not reads_top1_only(strategy, options):
-            raise ValueError(
-                "--shortlist and --prune-threshold apply to greedy, lookahead without n-gram "
-                "bans, viterbi and joint-viterbi (the decoders that read each vertex's best "
-                "token only)"
-            )
-        size, vocab = 4, self.config.vocab_size
-        token_logprobs = torch.full((1, size, vocab), -math.log(vocab))  # (1, L, V)
-        upper = torch.ones(size, size).triu(1).bool()  # (L, L)
-        counts = upper.sum(1).clamp(min=1).float()  # (L,)
-        links = torch.where(upper, -counts.log()[:, None], float("-inf"))[None]  # (1, L, L)
-        links[:, -1] = float("-inf")
-        try:
-            decode(token_logprobs, links, torch.tensor([size]), strategy, **options)
-        except (TypeError, ImportError) as err:
-            raise ValueError(str(err)) from err
-
     def graph_outputs(
         self, source: Tensor, upsample_ratio: float | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -383,9 +334,10 @@ class DATModel(PretrainedMixin, TranslationModel):
                 hypotheses carry ``log_prob=None``.
         """
         from fadat.decoding import decode
-        from fadat.models.inference import precision_autocast, reads_top1_only
+        from fadat.models.inference import precision_autocast
 
-        if nbest == 1 and reads_top1_only(strategy, options):
+        record = self.offered_strategies().get(strategy)  # None: decode() names the problem
+        if nbest == 1 and record is not None and record.reads_top1_only(options):
             return self._translate_top1(source, strategy, options, upsample_ratio, with_log_prob)
         with torch.inference_mode(), precision_autocast(self):
             token_logprobs, links, graph_lengths = self.graph_outputs(source, upsample_ratio)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import copy
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +49,7 @@ from torch import Tensor, nn
 
 from fadat.dag import passing_probabilities
 from fadat.data.contract import PAD_ID
-from fadat.decoding import TOP1_STRATEGIES, VertexTop1, walk_links
+from fadat.decoding import VertexTop1, walk_links
 from fadat.models.architectures import check_finite
 
 if TYPE_CHECKING:
@@ -60,17 +60,6 @@ PRECISIONS = ("fp32", "bf16", "int8")
 # Rows of the token head computed at once: (256, 8000) fp32 logits are 8 MiB, about what the
 # development machine's L2 + L3 share per core holds; the log-softmax then reads them from cache.
 TOP1_BLOCK_ROWS = 256
-
-
-def reads_top1_only(strategy: str, options: dict[str, Any]) -> bool:
-    """Whether ``strategy`` with ``options`` reads the token head only through ``s_v`` and the
-    argmax token (lookahead with n-gram bans reads each vertex's top candidates)."""
-    if strategy not in TOP1_STRATEGIES:
-        return False
-    if strategy == "lookahead":
-        bans = ("no_consecutive_repeated_ngram", "no_repeated_ngram")
-        return not any(options.get(name, 0) for name in bans)
-    return True
 
 
 def precision_of(model: nn.Module) -> str:

@@ -55,6 +55,7 @@ class NATModel(PretrainedMixin, TranslationModel):
     """
 
     model_type: ClassVar[str] = "nat"
+    upsampled: ClassVar[bool] = False  # the length is predicted, not λ·|x|
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__(config)
@@ -100,7 +101,8 @@ class NATModel(PretrainedMixin, TranslationModel):
     ) -> list[list[Scored]]:
         """Argmax decoding; score = ``log P(T̂|x) + Σ_t max_y log p_t(y)`` (nats).
 
-        ``upsample_ratio`` is ignored (the length is predicted, not ``λ·|x|``). With
+        ``upsample_ratio`` is ignored (the length is predicted, not ``λ·|x|``; the pipeline
+        refuses one, ``upsampled``). With
         ``with_log_prob``, ``log P(y|x)`` of the output, as :meth:`score_batch` computes it,
         from the same pass: ``log P(T̂|x) + log p_0(<s>) + Σ_{0<t<T̂−1} log p_t(y_t) +
         log p_{T̂−1}(</s>)``; ``None`` when not asked, or when an argmax token is ``<pad>``

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fadat.decoding.strategies import GRAPH, Strategy, offered
 from fadat.engine import DEFAULT_ENGINE, ENGINES
 from fadat.errors import InputError, NonFiniteOutputError
 from fadat.models.architectures import Scored
@@ -47,6 +48,8 @@ class OnnxRuntimeModel:
     """
 
     model_type: ClassVar[str] = "dat"
+    decoder_kind: ClassVar[str] = GRAPH
+    upsampled: ClassVar[bool] = True  # the export's graph size is λ·|x </s>|
     default_strategy: ClassVar[str] = "lookahead"
     has_graph: ClassVar[bool] = False  # the graph view needs the full token head
     reduced_head: ClassVar[bool] = False
@@ -65,6 +68,14 @@ class OnnxRuntimeModel:
         self.directory = engine.directory
         self.device = torch.device("cpu")
         self.precisions = (engine.precision,)
+
+    def offered_strategies(self) -> dict[str, Strategy]:
+        """The registry's DAG strategies that the numpy decoders implement
+        (:data:`fadat.engine.decoding_np.STRATEGIES`), name → record; the options a record
+        allows beyond :meth:`strategies` (n-gram bans) are refused by :meth:`check_options`."""
+        from fadat.engine.decoding_np import STRATEGIES
+
+        return {name: s for name, s in offered(GRAPH).items() if name in STRATEGIES}
 
     def strategies(self) -> dict[str, tuple[str, ...]]:
         """Strategy → its keyword options (:data:`fadat.engine.decoding_np.STRATEGIES`)."""

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from fadat.data.contract import EOS_ID, pad_sequences
-from fadat.errors import InputError, shown
+from fadat.errors import DecodingOptionError, InputError, shown
 from fadat.models.architectures import naming_inputs
 from fadat.models.directory import model_device
 from fadat.options import DECODING_OPTIONS
@@ -99,7 +99,8 @@ class PairScore:
 
 
 def strategy_options(model: nn.Module) -> dict[str, tuple[str, ...]]:
-    """Strategy name → accepted keyword options, for this model (its ``strategies()``)."""
+    """Strategy name → accepted keyword options, for this model (its ``strategies()``, from the
+    records of :mod:`fadat.decoding.strategies`)."""
     return model.strategies()
 
 
@@ -115,47 +116,69 @@ def check_strategy(
     nbest: int = 1,
     cli: bool = False,
 ) -> None:
-    """Validate a strategy, its options and ``nbest`` before any input is read.
-
-    The model checks the values (:meth:`~fadat.models.architectures.TranslationModel.check_options`;
-    a DAT tries them once on a small synthetic graph, so ``top_p = 2`` fails here with the
-    decoder's own message).
+    """Validate a strategy, its options and ``nbest`` before any input is read: the one check,
+    from the strategy's record (:class:`fadat.decoding.strategies.Strategy`: the options it
+    takes, their types and ranges, whether it gives n-best, whether it reads only each vertex's
+    best token), through the model's
+    :meth:`~fadat.models.architectures.TranslationModel.check_options`; no decode is tried.
 
     Args:
         cli: name options as command-line flags (``--beam-size``) rather than as the Python
             keyword arguments a library caller passed (``beam_size``).
 
     Raises:
-        InputError: unknown strategy for this model, an option the strategy does not take,
-            an invalid value, or an ``nbest`` the strategy cannot give (or above
-            :data:`MAX_NBEST`).
+        DecodingOptionError: (an InputError and a ValueError) a strategy this model does not
+            offer, an option the strategy does not take, an invalid value, an ``nbest`` the
+            strategy cannot give (or above :data:`MAX_NBEST`), or a shortlist or pruning with a
+            strategy that reads more than each vertex's best token.
     """
     if not isinstance(strategy, str):
-        raise InputError(f"strategy must be a string, got {type(strategy).__name__}")
-    known = model.strategies()
-    if strategy not in known:
-        raise InputError(
+        raise DecodingOptionError(f"strategy must be a string, got {type(strategy).__name__}")
+    offered = model.offered_strategies()
+    record = offered.get(strategy)
+    if record is None:
+        raise DecodingOptionError(
             f"strategy {strategy!r} is not available for {model.model_type.upper()} models; "
-            f"choose one of {', '.join(known)}"
+            f"choose one of {', '.join(offered)}"
         )
-    unknown = sorted(set(options) - set(known[strategy]))
+    unknown = sorted(set(options) - set(record.option_names))
     if unknown:
         if cli:
             names = ", ".join("--" + name.replace("_", "-") for name in unknown)
         else:
             names = "the keyword argument " + ", ".join(unknown)
-        raise InputError(f"strategy {strategy!r} does not take {names}")
-    check_option_values(options)
+        raise DecodingOptionError(f"strategy {strategy!r} does not take {names}")
+    try:
+        check_option_values(options)
+    except InputError as err:
+        raise DecodingOptionError(str(err)) from None
     what = "--nbest" if cli else "nbest"
     if isinstance(nbest, bool) or not isinstance(nbest, int) or nbest < 1:
-        raise InputError(f"{what} must be an integer >= 1, got {nbest!r}")
+        raise DecodingOptionError(f"{what} must be an integer >= 1, got {nbest!r}")
     if nbest > MAX_NBEST:
-        raise InputError(f"{what} must be at most {MAX_NBEST}, got {nbest}")
+        raise DecodingOptionError(f"{what} must be at most {MAX_NBEST}, got {nbest}")
     try:
-        model.check_options(strategy, options, nbest)
+        model.check_options(strategy, options, nbest)  # the record's check_request
     except ValueError as err:
         message = str(err) if cli else str(err).replace("--nbest", "nbest")
-        raise InputError(f"strategy {strategy!r}: {message}") from err
+        if nbest > 1 and not record.nbest:
+            many = [name for name, s in offered.items() if s.nbest]
+            message += (
+                f"; n-best lists come from {', '.join(repr(n) for n in many)}"
+                if many
+                else f"; no {model.model_type.upper()} strategy gives several"
+            )
+        raise DecodingOptionError(f"strategy {strategy!r}: {message}") from None
+    reduced = getattr(model, "inference_shortlist", None) is not None or (
+        getattr(model, "inference_prune_threshold", None) is not None
+    )
+    if reduced and not record.reads_top1_only(options):
+        top1 = [name for name, s in offered.items() if s.top1]
+        raise DecodingOptionError(
+            f"strategy {strategy!r}: --shortlist and --prune-threshold apply to "
+            f"{', '.join(top1)} (the decoders that read each vertex's best token only; "
+            "lookahead without n-gram bans)"
+        )
 
 
 def check_option_values(options: dict[str, Any]) -> None:
@@ -187,11 +210,18 @@ def _finite(value: int | float) -> bool:
         return False
 
 
-def check_upsample_ratio(upsample_ratio: Any) -> None:
+def check_upsample_ratio(upsample_ratio: Any, model: nn.Module | None = None) -> None:
     """Check a decoding λ given by a caller (``None`` = the model's own).
+
+    Args:
+        upsample_ratio: the λ, or ``None``.
+        model: the model it is for; ``None`` checks the value only.
 
     Raises:
         InputError: not ``None`` nor a finite number > 0.
+        DecodingOptionError: (an InputError and a ValueError) a λ for a model whose decoder
+            length does not depend on it (``model.upsampled`` false: the AT, the NAT), which
+            would ignore it.
     """
     if upsample_ratio is not None and (
         isinstance(upsample_ratio, bool)
@@ -201,6 +231,11 @@ def check_upsample_ratio(upsample_ratio: Any) -> None:
     ):
         raise InputError(
             f"upsample_ratio must be None or a finite number > 0, got {shown(upsample_ratio)}"
+        )
+    if upsample_ratio is not None and model is not None and not model.upsampled:
+        raise DecodingOptionError(
+            f"upsample_ratio (--upsample-ratio) sizes the decoder of DAT and CTC models "
+            f"(L = λ·|x|); this {model.model_type.upper()} model does not use one"
         )
 
 
@@ -397,7 +432,7 @@ def iter_translations(
     options = dict(options or {})
     if check:
         check_strategy(model, strategy, options, nbest)
-        check_upsample_ratio(upsample_ratio)
+        check_upsample_ratio(upsample_ratio, model)
     if chunk_lines is not None and chunk_lines < 0:
         raise InputError(f"chunk_lines must be >= 0, got {chunk_lines}")
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
@@ -471,7 +506,7 @@ def score_pairs(
 
     if len(sources) != len(targets):
         raise InputError(f"{len(sources)} source lines but {len(targets)} target lines")
-    check_upsample_ratio(upsample_ratio)
+    check_upsample_ratio(upsample_ratio, model)
     warn = warn or (lambda message: warnings.warn(message, stacklevel=3))
     src_ids = encode_sources(sp, sources, model.config.max_source_positions, warn, keep_empty=True)
     tgt_ids = [list(encode_target(sp, line)) for line in targets]  # <s> y </s>

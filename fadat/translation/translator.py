@@ -47,7 +47,7 @@ class Translator:
 
     def __init__(self, model: nn.Module, sp: Any, upsample_ratio: float | None = None) -> None:
         check_vocabulary(sp, model)
-        check_upsample_ratio(upsample_ratio)
+        check_upsample_ratio(upsample_ratio, model)
         self.model = model
         self.sp = sp
         self.upsample_ratio = upsample_ratio
