@@ -81,7 +81,7 @@ full-head path tokens are all in the shortlist (``+sl``) and whose full-head pat
 vertices (``+prune``), from an untimed pass.
 
 Memory and size, after the timed passes: ``peakMiB`` is the peak resident set size
-(``getrusage``'s ``ru_maxrss``) of a child process (bench/rss_probe.py) that loads the row's
+(``VmHWM`` of ``/proc/self/status``) of a child process (bench/rss_probe.py) that loads the row's
 system alone on one thread and translates batch 1 and then the ``--memory-batches`` batches of
 the longest sources (the largest working set of the throughput pass); ``ΔMiB`` is that peak
 minus the child's peak after its imports (torch rows and CTranslate2 rows import torch; ONNX

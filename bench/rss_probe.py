@@ -9,8 +9,8 @@ kind's fields (``torch``: ``dat``, ``precision``, ``strategy``, ``shortlist``, `
 ``ratio``; ``onnx``: ``directory``, ``strategy``, ``ratio``; ``ct2``: ``directory``,
 ``compute``, ``beam``, ``vmap``, ``lengths`` (per batch the forced output lengths, or null)).
 The child imports only what its kind needs (``onnx``: onnxruntime, numpy, sentencepiece and
-:mod:`fadat.engine.runtime`, no torch), then reads its peak resident set size
-(``getrusage(RUSAGE_SELF).ru_maxrss``) as ``base``, loads the system on one thread, translates
+:mod:`fadat.engine.runtime`, no torch), then reads its peak resident set size (``VmHWM``,
+:func:`peak_mib`) as ``base``, loads the system on one thread, translates
 every batch once and reads the peak again. Prints one JSON line: ``{"base_mib", "peak_mib",
 "torch": whether torch was imported}``.
 """
@@ -24,8 +24,20 @@ from pathlib import Path
 
 
 def peak_mib() -> float:
-    """This process's peak resident set size so far in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's peak resident set size so far in MiB: ``VmHWM`` of
+    ``/proc/self/status``, else ``getrusage``'s ``ru_maxrss``.
+
+    ``VmHWM`` belongs to the process's own address space, which ``exec`` replaces; Linux
+    carries ``ru_maxrss`` over ``exec`` from the parent that forked the child, so in a child of
+    the (large) benchmark process it would read the benchmark's peak.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="utf-8").splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def probe(spec: dict) -> dict:
