@@ -176,7 +176,13 @@ def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
 
 
 def describe_cpu(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
-    """One line naming the CPU and its features, for a benchmark's header: ``"<model>; N
-    cores; amx_tile no, ..., avx2 yes"``."""
+    """One line naming the CPU and its features, for a benchmark's header: ``"<model> (family
+    F, model M); N logical CPUs; amx_tile no, ..., avx2 yes"``. Family and model tell the
+    generation where the name does not (a virtual machine's ``AMD EPYC``: family 25 is Zen 3
+    and Zen 4, 26 Zen 5)."""
+    family, model = _cpuinfo_field(cpuinfo, "cpu family"), _cpuinfo_field(cpuinfo, "model")
+    name = cpu_model(cpuinfo)
+    if family is not None and model is not None:
+        name += f" (family {family}, model {model})"
     features = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cpu_features(cpuinfo).items())
-    return f"{cpu_model(cpuinfo)}; {os.cpu_count()} logical CPUs; {features}"
+    return f"{name}; {os.cpu_count()} logical CPUs; {features}"

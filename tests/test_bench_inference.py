@@ -258,6 +258,8 @@ def _as_tuple(value):
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
 model name\t: Intel(R) Xeon(R) Platinum 8480+
 flags\t\t: fpu sse2 avx avx2 avx512f avx512_vnni avx512_bf16 {extra}
 bogomips\t: 4000.00
@@ -291,7 +293,10 @@ def test_cpu_features_read_the_first_processors_flags(tmp_path, extra, expected)
     assert list(features) == list(CPU_FEATURES)
     assert features == {name: expected.get(name, name == "avx2") for name in CPU_FEATURES}
     assert cpu_model(path) == "Intel(R) Xeon(R) Platinum 8480+"
-    assert describe_cpu(path).startswith("Intel(R) Xeon(R) Platinum 8480+; ")
+    line = describe_cpu(path)
+    assert line.startswith("Intel(R) Xeon(R) Platinum 8480+ (family 6, model 143); ")
+    shown = cpu_features(path)  # torch's helpers where it has them: this machine's answers
+    assert line.endswith(", ".join(f"{k} {'yes' if v else 'no'}" for k, v in shown.items()))
 
 
 def test_cpu_features_without_cpuinfo_and_with_torch(tmp_path):
