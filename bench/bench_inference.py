@@ -3,12 +3,12 @@
 
 The full table of issue 45 (item 5), on a quiet machine (two free cores; say what else ran)::
 
-    fadat prepare bible-en-es --output data/bible-en-es          # the test set (raw text)
-    fadat shortlist --model models/bible-en-es-fadat-cpu-small \\
-        --source data/bible-en-es/raw/train.src.txt --target data/bible-en-es/raw/train.ref.txt \\
+    fadat prepare bible-en-es --spm-model models/bible-en-es-fadat-cpu-small/spm.model \\
+        --output data/bible-en-es-4k                             # the DAT's vocabulary
+    fadat shortlist --model models/bible-en-es-fadat-cpu-small --data data/bible-en-es-4k \\
         --output shortlist-dat.safetensors                       # optional: +sl and +vmap rows
     taskset -c 0,1 python bench/bench_inference.py --dat models/bible-en-es-fadat-cpu-small \\
-        --at random --data data/bible-en-es --threads 1 2 --repeats 3 \\
+        --at random --data data/bible-en-es-4k --threads 1 2 --repeats 3 \\
         --batch-sentences 256 [--shortlist shortlist-dat.safetensors] \\
         --profile fastest --json inference.json | tee inference.txt
 
