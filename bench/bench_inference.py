@@ -1,48 +1,105 @@
-"""DAT inference against the AT in CTranslate2, measured fairly (issue 34): one run, one table.
+"""DAT inference in torch and in ONNX Runtime against the AT in CTranslate2, measured fairly
+(issues 34 and 45): one run, one table.
+
+The full table of issue 45 (item 5), on a quiet machine (two free cores; say what else ran)::
+
+    fadat prepare bible-en-es --spm-model models/bible-en-es-fadat-cpu-small/spm.model \\
+        --output data/bible-en-es-4k                             # the DAT's vocabulary
+    fadat shortlist --model models/bible-en-es-fadat-cpu-small --data data/bible-en-es-4k \\
+        --output shortlist-dat.safetensors                       # optional: +sl and +vmap rows
+    taskset -c 0,1 python bench/bench_inference.py --dat models/bible-en-es-fadat-cpu-small \\
+        --at random --data data/bible-en-es-4k --threads 1 2 --repeats 3 \\
+        --batch-sentences 256 [--shortlist shortlist-dat.safetensors] \\
+        --profile fastest --json inference.json | tee inference.txt
+
+``--at random`` stands for the AT until a trained one of that size is released (then ``--at
+AT_DIR``, with ``--at-shortlist``): an AT of the DAT's shape and vocabulary with random weights
+(:func:`build_random_at`, seeded), of which only the rows forced to the references' lengths are
+kept. Two exports are made into a temporary directory first (≈ 30 s of CPU, not timed), or
+taken from ``--onnx-dir DIR`` (``DIR/fp32``, ``DIR/int8``: ``fadat export --format onnx
+[--precision int8] --output DIR/PRECISION``). Duration, estimated from the rates of
+docs/results/cpu-speed.md (2-core AMD, 1,516 test sentences; 15 torch rows with bf16, 6 ONNX
+Runtime rows, 2 CTranslate2 rows): one thread ≈ 5–6 min per repeat, two cores ≈ 2 min per
+repeat (256 sentences, two settings per row), peak memory ≈ 2 min, exports ≈ 1 min: ≈ 30 min
+for three repeats (bf16 rows left out on a CPU without bf16 units: ≈ 25 min); with
+``--shortlist`` (+15 torch rows and their coverage passes, +2 CTranslate2 rows) ≈ 50 min.
 
 Usage::
 
-    python bench/bench_inference.py --dat models/bible-en-es-fadat-cpu-small --at AT_DIR \\
+    python bench/bench_inference.py --dat DAT_DIR --at AT_DIR|random \\
         --data data/bible-en-es [--threads 1 2] [--repeats 3] [--latency-sentences 100] \\
         [--batch-sentences 512] [--batch-size 64] [--test-sentences 0] \\
-        [--upsample-ratios 4 3] [--prune-thresholds 1e-2] [--shortlist FILE] \\
-        [--at-shortlist FILE] \\
-        [--only REGEX] [--json out.json]
+        [--precisions fp32 bf16 int8] [--upsample-ratios 4 3] [--prune-thresholds 1e-2] \\
+        [--shortlist FILE] [--at-shortlist FILE] [--onnx-dir DIR] \\
+        [--onnx-precisions fp32 int8] [--memory-batches 2] \\
+        [--only REGEX] [--profile ROW|fastest] [--json out.json]
     python bench/bench_inference.py --smoke --dat DAT --at AT --src SRC --ref REF   # seconds
 
 Rows (``--only REGEX`` keeps the rows whose name matches):
 
-- DAT through fadat's fast path (fadat.models.inference): greedy / lookahead / joint-Viterbi ×
-  fp32 / bf16 / int8 weights × without and with the vocabulary shortlist (``+sl``; the DAT
-  directory's ``shortlist.safetensors`` or ``--shortlist``; ``fadat shortlist`` builds one) ×
-  without and with pruning at each ``--prune-thresholds`` τ (``+prune τ``; greedy computes the
-  token head on its path only and is not pruned), at the model's λ and at each
-  ``--upsample-ratios`` λ (``λ=x``; decode-time λ below the training λ);
-- the AT exported to CTranslate2 (fadat.translation.export; ``--ct2-compute``, default int8): greedy
-  and beam 5; the same with CTranslate2's vocabulary map written from a shortlist built the
-  same way for the AT's vocabulary (``+vmap``; ``--at-shortlist``, default the AT directory's
-  ``shortlist.safetensors``, else the DAT's when both share a vocabulary; CTranslate2 takes the
-  union over a batch's sentences); and with every output
-  forced to its reference's length (``=ref len``: ``n + 1`` decoding steps for a reference of
-  ``n`` pieces, the work of an AT whose outputs have the references' lengths; for when no
-  plateau AT exists; their BLEU is meaningless and not shown).
+- ``DAT``: the DAT through fadat's torch fast path (fadat.models.inference): greedy / lookahead /
+  joint-Viterbi × fp32 / bf16 / int8 weights (bf16 by default only where the CPU has bf16
+  units: :func:`fadat.process.native_bf16`) × without and with the vocabulary shortlist
+  (``+sl``; the DAT directory's ``shortlist.safetensors`` or ``--shortlist``; ``fadat
+  shortlist`` builds one) × without and with pruning at each ``--prune-thresholds`` τ (``+prune
+  τ``; greedy computes the token head on its path only and is not pruned), at the model's λ and
+  at each ``--upsample-ratios`` λ (``λ=x``; decode-time λ below the training λ);
+- ``ORT``: the DAT exported with ``fadat export --format onnx`` and run by ONNX Runtime with
+  the numpy decoders (:class:`fadat.engine.runtime.OnnxDAT`, docs/engine.md): greedy /
+  lookahead / joint-Viterbi × the ``--onnx-precisions`` exports (fp32; int8 = ONNX Runtime's
+  dynamic quantization) × the same λ values; no shortlist or pruning (the graph has neither).
+  int8 quantizes activations per tensor over the whole batch, so an int8 row's outputs depend
+  on how sentences are batched (its BLEU is that of the batched pass, its ``inter t`` outputs
+  those of the halves);
+  Left out, with a message, when onnxruntime is not installed;
+- ``CT2``: the AT exported to CTranslate2 (fadat.translation.export; ``--ct2-compute``, default
+  int8): greedy and beam 5; the same with CTranslate2's vocabulary map written from a shortlist
+  built the same way for the AT's vocabulary (``+vmap``; ``--at-shortlist``, default the AT
+  directory's ``shortlist.safetensors``, else the DAT's when both share a vocabulary;
+  CTranslate2 takes the union over a batch's sentences); and with every output forced to its
+  reference's length (``=ref len``, also ``+vmap =ref len``: ``n + 1`` decoding steps for a
+  reference of ``n`` pieces, the work of an AT whose outputs have the references' lengths; for
+  when no trained AT exists; their BLEU is meaningless and not shown).
 
 Protocol: token ids in, token ids out (sentencepiece excluded). Threads: for each of ``--threads``:
-at 1 thread, torch's one intra-op thread for the DAT and CTranslate2's ``intra_threads=1``; at t >
-1 two settings each, and the table shows the better of the two per column, named: ``torch t`` /
-``intra t`` (``t`` intra-op threads) and ``inter t`` (``t`` replicas of one thread each, a batch
-split into ``t`` parts run side by side: CTranslate2's ``inter_threads=t``; for the DAT ``t``
-worker processes, :class:`Replicas`). Latency: batch 1 on the first ``--latency-sentences`` test
-sentences after warm-up; throughput: the first ``--batch-sentences`` sorted by source length in
-batches of ``--batch-size``. Every row (and every CTranslate2 setting) takes its turn on every
-sentence (latency) and every batch (throughput), and this is repeated ``--repeats`` times: the
-table gives the median over repeats of each repeat's median latency (ms) and sentences/s, with the
-spread (min–max over repeats). BLEU (tokenized with the Moses tokenizer, and sacreBLEU) of each
-row's batched outputs at the first thread count, on the first ``--test-sentences`` (0 = all).
-``=full``: share of sentences whose output equals the same row without shortlist and pruning;
-``cover``: share of sentences whose full-head path tokens are all in the shortlist (``+sl``) and
-whose full-head path stays on kept vertices (``+prune``), from an untimed pass. The load average
-and the busiest other processes are printed with the table; run it on a quiet machine.
+at 1 thread, torch's one intra-op thread for the DAT, ONNX Runtime's ``intra_op_num_threads=1``
+and CTranslate2's ``intra_threads=1``; at t > 1 two settings each, and the table shows the
+better of the two per column, named: ``torch t`` / ``intra t`` (``t`` intra-op threads: torch's,
+ONNX Runtime's ``intra_op_num_threads``, CTranslate2's ``intra_threads``) and ``inter t`` (``t``
+replicas of one thread each, a batch split into ``t`` parts run side by side: CTranslate2's
+``inter_threads=t``; for the DAT in torch and in ONNX Runtime ``t`` worker processes,
+:class:`Replicas`). Latency: batch 1 on the first ``--latency-sentences`` test sentences after
+warm-up; throughput: at the first thread count all test sentences, at the others the first
+``--batch-sentences``, sorted by source length in batches of ``--batch-size``. Every row (and
+every setting) takes its turn on every sentence (latency) and every batch (throughput), and
+this is repeated ``--repeats`` times: the table gives the median over repeats of each repeat's
+median latency (ms) and sentences/s, with the spread (min–max over repeats). BLEU (tokenized
+with the Moses tokenizer, and sacreBLEU) of each row's batched outputs at the first thread
+count, on the first ``--test-sentences`` (0 = all). ``=full``: share of sentences whose output
+equals the same row without shortlist and pruning; ``cover``: share of sentences whose
+full-head path tokens are all in the shortlist (``+sl``) and whose full-head path stays on kept
+vertices (``+prune``), from an untimed pass.
+
+Memory and size, after the timed passes: ``peakMiB`` is the peak resident set size
+(``VmHWM`` of ``/proc/self/status``) of a child process (bench/rss_probe.py) that loads the row's
+system alone on one thread and translates batch 1 and then the ``--memory-batches`` batches of
+the longest sources (the largest working set of the throughput pass); ``ΔMiB`` is that peak
+minus the child's peak after its imports (torch rows and CTranslate2 rows import torch; ONNX
+Runtime rows import onnxruntime, numpy and sentencepiece only), i.e. the model and its working
+memory. An ``inter t`` setting runs t such processes. ``diskMiB``: the files of the directory
+the row loads (the export for ONNX Runtime and CTranslate2; the model directory, fp16 weights,
+for torch).
+
+``--profile ROW``: instead of the table, where the batch-1 time of that row (its exact name, at
+the first thread count) goes over the latency sentences: torch rows through
+``torch.profiler`` (operators by self CPU time), ONNX Runtime rows through the session's own
+profiler (``SessionOptions.enable_profiling``: kernel time per op type, ONNX Runtime's time
+between kernels, and the time outside ``session.run``: padding, the numpy decoder, Python).
+``--profile fastest``: the table, then the profile of its fastest DAT or ORT row at batch 1.
+
+The header and the footer name the CPU (model name and its matrix units:
+:func:`fadat.process.describe_cpu`); the load average and the busiest other processes are
+printed with the table; run it on a quiet machine.
 """
 
 from __future__ import annotations
@@ -57,9 +114,10 @@ import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,6 +127,7 @@ from fadat.decoding import decode
 from fadat.evaluation.scoring import corpus_scores
 from fadat.models.directory import load_model
 from fadat.models.inference import PRECISIONS, graph_top1, kept_vertices, with_precision
+from fadat.process import describe_cpu, native_bf16
 
 Translate = Callable[[list[list[int]]], list[list[int]]]
 DAT_STRATEGIES = ("greedy", "lookahead", "joint-viterbi")
@@ -79,13 +138,15 @@ class Row:
     """One row of the table: a system, its command, and per thread count its settings."""
 
     name: str
-    kind: str  # "dat" or "at"
+    kind: str  # "dat" (torch), "ort" (ONNX Runtime) or "at" (CTranslate2)
     command: str
     # threads -> [(setting label, factory of the translate function)]
     settings: Callable[[int], list[tuple[str, Callable[[], Translate]]]]
     bleu: bool = True
     baseline: str | None = None  # the row without shortlist/pruning (for "=full")
     dat: dict = field(default_factory=dict)  # model, strategy, shortlist, prune (for "cover")
+    probe: dict = field(default_factory=dict)  # what bench/rss_probe.py loads (peak memory)
+    disk: Path | None = None  # the directory the system is loaded from (its size on disk)
 
 
 def dat_translate(
@@ -105,6 +166,29 @@ def dat_translate(
     return run
 
 
+_ENGINES: dict[tuple[str, int], Any] = {}
+
+
+def ort_engine(directory: str, threads: int):
+    """The :class:`fadat.engine.runtime.OnnxDAT` of an export with ``threads`` intra-op threads,
+    one session per (directory, threads) in this process (the rows of one export share it)."""
+    from fadat.engine.runtime import OnnxDAT
+
+    key = (str(directory), threads)
+    if key not in _ENGINES:
+        _ENGINES[key] = OnnxDAT(directory, intra_threads=threads)
+    return _ENGINES[key]
+
+
+def ort_translate(engine, strategy: str, ratio: float | None = None) -> Translate:
+    """Token ids in, token ids out through ONNX Runtime and the numpy decoders."""
+
+    def run(sources):
+        return [h.tokens for h in engine.translate_ids(sources, strategy, ratio)]
+
+    return run
+
+
 # ----------------------------------------------------------------------------- DAT replicas
 # ``inter t`` for the DAT: t worker processes of one torch thread each, a batch split into t
 # contiguous parts translated side by side (CTranslate2's ``inter_threads``, as a server with
@@ -113,17 +197,22 @@ def dat_translate(
 _REPLICA: dict = {}
 
 
-def _replica_init(dat_dir: str, precisions: list[str], shortlists: list[str]) -> None:
-    """Worker start: one torch thread; every precision's model and every shortlist loaded now,
-    so that no timed call pays for loading."""
+def _replica_init(
+    dat_dir: str, precisions: list[str], shortlists: list[str], onnx_dirs: Sequence[str] = ()
+) -> None:
+    """Worker start: one torch thread; every precision's model, every shortlist and every ONNX
+    export (a one-thread session each) loaded now, so that no timed call pays for loading."""
     from fadat.models.shortlist import load_shortlist
 
     torch.set_num_threads(1)
-    base, _ = load_model(dat_dir, "cpu")
-    _REPLICA["models"] = {p: with_precision(base, p) for p in precisions}
-    _REPLICA["shortlists"] = {
-        path: load_shortlist(path, base.config.vocab_size) for path in shortlists
-    }
+    _REPLICA["models"], _REPLICA["shortlists"] = {}, {}
+    if precisions:
+        base, _ = load_model(dat_dir, "cpu")
+        _REPLICA["models"] = {p: with_precision(base, p) for p in precisions}
+        _REPLICA["shortlists"] = {
+            path: load_shortlist(path, base.config.vocab_size) for path in shortlists
+        }
+    _REPLICA["engines"] = {d: ort_engine(d, 1) for d in onnx_dirs}
 
 
 def _replica_ready(seconds: float) -> int:
@@ -145,10 +234,24 @@ def _replica_translate(
     return dat_translate(model, strategy, sl, prune, ratio)(sources)
 
 
-class Replicas:
-    """A pool of ``workers`` one-thread processes holding the DAT in each of ``precisions``."""
+def _replica_translate_onnx(
+    directory: str, strategy: str, ratio: float | None, sources: list[list[int]]
+) -> list[list[int]]:
+    return ort_translate(_REPLICA["engines"][directory], strategy, ratio)(sources)
 
-    def __init__(self, dat_dir: str, workers: int, precisions: list[str], shortlists: list[str]):
+
+class Replicas:
+    """A pool of ``workers`` one-thread processes holding the DAT in each of ``precisions`` and
+    a one-thread ONNX Runtime session of each export in ``onnx_dirs``."""
+
+    def __init__(
+        self,
+        dat_dir: str,
+        workers: int,
+        precisions: list[str],
+        shortlists: list[str],
+        onnx_dirs: Sequence[str] = (),
+    ):
         import concurrent.futures
         import multiprocessing
 
@@ -157,26 +260,30 @@ class Replicas:
             workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_replica_init,
-            initargs=(dat_dir, precisions, shortlists),
+            initargs=(dat_dir, precisions, shortlists, list(onnx_dirs)),
         )
         pids = {f.result() for f in [self.pool.submit(_replica_ready, 1.0) for _ in range(workers)]}
         if len(pids) != workers:
             raise RuntimeError(f"{workers} replicas asked for, {len(pids)} started")
 
-    def translate(self, precision, strategy, shortlist, prune, ratio) -> Translate:
+    def _split(self, task: Callable, *head) -> Translate:
+        """``task(*head, part)`` on each of ``workers`` contiguous parts of a batch, side by
+        side; the outputs in order."""
+
         def run(sources):
             n = len(sources)
             size = math.ceil(n / self.workers)
             parts = [sources[k : k + size] for k in range(0, n, size)]
-            futures = [
-                self.pool.submit(
-                    _replica_translate, precision, strategy, shortlist, prune, ratio, p
-                )
-                for p in parts
-            ]
+            futures = [self.pool.submit(task, *head, p) for p in parts]
             return [y for f in futures for y in f.result()]
 
         return run
+
+    def translate(self, precision, strategy, shortlist, prune, ratio) -> Translate:
+        return self._split(_replica_translate, precision, strategy, shortlist, prune, ratio)
+
+    def translate_onnx(self, directory: str, strategy: str, ratio: float | None) -> Translate:
+        return self._split(_replica_translate_onnx, directory, strategy, ratio)
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -260,13 +367,204 @@ def measure(
     return latency, rates, outputs
 
 
+# ----------------------------------------------------------------------------- built per run
+
+
+def build_random_at(dat_dir: str | Path, output: Path) -> Path:
+    """An AT model directory of the DAT's shape (layers, widths, heads, vocabulary, position
+    limits) and sentencepiece model, with random weights (the config's ``init_std``).
+
+    For the ``=ref len`` rows while no trained AT of that size exists: forced to the
+    references' lengths, an AT does the same work whatever its weights (CTranslate2's kernels
+    take no shortcut on values); its own outputs and BLEU mean nothing. Seeded (0), so every
+    run times the same model.
+    """
+    from fadat.models.at import ATModel
+    from fadat.models.config import ModelConfig
+    from fadat.models.directory import read_model_metadata, spm_model_path
+
+    config = dict(read_model_metadata(dat_dir)["config"])
+    config.update(model_type="at", copy_source=False, decode_upsample_ratio=None)
+    config.pop("upsample_ratio_range", None)
+    torch.manual_seed(0)
+    ATModel(ModelConfig.from_dict(config)).save_pretrained(
+        output, spm_model=spm_model_path(dat_dir)
+    )
+    return output
+
+
+def onnx_export_dir(dat_dir: str, precision: str, onnx_dir: str | None, work: Path) -> Path:
+    """The ONNX export of ``precision``: ``onnx_dir/precision`` when it is one, else exported
+    now into ``work`` (int8 from the fp32 export; the export time is not timed)."""
+    from fadat.engine.runtime import METADATA, is_engine_dir
+    from fadat.translation.onnx_export import export_onnx, quantize_export
+
+    if onnx_dir is not None and is_engine_dir(Path(onnx_dir) / precision):
+        directory = Path(onnx_dir) / precision
+        found = json.loads((directory / METADATA).read_text(encoding="utf-8"))["precision"]
+        if found != precision:
+            raise SystemExit(f"{directory}: an export in {found}, not {precision}")
+        return directory
+    out = work / f"onnx-{precision}"
+    if is_engine_dir(out):  # exported earlier in this run
+        return out
+    start = time.perf_counter()
+    if precision == "fp32":
+        export_onnx(dat_dir, out)
+    else:
+        fp32 = onnx_export_dir(dat_dir, "fp32", onnx_dir, work)
+        quantize_export(fp32, out)
+    print(f"exported {out} in {time.perf_counter() - start:.0f} s (not timed)", flush=True)
+    return out
+
+
+def disk_mib(directory: Path) -> float:
+    """The size of the files under ``directory`` in MiB (what a deployment copies)."""
+    return sum(f.stat().st_size for f in Path(directory).rglob("*") if f.is_file()) / 2**20
+
+
+def longest_batches(sources: list[list[int]], size: int, count: int) -> list[list[list[int]]]:
+    """Batch 1 of the longest source, then ``count`` batches of ``size`` of the longest
+    sources: the largest working memory the throughput pass (sorted by length) meets."""
+    order = sorted(sources, key=len)
+    longest = order[-size * count :]
+    return [[order[-1]]] + [longest[k : k + size] for k in range(0, len(longest), size)]
+
+
+def peak_memory(spec: dict, work: Path) -> dict:
+    """Peak resident memory of one system in a child process (bench/rss_probe.py)."""
+    import sys
+
+    path = work / "rss-probe.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parent / "rss_probe.py"), str(path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"bench/rss_probe.py failed on {spec['kind']}:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- profiles
+
+
+def profile_row(
+    row: Row, sources: list[list[int]], count: int, warmup: int, threads: int, work: Path
+) -> dict:
+    """Where the batch-1 time of ``row`` (its first setting at ``threads``) goes, over the
+    first ``count`` sources after ``warmup``; printed and returned.
+
+    torch rows: ``torch.profiler`` (CPU), operators by self time. ONNX Runtime rows: the
+    session's own profiler (``SessionOptions.enable_profiling``), node time summed by op type,
+    and the time outside ``session.run`` (padding, the numpy decoder, Python). Per sentence, in
+    ms. CTranslate2 rows: not offered (its kernels are outside Python's reach).
+    """
+    if row.kind == "at":
+        raise SystemExit(f"--profile: {row.name} is a CTranslate2 row; profiles are for DAT rows")
+    label, factory = row.settings(threads)[0]
+    run = factory()
+    for s in sources[:warmup]:
+        run([s])
+    picked = sources[:count]
+    if row.kind == "dat":
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            start = time.perf_counter()
+            for s in picked:
+                run([s])
+            wall = (time.perf_counter() - start) * 1000 / len(picked)
+        table = prof.key_averages()
+        ops = sorted(table, key=lambda e: -e.self_cpu_time_total)
+        by_op = {e.key: (e.self_cpu_time_total / 1000 / len(picked), e.count) for e in ops}
+        print(f"{row.name} ({label}), batch 1, {len(picked)} sentences: {wall:.2f} ms/sentence")
+        print(table.table(sort_by="self_cpu_time_total", row_limit=25))
+        return {"setting": label, "ms_per_sentence": wall, "ops_ms": by_op}
+    import onnxruntime as ort
+
+    engine = ort_engine(row.dat["onnx"], threads)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.enable_profiling = True
+    options.profile_file_prefix = str(work / "ort-profile")
+    session = ort.InferenceSession(
+        str(Path(row.dat["onnx"]) / engine.metadata["graph"]), options, ["CPUExecutionProvider"]
+    )
+    plain, engine.session = engine.session, session
+    inside = 0.0
+    real_run = session.run
+
+    def timed_run(*a, **k):
+        nonlocal inside
+        start = time.perf_counter()
+        out = real_run(*a, **k)
+        inside += time.perf_counter() - start
+        return out
+
+    session.run = timed_run
+    try:
+        for s in sources[:warmup]:
+            run([s])
+        inside = 0.0
+        start = time.perf_counter()
+        for s in picked:
+            run([s])
+        wall = (time.perf_counter() - start) * 1000 / len(picked)
+    finally:
+        engine.session = plain
+    events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
+    # the last len(picked) runs are the measured ones; the warm-up's node events come before
+    run_starts = sorted(e["ts"] for e in events if e.get("name") == "model_run")
+    cutoff = run_starts[-len(picked)] if len(run_starts) >= len(picked) else 0
+    by_op: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            if e["ts"] >= cutoff:
+                op = e.get("args", {}).get("op_name", "?")
+                by_op.setdefault(op, [0.0, 0])
+                by_op[op][0] += e["dur"] / 1000 / len(picked)
+                by_op[op][1] += 1 / len(picked)
+    session_ms = inside * 1000 / len(picked)
+    nodes = sum(v[0] for v in by_op.values())
+    print(
+        f"{row.name} ({label}), batch 1, {len(picked)} sentences, ORT profiling on: "
+        f"{wall:.2f} ms/sentence; session.run {session_ms:.2f} ms (its nodes' kernels "
+        f"{nodes:.2f}, between them: ORT's scheduling, allocations {session_ms - nodes:.2f}); "
+        f"outside session.run (padding, numpy decoding, Python) {wall - session_ms:.2f} ms"
+    )
+    print(f"{'op type':<28} {'ms/sent':>8} {'share':>6} {'calls/sent':>10}")
+    ops_ms = {}
+    for op, (ms, calls) in sorted(by_op.items(), key=lambda kv: -kv[1][0]):
+        ops_ms[op] = ms
+        print(f"{op:<28} {ms:>8.3f} {ms / wall:>6.1%} {calls:>10.1f}")
+    print("(share: of the whole batch-1 time per sentence)")
+    return {
+        "setting": label,
+        "ms_per_sentence": wall,
+        "session_run_ms": session_ms,
+        "ops_ms": ops_ms,
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark and print the table; returns the results by row name (each with its
     ``command``, per thread count its settings' ``ms`` and ``sent_s`` as (median, min, max),
     and at the first thread count its batched ``outputs``, BLEU, ``same_as_full``, ``cover``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dat", required=True, help="DAT model directory")
-    p.add_argument("--at", required=True, help="AT model directory (exported to CTranslate2)")
+    p.add_argument(
+        "--at",
+        required=True,
+        help="AT model directory (exported to CTranslate2), or 'random': an AT of the DAT's "
+        "shape and vocabulary with random weights, for the '=ref len' rows only",
+    )
     p.add_argument("--data", help="prepared data directory: raw/test.src.txt, raw/test.ref.txt")
     p.add_argument("--src", help="or: source text file")
     p.add_argument("--ref", help="and its reference file")
@@ -277,7 +575,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--test-sentences", type=int, default=0, help="first N only (0 = all)")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=PRECISIONS,
+        help="torch rows' precisions (default all; bf16 only where the CPU has bf16 units)",
+    )
     p.add_argument("--upsample-ratios", type=float, nargs="*", default=[], help="extra λ values")
     p.add_argument("--prune-thresholds", type=float, nargs="*", default=[1e-2])
     p.add_argument("--shortlist", help="shortlist file (default: the DAT's shortlist.safetensors)")
@@ -287,12 +590,46 @@ def main(argv: list[str] | None = None) -> dict:
         "DAT's when the vocabularies are the same)",
     )
     p.add_argument("--ct2-compute", nargs="+", default=["int8"])
+    p.add_argument(
+        "--onnx-dir",
+        help="ONNX exports to use: DIR/fp32 and DIR/int8 (fadat export --format onnx); the "
+        "missing ones are exported to a temporary directory (default: all of them)",
+    )
+    p.add_argument(
+        "--onnx-precisions",
+        nargs="*",
+        default=["fp32", "int8"],
+        help="precisions of the ONNX Runtime rows (none: no ONNX Runtime rows)",
+    )
+    p.add_argument(
+        "--memory-batches",
+        type=int,
+        default=2,
+        help="peak memory: batches of the longest sources each row's child process translates "
+        "(0: no memory column)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="ROW",
+        help="instead of the table, where the batch-1 time of row ROW goes (its exact name); "
+        "'fastest': the table, then the profile of its fastest DAT row at batch 1",
+    )
     p.add_argument("--only", help="keep the rows whose name matches this regular expression")
     p.add_argument("--smoke", action="store_true", help="a few sentences, one repeat: seconds")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
+    print(f"CPU: {describe_cpu()}", flush=True)
+    if args.precisions is None:
+        args.precisions = [p for p in PRECISIONS if p != "bf16" or native_bf16("cpu")]
+        if "bf16" not in args.precisions:
+            print(
+                "no bf16 units on this CPU (emulated bf16 ran 33x slower than fp32 on an AVX2 "
+                "CPU): bf16 rows left out; --precisions bf16 to time them anyway",
+                flush=True,
+            )
     if args.smoke:
         args.threads, args.repeats, args.warmup = args.threads[:1], 1, 1
+        args.memory_batches = min(args.memory_batches, 1)
         args.latency_sentences, args.batch_sentences, args.batch_size = 2, 4, 2
         args.test_sentences = args.test_sentences or 4
 
@@ -319,7 +656,10 @@ def main(argv: list[str] | None = None) -> dict:
     dat_models = {None: dat}  # λ → model: one model, λ passed to each call
     for ratio in args.upsample_ratios:
         dat_models[ratio] = dat
-    sp_at = spm.SentencePieceProcessor(model_file=str(spm_model_path(args.at)))
+    work = Path(tempfile.mkdtemp(prefix="bench-inference-"))
+    random_at = args.at == "random"
+    at_dir = build_random_at(args.dat, work / "at-random") if random_at else Path(args.at)
+    sp_at = spm.SentencePieceProcessor(model_file=str(spm_model_path(at_dir)))
     src_dat = [encode_source(sp_dat, x) for x in lines]
     src_at = [encode_source(sp_at, x) for x in lines]
     ref_lengths = [len(sp_at.encode(y)) for y in refs]
@@ -330,12 +670,11 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         print(f"no shortlist at {shortlist_path}: rows with +sl/+vmap left out", flush=True)
 
-    work = Path(tempfile.mkdtemp(prefix="bench-inference-"))
-    export_ctranslate2(args.at, work / "at-ct2")
+    export_ctranslate2(at_dir, work / "at-ct2")
     same_vocab = [sp_at.id_to_piece(i) for i in range(sp_at.get_piece_size())] == [
         sp_dat.id_to_piece(i) for i in range(sp_dat.get_piece_size())
     ]
-    at_shortlist_path = Path(args.at_shortlist or Path(args.at) / SHORTLIST_NAME)
+    at_shortlist_path = Path(args.at_shortlist or at_dir / SHORTLIST_NAME)
     vmap_from = None  # the shortlist CTranslate2's vocabulary map (+vmap) is written from
     if at_shortlist_path.is_file():
         vmap_from = at_shortlist_path  # the AT's own, built the same way for its vocabulary
@@ -348,15 +687,29 @@ def main(argv: list[str] | None = None) -> dict:
             flush=True,
         )
     if vmap_from is not None:
-        export_ctranslate2(args.at, work / "at-ct2-vmap", shortlist=vmap_from)
+        export_ctranslate2(at_dir, work / "at-ct2-vmap", shortlist=vmap_from)
         vmap_command = f"fadat export --shortlist {vmap_from}"
 
+    at_name = "AT_RANDOM" if random_at else args.at
+    onnx_dirs: dict[str, Path] = {}  # precision -> export directory
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        if args.onnx_precisions:
+            print("onnxruntime is not installed: ONNX Runtime rows left out", flush=True)
+        args.onnx_precisions = []
+    for precision in args.onnx_precisions:
+        onnx_dirs[precision] = onnx_export_dir(args.dat, precision, args.onnx_dir, work)
+
     pools: dict[int, Replicas] = {}
+    pooled: dict[str, set] = {"precisions": set(), "onnx": set()}  # what the replicas hold
 
     def replicas(t: int) -> Replicas:
         if t not in pools:
             shortlists = [str(shortlist_path)] if shortlist is not None else []
-            pools[t] = Replicas(args.dat, t, list(args.precisions), shortlists)
+            pools[t] = Replicas(
+                args.dat, t, sorted(pooled["precisions"]), shortlists, sorted(pooled["onnx"])
+            )
         return pools[t]
 
     rows: list[Row] = []
@@ -405,19 +758,67 @@ def main(argv: list[str] | None = None) -> dict:
                                 "sl": sl,
                                 "prune": prune,
                                 "ratio": ratio,
+                                "precision": precision,
                             },
+                            probe={
+                                "kind": "torch",
+                                "dat": str(args.dat),
+                                "precision": precision,
+                                "strategy": strategy,
+                                "shortlist": sl_file,
+                                "prune": prune,
+                                "ratio": ratio,
+                            },
+                            disk=Path(args.dat),
                         )
                     )
+    for precision, directory in onnx_dirs.items():
+        for ratio in dat_models:
+            lam = "" if ratio is None else f" λ={ratio:g}"
+            for strategy in DAT_STRATEGIES:
+                command = (
+                    f"fadat export --format onnx --precision {precision} --model {args.dat} "
+                    f"--output DIR; fadat translate --engine onnxruntime --model DIR "
+                    f"--strategy {strategy}"
+                    + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
+                    + " --threads T"
+                )
+
+                def settings(t, d=str(directory), s=strategy, r=ratio):
+                    own = [(f"intra {t}", lambda: ort_translate(ort_engine(d, t), s, r))]
+                    if t == 1:
+                        return own
+                    return own + [(f"inter {t}", lambda: replicas(t).translate_onnx(d, s, r))]
+
+                rows.append(
+                    Row(
+                        f"ORT {strategy} {precision}{lam}",
+                        "ort",
+                        command,
+                        settings,
+                        dat={"onnx": str(directory)},
+                        probe={
+                            "kind": "onnx",
+                            "directory": str(directory),
+                            "strategy": strategy,
+                            "ratio": ratio,
+                        },
+                        disk=directory,
+                    )
+                )
     ct2_variants = [("", {}, True), (" =ref len", {"forced": True}, False)]
     if (work / "at-ct2-vmap").is_dir():
         ct2_variants.insert(1, (" +vmap", {"vmap": True}, True))
+        ct2_variants.append((" +vmap =ref len", {"vmap": True, "forced": True}, False))
+    if random_at:  # a random AT's own outputs run to the length limit: only forced rows
+        ct2_variants = [v for v in ct2_variants if v[1].get("forced")]
     for compute in args.ct2_compute:
         for beam in (1, 5):
             for suffix, variant, bleu in ct2_variants:
                 name = f"CT2 {'greedy' if beam == 1 else 'beam5'} {compute}{suffix}"
                 directory = work / ("at-ct2-vmap" if variant.get("vmap") else "at-ct2")
                 command = (
-                    f"fadat export --format ctranslate2 --model {args.at} --output DIR"
+                    f"fadat export --format ctranslate2 --model {at_name} --output DIR"
                     + (vmap_command.removeprefix("fadat export") if variant.get("vmap") else "")
                     + f"; CTranslate2AT(DIR, '{compute}', intra_threads, inter_threads)"
                     + f".translate_ids(ids, beam_size={beam}"
@@ -447,9 +848,45 @@ def main(argv: list[str] | None = None) -> dict:
                         return [("intra 1", lambda: make(1, 1))]
                     return [(f"intra {t}", lambda: make(t, 1)), (f"inter {t}", lambda: make(1, t))]
 
-                rows.append(Row(name, "at", command, settings, bleu=bleu))
+                rows.append(
+                    Row(
+                        name,
+                        "at",
+                        command,
+                        settings,
+                        bleu=bleu,
+                        probe={
+                            "kind": "ct2",
+                            "directory": str(directory),
+                            "compute": compute,
+                            "beam": beam,
+                            "vmap": bool(variant.get("vmap")),
+                            "forced": bool(variant.get("forced")),
+                        },
+                        disk=directory,
+                    )
+                )
+    sources_of = {"dat": src_dat, "ort": src_dat, "at": src_at}
+
+    if args.profile and args.profile != "fastest":
+        chosen = [r for r in rows if r.name == args.profile]
+        if not chosen:
+            names = ", ".join(r.name for r in rows if r.kind != "at")
+            raise SystemExit(f"--profile {args.profile!r}: no such row; rows: {names}")
+        torch.set_num_threads(args.threads[0])
+        result = profile_row(
+            chosen[0], sources_of[chosen[0].kind], latency_count, args.warmup, args.threads[0], work
+        )
+        shutil.rmtree(work, ignore_errors=True)
+        return {chosen[0].name: result}
+
     if args.only:
         rows = [r for r in rows if re.search(args.only, r.name)]
+    for r in rows:  # what ``inter t`` replicas must hold
+        if r.kind == "dat":
+            pooled["precisions"].add(r.dat["precision"])
+        elif r.kind == "ort":
+            pooled["onnx"].add(r.dat["onnx"])
 
     results: dict[str, dict] = {r.name: {"command": r.command} for r in rows}
     for t_index, threads in enumerate(args.threads):
@@ -457,7 +894,7 @@ def main(argv: list[str] | None = None) -> dict:
         runs = {}
         for r in rows:
             for label, factory in r.settings(threads):
-                runs[r.name, label] = (factory(), src_dat if r.kind == "dat" else src_at)
+                runs[r.name, label] = (factory(), sources_of[r.kind])
         count = n_test if t_index == 0 else min(args.batch_sentences, n_test)
         lat, rate, outs = measure(
             runs, latency_count, count, args.batch_size, args.repeats, args.warmup
@@ -478,12 +915,14 @@ def main(argv: list[str] | None = None) -> dict:
                 outputs = outs[r.name, r.settings(threads)[0][0]]
                 results[r.name]["outputs"] = outputs
                 if r.bleu:
-                    sp = sp_dat if r.kind == "dat" else sp_at
+                    sp = sp_at if r.kind == "at" else sp_dat
                     scores = corpus_scores([sp.decode(y) for y in outputs], [refs], target_lang)
                     results[r.name]["tok_bleu"] = round(scores["tok_bleu"], 2)
                     results[r.name]["bleu"] = round(scores["bleu"], 2)
             print(f"[{threads} thread(s)] {r.name}: {json.dumps(per)}", flush=True)
     torch.set_num_threads(args.threads[0])
+    for pool in pools.values():
+        pool.close()
     for r in rows:
         if r.baseline is not None and r.baseline in results:
             mine, full = results[r.name]["outputs"], results[r.baseline]["outputs"]
@@ -493,9 +932,26 @@ def main(argv: list[str] | None = None) -> dict:
             results[r.name]["cover"] = coverage(
                 d["model"], d["strategy"], d["sl"], d["prune"], src_dat, args.batch_size, d["ratio"]
             )
+        if r.disk is not None:
+            results[r.name]["disk_mib"] = disk_mib(r.disk)
+    if args.memory_batches > 0:
+        plans = {
+            kind: longest_batches(sources, args.batch_size, args.memory_batches)
+            for kind, sources in (("dat", src_dat), ("at", src_at))
+        }
+        forced = {tuple(s): n for s, n in zip(src_at, ref_lengths, strict=True)}
+        for r in rows:
+            spec = dict(r.probe)
+            spec["batches"] = plans["at" if r.kind == "at" else "dat"]
+            if spec.pop("forced", False):
+                spec["lengths"] = [[forced[tuple(s)] for s in b] for b in spec["batches"]]
+            results[r.name]["memory"] = peak_memory(spec, work)
+            print(f"[memory] {r.name}: {json.dumps(results[r.name]['memory'])}", flush=True)
 
     print()
+    print(f"CPU: {describe_cpu()}")
     head = f"{'#':>2} {'system':<40} {'tokBLEU':>7} {'BLEU':>6} {'=full':>5} {'cover':>5}"
+    head += f" {'peakMiB':>7} {'ΔMiB':>6} {'diskMiB':>7}"
     for t in args.threads:
         head += f" | {t}T ms (min-max)      setting | sent/s (min-max)        setting"
     print(head)
@@ -503,8 +959,12 @@ def main(argv: list[str] | None = None) -> dict:
     for k, r in enumerate(rows, start=1):
         x = results[r.name]
         tok, bleu = x.get("tok_bleu", math.nan), x.get("bleu", math.nan)
+        mem = x.get("memory") or {}
+        peak = mem.get("peak_mib", math.nan)
+        grown = peak - mem.get("base_mib", math.nan)
         row = f"{k:>2} {r.name:<40} {tok:>7.2f} {bleu:>6.2f}"
         row += f" {x.get('same_as_full', math.nan):>5.2f} {x.get('cover', math.nan):>5.2f}"
+        row += f" {peak:>7.0f} {grown:>6.0f} {x.get('disk_mib', math.nan):>7.1f}"
         for t in args.threads:
             y = x[t]
             ms = y["settings"][y["best_latency"]]["ms"]
@@ -515,21 +975,52 @@ def main(argv: list[str] | None = None) -> dict:
     print("\ncommands:")
     for k, r in enumerate(rows, start=1):
         print(f"{k:>2} {r.command}")
+    if random_at:
+        print(
+            "AT_RANDOM: an AT of the DAT's shape and vocabulary with random weights "
+            "(build_random_at in bench/bench_inference.py); its rows are forced to the "
+            "references' lengths"
+        )
+    versions = f"torch {torch.__version__}, ctranslate2 {__import__('ctranslate2').__version__}"
+    if onnx_dirs:
+        versions += f", onnxruntime {__import__('onnxruntime').__version__}"
     print(
         f"\n{n_test} test sentences (BLEU, and throughput at {args.threads[0]} thread(s)); "
         f"latency on the first {latency_count}, throughput at other thread counts on the first "
         f"{min(args.batch_sentences, n_test)}; batches of {args.batch_size}; {args.repeats} "
-        f"interleaved repeats, medians (min-max); torch {torch.__version__}, ctranslate2 "
-        f"{__import__('ctranslate2').__version__}"
+        f"interleaved repeats, medians (min-max); {versions}"
     )
+    if args.memory_batches > 0:
+        print(
+            f"peakMiB: peak resident set size of a child process (bench/rss_probe.py) that loads "
+            f"the row's system alone on one thread and translates batch 1, then the "
+            f"{args.memory_batches} batches of {args.batch_size} longest sources; ΔMiB: that "
+            "peak minus the child's peak after its imports (torch rows and CT2 import torch, "
+            "ORT rows only onnxruntime); an 'inter t' setting holds t such processes. diskMiB: "
+            "the directory the system is loaded from (torch rows: the model directory)"
+        )
+    print(f"CPU: {describe_cpu()}")
     print(f"load average {os.getloadavg()}; busiest processes at the end:\n{busy_processes()}")
+    if args.profile == "fastest":
+        t = args.threads[0]
+
+        def batch1_ms(r: Row) -> float:
+            x = results[r.name][t]
+            return x["settings"][x["best_latency"]]["ms"][0]
+
+        candidates = [r for r in rows if r.kind in ("dat", "ort")]
+        if candidates:
+            best = min(candidates, key=batch1_ms)
+            print(f"\nprofile of the fastest DAT row at batch 1, {t} thread(s): {best.name}")
+            results[best.name]["profile"] = profile_row(
+                best, sources_of[best.kind], latency_count, args.warmup, t, work
+            )
     if args.json:
         saved = {
             name: {k: v for k, v in x.items() if k != "outputs"} for name, x in results.items()
         }
+        saved["machine"] = {"cpu": describe_cpu(), "versions": versions}
         Path(args.json).write_text(json.dumps(saved, indent=1, default=str), encoding="utf-8")
-    for pool in pools.values():
-        pool.close()
     shutil.rmtree(work, ignore_errors=True)
     return results
 

@@ -2,7 +2,7 @@
 (:func:`tune_memory`), and SIGTERM handled like Ctrl-C while a verb runs
 (:func:`terminate_as_interrupt`). ``fadat``'s command line uses both (``fadat.cli.main``); a
 program that imports fadat as a library keeps its own settings unless it calls them. Also what
-the machine's processor can do (:func:`native_bf16`).
+the machine's processor can do (:func:`native_bf16`, :func:`cpu_features`, :func:`cpu_model`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 
 @contextlib.contextmanager
@@ -100,3 +101,88 @@ def native_bf16(device_type: str = "cpu") -> bool:
     if device_type == "cuda":
         return bool(torch.cuda.is_bf16_supported())
     return True
+
+
+#: The CPU features :func:`cpu_features` reports, each with the torch helper that answers it
+#: (``None``: torch has none) and its ``/proc/cpuinfo`` flag.
+CPU_FEATURES: dict[str, tuple[str | None, str]] = {
+    "amx_tile": ("_is_amx_tile_supported", "amx_tile"),
+    "amx_bf16": (None, "amx_bf16"),
+    "amx_int8": (None, "amx_int8"),
+    "avx512_bf16": ("_is_avx512_bf16_supported", "avx512_bf16"),
+    "avx512_vnni": ("_is_vnni_supported", "avx512_vnni"),
+    "avx_vnni": (None, "avx_vnni"),
+    "avx2": ("_is_avx2_supported", "avx2"),
+}
+
+
+def _cpuinfo_field(cpuinfo: str | Path, name: str) -> str | None:
+    """The value of the first ``name : value`` line of a ``/proc/cpuinfo``-style file, or
+    ``None`` (no such line, or the file unreadable: not Linux)."""
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == name:
+            return value.strip()
+    return None
+
+
+def cpu_features(
+    cpuinfo: str | Path = "/proc/cpuinfo", *, use_torch: bool = True
+) -> dict[str, bool]:
+    """The matrix and vector units of this machine's CPU that decide which precision and which
+    kernels are fastest (issue 45, item 4): AMX tiles with their bf16 and int8 instructions,
+    AVX-512 BF16, AVX-512 VNNI and AVX-VNNI (int8 dot products), AVX2 (:data:`CPU_FEATURES`).
+
+    Each feature is torch's answer where torch has a helper (``torch.cpu._is_*_supported``,
+    which also checks that the operating system enables the unit, e.g. AMX's tile state) and
+    the first processor's ``flags`` line of ``cpuinfo`` otherwise, or when ``use_torch`` is
+    False, or torch is missing. ``amx_bf16`` / ``amx_int8`` also need ``amx_tile`` to be true.
+
+    Args:
+        cpuinfo: a file in ``/proc/cpuinfo``'s format (a missing file: no flags).
+        use_torch: ask torch's helpers first.
+
+    Returns:
+        Feature name → whether the CPU has it, in :data:`CPU_FEATURES`'s order.
+    """
+    flags = set((_cpuinfo_field(cpuinfo, "flags") or "").split())
+    cpu = None
+    if use_torch:
+        try:
+            import torch
+
+            cpu = torch.cpu
+        except ImportError:
+            cpu = None
+    out: dict[str, bool] = {}
+    for name, (helper, flag) in CPU_FEATURES.items():
+        check = getattr(cpu, helper, None) if cpu is not None and helper else None
+        out[name] = bool(check()) if check is not None else flag in flags
+    for name in ("amx_bf16", "amx_int8"):
+        out[name] = out[name] and out["amx_tile"]
+    return out
+
+
+def cpu_model(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """The CPU's model name (``model name`` of ``cpuinfo``; else :func:`platform.processor`,
+    else ``"unknown CPU"``)."""
+    import platform
+
+    return _cpuinfo_field(cpuinfo, "model name") or platform.processor() or "unknown CPU"
+
+
+def describe_cpu(cpuinfo: str | Path = "/proc/cpuinfo") -> str:
+    """One line naming the CPU and its features, for a benchmark's header: ``"<model> (family
+    F, model M); N logical CPUs; amx_tile no, ..., avx2 yes"``. Family and model tell the
+    generation where the name does not (a virtual machine's ``AMD EPYC``: family 25 is Zen 3
+    and Zen 4, 26 Zen 5)."""
+    family, model = _cpuinfo_field(cpuinfo, "cpu family"), _cpuinfo_field(cpuinfo, "model")
+    name = cpu_model(cpuinfo)
+    if family is not None and model is not None:
+        name += f" (family {family}, model {model})"
+    features = ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in cpu_features(cpuinfo).items())
+    return f"{name}; {os.cpu_count()} logical CPUs; {features}"

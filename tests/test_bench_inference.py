@@ -1,7 +1,9 @@
 """The inference benchmark's smoke mode (bench/bench_inference.py --smoke) on the tiny random
 DAT and AT of tests/test_translate.py: every kind of row runs, CTranslate2's forced rows have
-the references' lengths, and the reduced-head rows agree with their full-head rows wherever
-the coverage column says they must."""
+the references' lengths, the reduced-head rows agree with their full-head rows wherever
+the coverage column says they must, the ONNX Runtime rows give the torch rows' outputs (fp32)
+with their memory and size on disk, the profiles add up; and :func:`fadat.process.cpu_features`
+on fake ``/proc/cpuinfo`` files."""
 
 from __future__ import annotations
 
@@ -11,9 +13,16 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ctranslate2")
-
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "bench_inference.py"
+needs_ct2 = pytest.mark.skipif(
+    importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 is not installed"
+)
+needs_ort = pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None
+    or importlib.util.find_spec("onnxscript") is None,
+    reason="onnxruntime/onnxscript not installed (pip install 'fadat[onnx]'): the ONNX Runtime "
+    "rows are not exercised",
+)
 
 
 def load_bench():
@@ -43,6 +52,23 @@ def models_with_shortlist(tmp_path, pairs, top_k, frequent):
     return models, src, ref
 
 
+@pytest.fixture(scope="module")
+def onnx_dir(tmp_path_factory) -> Path:
+    """fp32 and int8 exports (``DIR/fp32``, ``DIR/int8``) of the tiny random DAT, once per
+    module (the dynamo export takes ≈ 20 s of CPU time). random_models is seeded, so the DAT
+    that each test builds is this one."""
+    from test_translate import random_models
+
+    from fadat.translation.onnx_export import export_onnx, quantize_export
+
+    root = tmp_path_factory.mktemp("bench-onnx")
+    models = random_models(str(root / "random"))
+    fp32 = export_onnx(models["dat"], root / "onnx" / "fp32")
+    quantize_export(fp32, root / "onnx" / "int8")
+    return root / "onnx"
+
+
+@needs_ct2
 def test_smoke_mode_runs_every_kind_of_row(tmp_path):
     bench = load_bench()
     pairs = [("ab cd ef", "ab cd"), ("gh ij", "gh ij ef"), ("ab gh", "ab"), ("cd ef gh ij", "cd")]
@@ -51,7 +77,7 @@ def test_smoke_mode_runs_every_kind_of_row(tmp_path):
         ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"])]
         + ["--src", str(src), "--ref", str(ref), "--precisions", "fp32", "int8"]
         + ["--upsample-ratios", "3", "--prune-thresholds", "0.001"]
-        + ["--json", str(tmp_path / "out.json")]
+        + ["--onnx-precisions", "--memory-batches", "0", "--json", str(tmp_path / "out.json")]
     )
     names = set(results)
     for name in (
@@ -59,6 +85,7 @@ def test_smoke_mode_runs_every_kind_of_row(tmp_path):
         "DAT joint-viterbi int8 λ=3 +prune 0.001",
         "CT2 beam5 int8 +vmap",
         "CT2 greedy int8 =ref len",
+        "CT2 beam5 int8 +vmap =ref len",
     ):
         assert name in names, name
     import sentencepiece as spm
@@ -66,8 +93,9 @@ def test_smoke_mode_runs_every_kind_of_row(tmp_path):
     sp = spm.SentencePieceProcessor(model_file=str(models["spm"]))
     lengths = [len(sp.encode(line)) for line in ref.read_text(encoding="utf-8").splitlines()]
     for beam in ("greedy", "beam5"):
-        outputs = results[f"CT2 {beam} int8 =ref len"]["outputs"]
-        assert [len(y) for y in outputs] == lengths
+        for vmap in ("", " +vmap"):
+            outputs = results[f"CT2 {beam} int8{vmap} =ref len"]["outputs"]
+            assert [len(y) for y in outputs] == lengths
     for name, x in results.items():
         assert x[1]["settings"] and all(v["ms"][0] > 0 for v in x[1]["settings"].values())
         exact = " fp32" in name and ("+prune" in name and "+sl" not in name or "greedy" in name)
@@ -105,3 +133,187 @@ def test_dat_replicas_translate_as_the_model_in_process(tmp_path, monkeypatch):
             assert there(sources[:1]) == here(sources[:1])
     finally:
         pool.close()
+
+
+PAIRS = [("ab cd ef", "ab cd"), ("gh ij", "gh ij ef"), ("ab gh", "ab"), ("cd ef gh ij", "cd")]
+
+
+@needs_ct2
+@needs_ort
+def test_smoke_mode_onnx_rows_memory_and_disk(tmp_path, onnx_dir):
+    """The ONNX Runtime rows (exports from ``--onnx-dir``) give the torch rows' fp32 outputs;
+    every row has a peak memory from its own child process (the ORT ones without torch) and
+    the size of the directory it loads; ``--profile fastest`` profiles one DAT or ORT row."""
+    bench = load_bench()
+    models, src, ref = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
+    keep = r"^(ORT .*|DAT \S+ fp32|CT2 greedy int8 =ref len)$"
+    results = bench.main(
+        ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"])]
+        + ["--src", str(src), "--ref", str(ref), "--precisions", "fp32", "--prune-thresholds"]
+        + ["--onnx-dir", str(onnx_dir), "--only", keep, "--profile", "fastest"]
+    )
+    strategies = ("greedy", "lookahead", "joint-viterbi")
+    expected = {f"ORT {s} {p}" for s in strategies for p in ("fp32", "int8")}
+    expected |= {f"DAT {s} fp32" for s in strategies} | {"CT2 greedy int8 =ref len"}
+    assert set(results) == expected
+    for s in strategies:
+        assert results[f"ORT {s} fp32"]["outputs"] == results[f"DAT {s} fp32"]["outputs"], s
+        assert results[f"ORT {s} int8"]["bleu"] >= 0
+    profiled = [name for name, x in results.items() if "profile" in x]
+    assert len(profiled) == 1 and not profiled[0].startswith("CT2")
+    for name, x in results.items():
+        memory = x["memory"]
+        assert 0 < memory["base_mib"] <= memory["peak_mib"], name
+        assert memory["torch"] == (not name.startswith("ORT")), name
+    # each child's own peak, not the benchmark's (Linux carries ru_maxrss over exec): without
+    # torch the ORT children start smaller, and loading and running a system takes memory
+    base = {name: x["memory"]["base_mib"] for name, x in results.items()}
+    assert max(v for k, v in base.items() if k.startswith("ORT")) < min(
+        v for k, v in base.items() if not k.startswith("ORT")
+    )
+    assert all(x["memory"]["peak_mib"] > x["memory"]["base_mib"] for x in results.values())
+    for p in ("fp32", "int8"):
+        files = [f for f in (onnx_dir / p).rglob("*") if f.is_file()]
+        size = sum(f.stat().st_size for f in files) / 2**20
+        assert results[f"ORT lookahead {p}"]["disk_mib"] == pytest.approx(size)
+        assert size > (onnx_dir / p / "dat.onnx").stat().st_size / 2**20 * 0.99
+
+
+@needs_ort
+def test_onnx_replicas_translate_as_the_session_in_process(tmp_path, monkeypatch, onnx_dir):
+    """``inter 2`` for an ORT row: two one-thread worker processes holding a session each give
+    the outputs of the session in this process on the same halves of each batch. (int8: ONNX
+    Runtime's dynamic quantization scales activations per tensor, i.e. over the whole batch,
+    so a sentence's int8 output may depend on its batch mates; fp32 outputs do not.)"""
+    from fadat.data.spm import encode_source
+
+    bench = load_bench()
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    models, src, _ = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
+    _, sp = bench.load_model(models["dat"], "cpu")
+    sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
+    dirs = {p: str(onnx_dir / p) for p in ("fp32", "int8")}
+    pool = bench.Replicas(str(models["dat"]), 2, [], [], list(dirs.values()))
+    try:
+        for precision, directory in dirs.items():
+            for strategy in ("greedy", "joint-viterbi"):
+                here = bench.ort_translate(bench.ort_engine(directory, 1), strategy, None)
+                there = pool.translate_onnx(directory, strategy, None)
+                halves = here(sources[:2]) + here(sources[2:])
+                assert there(sources) == halves, (precision, strategy)
+                if precision == "fp32":
+                    assert halves == here(sources), strategy
+                assert there(sources[:1]) == here(sources[:1])
+    finally:
+        pool.close()
+
+
+@needs_ct2
+@needs_ort
+def test_profiles_and_random_at(tmp_path, onnx_dir):
+    """``--profile ROW`` for a torch and an ORT row: per-op times that fit in the measured
+    time; ``--at random``: an AT of the DAT's shape, only forced rows, of the references'
+    lengths."""
+    from fadat.models.directory import read_model_metadata
+
+    bench = load_bench()
+    models, src, ref = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
+    base = ["--smoke", "--dat", str(models["dat"]), "--src", str(src), "--ref", str(ref)]
+    base += ["--precisions", "fp32", "--prune-thresholds", "--onnx-dir", str(onnx_dir)]
+    for row in ("ORT lookahead int8", "DAT lookahead fp32"):
+        out = bench.main([*base, "--at", str(models["at"]), "--profile", row])[row]
+        assert out["ms_per_sentence"] > 0 and out["ops_ms"], row
+        total = sum(ms for ms, *_ in map(_as_tuple, out["ops_ms"].values()))
+        assert 0 < total <= out["ms_per_sentence"] * 1.05, row
+        if row.startswith("ORT"):
+            assert out["session_run_ms"] <= out["ms_per_sentence"]
+            assert "DynamicQuantizeMatMul" in out["ops_ms"] or "MatMulInteger" in out["ops_ms"]
+    with pytest.raises(SystemExit, match="no such row"):
+        bench.main([*base, "--at", str(models["at"]), "--profile", "DAT nothing"])
+
+    at = bench.build_random_at(models["dat"], tmp_path / "at-random")
+    dat_config = read_model_metadata(models["dat"])["config"]
+    at_meta = read_model_metadata(at)
+    assert at_meta["model_type"] == "at"
+    for key in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "ffn_dim"):
+        assert at_meta["config"][key] == dat_config[key], key
+    results = bench.main(
+        [*base, "--at", "random", "--onnx-precisions", "--only", "^CT2", "--memory-batches", "0"]
+    )
+    assert set(results) == {
+        f"CT2 {b} int8{v} =ref len" for b in ("greedy", "beam5") for v in ("", " +vmap")
+    }
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(models["spm"]))
+    lengths = [len(sp.encode(line)) for line in ref.read_text(encoding="utf-8").splitlines()]
+    for x in results.values():
+        assert [len(y) for y in x["outputs"]] == lengths
+
+
+def _as_tuple(value):
+    """A profile's per-op entry: torch gives (ms, calls), ORT gives ms."""
+    return value if isinstance(value, (tuple, list)) else (value,)
+
+
+CPUINFO = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu sse2 avx avx2 avx512f avx512_vnni avx512_bf16 {extra}
+bogomips\t: 4000.00
+
+processor\t: 1
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu
+"""
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (
+            "amx_bf16 amx_tile amx_int8 avx_vnni",
+            dict.fromkeys(
+                ("amx_tile", "amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx_vnni"),
+                True,
+            ),
+        ),
+        ("amx_bf16 amx_int8", {"avx512_bf16": True, "avx512_vnni": True}),  # no tiles: no AMX
+        ("", {"avx512_bf16": True, "avx512_vnni": True}),
+    ],
+)
+def test_cpu_features_read_the_first_processors_flags(tmp_path, extra, expected):
+    from fadat.process import CPU_FEATURES, cpu_features, cpu_model, describe_cpu
+
+    path = tmp_path / "cpuinfo"
+    path.write_text(CPUINFO.format(extra=extra), encoding="utf-8")
+    features = cpu_features(path, use_torch=False)
+    assert list(features) == list(CPU_FEATURES)
+    assert features == {name: expected.get(name, name == "avx2") for name in CPU_FEATURES}
+    assert cpu_model(path) == "Intel(R) Xeon(R) Platinum 8480+"
+    line = describe_cpu(path)
+    assert line.startswith("Intel(R) Xeon(R) Platinum 8480+ (family 6, model 143); ")
+    shown = cpu_features(path)  # torch's helpers where it has them: this machine's answers
+    assert line.endswith(", ".join(f"{k} {'yes' if v else 'no'}" for k, v in shown.items()))
+
+
+def test_cpu_features_without_cpuinfo_and_with_torch(tmp_path):
+    """No cpuinfo (not Linux): no flags, a model name from the platform; with torch, its
+    helpers answer the features they cover and the flags the others."""
+    import torch
+
+    from fadat.process import CPU_FEATURES, cpu_features, cpu_model
+
+    missing = tmp_path / "none"
+    assert not any(cpu_features(missing, use_torch=False).values())
+    assert cpu_model(missing)
+    path = tmp_path / "cpuinfo"
+    path.write_text(CPUINFO.format(extra="avx_vnni amx_tile amx_int8"), encoding="utf-8")
+    features = cpu_features(path)
+    for name, (helper, _) in CPU_FEATURES.items():
+        if helper is not None and hasattr(torch.cpu, helper):
+            assert features[name] == bool(getattr(torch.cpu, helper)()), name
+    assert features["avx_vnni"] is True
+    assert features["amx_int8"] == features["amx_tile"]
