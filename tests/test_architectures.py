@@ -90,12 +90,12 @@ def test_precision_and_reduced_head_follow_the_capabilities(model_type, tmp_path
         if precision in model.precisions:
             assert apply_precision(model, precision).inference_precision == precision
         else:
-            with pytest.raises(InputError, match="--precision"):
+            with pytest.raises(InputError, match=f"precision='{precision}' is for DAT models"):
                 apply_precision(model, precision)
     if model.reduced_head:
         assert apply_reduced_head(model, tmp_path, prune_threshold=0.5) is model
     else:
-        with pytest.raises(InputError, match="--prune-threshold"):
+        with pytest.raises(InputError, match="prune_threshold are for DAT models"):
             apply_reduced_head(model, tmp_path, prune_threshold=0.5)
     # only the DAT has a graph (graph_outputs) to draw
     assert model.has_graph == callable(getattr(model, "graph_outputs", None))

@@ -17,6 +17,7 @@ from fadat.options import (
     nonnegative_int,
     positive_float,
     positive_int,
+    random_seed,
 )
 from fadat.serve.engine import Engine
 from fadat.translation.pipeline import check_option_values
@@ -29,7 +30,7 @@ INTERFACE = {
     "temperature": ("--temperature", positive_float, float, (1e-3, 100.0)),
     "top_cand_n": ("--top-cand-n", positive_int, int, (1, 100)),
     "top_p": ("--top-p", finite_float, float, (0.0, 1.0)),
-    "seed": ("--seed", nonnegative_int, int, (0, 2**63 - 1)),
+    "seed": ("--seed", random_seed, int, (0, 2**63 - 1)),
     "beam_size": ("--beam-size", positive_int, int, (1, 200)),
     "max_beam_per_length": ("--max-beam-per-length", positive_int, int, (1, 100)),
     "no_consecutive_repeated_ngram": (

@@ -45,14 +45,14 @@ class _Interrupt:
 def _interrupting_loader(monkeypatch, at: int):
     import fadat.cli.translate as translate
 
-    real = translate.load_model
+    real = translate.load_translation_model
 
     def load(*args, **kwargs):
         model, sp = real(*args, **kwargs)
         monkeypatch.setattr(model, "translate_batch", _Interrupt(model.translate_batch, at))
         return model, sp
 
-    monkeypatch.setattr(translate, "load_model", load)
+    monkeypatch.setattr(translate, "load_translation_model", load)
 
 
 def test_ctrl_c_keeps_finished_lines_on_stdout(models, tmp_path, monkeypatch, capsys):

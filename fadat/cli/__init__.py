@@ -90,7 +90,8 @@ def refuse_empty_options(parser: argparse.ArgumentParser, args: argparse.Namespa
     for action in parser._actions:
         value = getattr(args, action.dest, None)
         values = value if isinstance(value, list) else [value]
-        if action.option_strings and action.default != "" and "" in values:
+        # a flag whose bare form means "" (nargs="?", const="": export --shortlist) is exempt
+        if action.option_strings and "" not in (action.default, action.const) and "" in values:
             flag = max(action.option_strings, key=len)
             raise InputError(f"{flag} is empty (an empty string): give a value")
 

@@ -225,13 +225,17 @@ def distill(
     batches = _plan_batches(train, batch_size, done, partial)
     threads_before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    # The converted teacher goes to a temporary folder of its own, not into the dataset
+    # (fadat.outputs: nothing but the dataset's files is written inside a dataset directory).
+    work = Path(tempfile.mkdtemp(prefix="fadat-distill-"))
     try:
-        translate = _translator(engine, model_dir, output, beam, length_penalty, threads)
+        translate = _translator(engine, model_dir, work, beam, length_penalty, threads)
         ran = _translate_batches(
             translate, train, batches, done, partial, settings, progress, stop_after
         )
     finally:
         torch.set_num_threads(threads_before)
+        shutil.rmtree(work, ignore_errors=True)
     if ran is None:
         return output
     translated, seconds = ran
@@ -272,7 +276,7 @@ def _settings(
 
 def _finish(output: Path, meta: dict[str, Any]) -> None:
     """Write ``meta.json`` atomically (the dataset is complete from then on), then delete the
-    partial run and the converted teacher."""
+    partial run and a converted teacher that an earlier version left in the dataset."""
     tmp = output / "meta.json.tmp"
     tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, output / "meta.json")
