@@ -256,3 +256,21 @@ def test_standalone_example_runs_without_torch(exports, sentences, torch_lookahe
         assert len(lines) == 10
         if precision == "fp32":
             assert lines == torch_lookahead[:10]
+
+
+def test_onnx_model_checks_options_from_the_records_without_decoding():
+    """The engine's option check is the strategy record's (no trial decode), less what the
+    numpy decoders lack: n-gram bans and several hypotheses."""
+    from fadat.decoding.strategies import StrategyError
+    from fadat.translation.engines import OnnxRuntimeModel
+
+    model = object.__new__(OnnxRuntimeModel)  # the check reads no export
+    model.check_options("lookahead", {"beta": 0.5})
+    with pytest.raises(StrategyError, match="one hypothesis"):
+        model.check_options("lookahead", {}, nbest=2)
+    with pytest.raises(StrategyError, match="does not take"):
+        model.check_options("lookahead", {"no_repeated_ngram": 2})
+    with pytest.raises(StrategyError, match="not available in the onnxruntime engine"):
+        model.check_options("sample", {})
+    with pytest.raises(StrategyError):
+        model.check_options("joint-viterbi", {"max_length": 0})  # below the record's bound

@@ -325,7 +325,7 @@ def joint_viterbi(
 
 
 #: Strategy name → numpy decoder ``fn(s, tok, links, graph_lengths, **options)``: the
-#: strategies of :data:`fadat.decoding.TOP1_STRATEGIES`.
+#: DAG strategies that read each vertex's best token only (:mod:`fadat.decoding.strategies`).
 STRATEGIES: dict[str, Callable[..., list[Hypothesis]]] = {
     "greedy": greedy,
     "lookahead": lookahead,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import inspect
-import math
 import shutil
 import sys
 import tempfile
@@ -22,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fadat.decoding.strategies import GRAPH, Strategy, offered
+from fadat.decoding.strategies import GRAPH, Strategy, StrategyError, offered
 from fadat.engine import DEFAULT_ENGINE, ENGINES
 from fadat.errors import InputError, NonFiniteOutputError
 from fadat.models.architectures import Scored
@@ -91,23 +90,28 @@ class OnnxRuntimeModel:
         }
 
     def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
-        """Try the options once on a 4-vertex graph with uniform links.
+        """Validate options and ``nbest`` from the strategy's record
+        (:meth:`fadat.decoding.strategies.Strategy.check_request`; no decode is tried), less
+        what the numpy decoders do not implement (n-gram bans, several hypotheses).
 
         Raises:
-            ValueError: an invalid value, or ``nbest > 1``.
+            StrategyError: (a ``ValueError``) as ``check_request``; an option the record allows
+                but this engine does not; ``nbest > 1``.
         """
-        from fadat.engine.decoding_np import decode
-
+        record = self.offered_strategies().get(strategy)
+        if record is None:
+            raise StrategyError(
+                f"strategy {strategy!r} is not available in the onnxruntime engine; "
+                f"choose one of {', '.join(self.offered_strategies())}"
+            )
         if nbest > 1:
-            raise ValueError(f"--nbest {nbest}: the onnxruntime engine gives one hypothesis")
-        size = 4
-        upper = np.triu(np.ones((size, size), dtype=bool), 1)  # (L, L)
-        counts = np.maximum(upper.sum(1), 1).astype(np.float32)  # (L,)
-        links = np.where(upper, -np.log(counts)[:, None], -np.inf).astype(np.float32)[None]
-        links[:, -1] = -np.inf
-        s = np.full((1, size), -math.log(self.config.vocab_size), dtype=np.float32)
-        tok = np.full((1, size), 3, dtype=np.int64)
-        decode(s, tok, links, np.array([size]), strategy, **options)
+            raise StrategyError(f"--nbest {nbest}: the onnxruntime engine gives one hypothesis")
+        unsupported = sorted(set(options) - set(self.strategies().get(strategy, ())))
+        if unsupported:
+            raise StrategyError(
+                f"strategy {strategy!r} on the onnxruntime engine does not take {unsupported}"
+            )
+        record.check_request(options, nbest)
 
     def batch_cost(self, source_length: int, upsample_ratio: float | None = None) -> int:
         """The graph size of a sentence of ``source_length`` tokens (with ``</s>``)."""
