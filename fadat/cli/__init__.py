@@ -46,7 +46,7 @@ VERBS: dict[str, tuple[str, str]] = {
         "confidence tables and vertex density plot of DAT models (§4.4)",
     ),
     "show-graph": (
-        "fadat.evaluation.show_graph",
+        "fadat.cli.show_graph",
         "draw the DAG behind the translation of one sentence",
     ),
     "distill": (
