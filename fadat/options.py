@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,3 +242,27 @@ DECODING_OPTIONS: dict[str, DecodingOption] = {
     "gamma": DecodingOption(float, finite_float, (-10.0, 10.0)),
     "max_successors": DecodingOption(int, positive_int, (1, 100)),
 }
+
+
+def decoding_keywords(
+    options: Mapping[str, Any] | None, aliases: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """Decoding options named as on the command line (``beta``, ``length_penalty``, ... : the
+    keys of :data:`DECODING_OPTIONS`) as the keywords of one strategy: the names in ``aliases``
+    (a model's ``flag_aliases[strategy]``, e.g. ``{"length_penalty": "alpha"}`` for the DAG beam
+    search) renamed; ``None`` values (an option not set) left out. Values are not checked here
+    (:func:`fadat.translation.pipeline.check_option_values`).
+
+    Raises:
+        InputError: a name that is not a decoding option.
+    """
+    unknown = [name for name in options or {} if name not in DECODING_OPTIONS]
+    if unknown:
+        raise InputError(
+            f"unknown decoding option {unknown[0]!r}; choose from {', '.join(DECODING_OPTIONS)}"
+        )
+    keywords = {name: value for name, value in (options or {}).items() if value is not None}
+    for flag, keyword in (aliases or {}).items():
+        if flag in keywords:
+            keywords[keyword] = keywords.pop(flag)
+    return keywords

@@ -357,6 +357,51 @@ def test_show_graph_png_and_svg(setup, tmp_path, capsys):
     assert "graph:" in capsys.readouterr().out
 
 
+def test_show_graph_from_python_draws_what_the_cli_draws(setup, tmp_path, capsys):
+    """:func:`fadat.evaluation.show_graph.show_graph` with keyword arguments: the picture and the
+    translation of ``fadat show-graph`` with the same flags, the path of the strategy's decode."""
+    from matplotlib.image import imread
+
+    from fadat.cli import main
+    from fadat.decoding import decode
+    from fadat.errors import InputError
+    from fadat.evaluation.analysis import load_dat_model, model_outputs
+    from fadat.evaluation.show_graph import GraphPicture, show_graph
+
+    sentence = "the cat sat on a mat"
+    cli_png, py_png = tmp_path / "cli.png", tmp_path / "py.png"
+    argv = ["show-graph", "--model", str(setup.models[1]), sentence, "-o", str(cli_png),
+            "--strategy", "lookahead", "--beta", "0.5", "--top-k", "2",
+            "--min-flow", "0.1"]  # fmt: skip
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    picture = show_graph(
+        setup.models[1],
+        sentence,
+        py_png,
+        strategy="lookahead",
+        options={"beta": 0.5},
+        top_k=2,
+        min_flow=0.1,
+    )
+    assert isinstance(picture, GraphPicture) and picture.output == py_png
+    assert printed == [picture.translation, f"graph: {cli_png}"]
+    assert (imread(py_png) == imread(cli_png)).all()
+    model, sp = load_dat_model(setup.models[1])
+    ((_, token_logprobs, links, graph_lengths),) = model_outputs(model, sp, [sentence])
+    (hyp,) = decode(token_logprobs, links, graph_lengths, "lookahead", beta=0.5)
+    assert picture.view.path == hyp.path and picture.size == int(graph_lengths[0])
+    assert all(len(tops) == 2 for tops in picture.view.top_tokens)
+    # Checked before any work, as on the command line; nothing is written.
+    with pytest.raises(InputError, match="does not take --beam-size"):
+        show_graph(setup.models[1], sentence, tmp_path / "x.png", options={"beam_size": 3})
+    with pytest.raises(InputError, match=r"--top-k must be in \[1, 50\]"):
+        show_graph(setup.models[1], sentence, tmp_path / "x.png", top_k=0)
+    with pytest.raises(InputError, match="sentence is empty"):
+        show_graph(setup.models[1], "  ", tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
 @pytest.mark.parametrize(
     "argv_tail, message",
     [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,14 @@ from test_translate import copy_task_model, random_sentences
 from torch import nn
 
 from fadat import cli
-from fadat.cli.evaluate import add_arguments
+from fadat.cli.evaluate import add_arguments, format_report
+from fadat.errors import InputError
 from fadat.evaluation.evaluate import (
     System,
     bucket_scores,
     comparison_groups,
     corpus_scores,
+    evaluate,
     measure_latency,
     model_labels,
     moses_tokenize,
@@ -309,6 +312,106 @@ def test_evaluate_input_problems(models, tmp_path, capsys):
         )
         err = capsys.readouterr().err
         assert code == 2 and needle in err and "Traceback" not in err, err
+
+
+def _without_timings(report: dict) -> dict:
+    """The report as JSON reads it back, without what differs between two runs: the
+    environment, the settings and the timed numbers."""
+    report = json.loads(json.dumps(report, ensure_ascii=False))
+    timed = ("throughput", "throughput_seconds", "speedup_throughput")
+    for system in report["systems"]:
+        for key in timed:
+            system.pop(key)
+    return {k: v for k, v in report.items() if k not in ("environment", "settings")}
+
+
+def test_evaluate_from_python_gives_the_cli_report(models, tmp_path, capsys):
+    """:func:`fadat.evaluation.evaluate.evaluate` with keyword arguments, no argparse: the report
+    and the hypotheses of ``fadat evaluate`` with the same settings (decoding options to the
+    DAT strategies that take them, --max-len-* to the AT, the tuned β_v, the bootstrap)."""
+    sources = random_sentences(8, seed=30, low=1, high=7)
+    refs = [random_sentences(8, seed=31), random_sentences(8, seed=32)]
+    data = write_data(tmp_path / "data", sources, refs)
+    write_data(data, sources, refs, split="valid")
+    report_path = tmp_path / "report.json"
+    argv = [
+        "evaluate", "--model", str(models["at"]), str(models["dat"]), "--data", str(data),
+        "--strategies", "lookahead,joint-viterbi", "--beta", "0.5", "--max-len-a", "0",
+        "--max-len-b", "4", "--tune-length-penalty", "--length-penalty-grid", "0.5,1.5",
+        "--no-latency", "--bootstrap", "20", "--batch-size", "3", "--threads", "1",
+        "--report", str(report_path), "--save-hypotheses", str(tmp_path / "cli-hyps"),
+    ]  # fmt: skip
+    assert cli.main(argv) == 0
+    printed = capsys.readouterr().out
+    from_cli = json.loads(report_path.read_text(encoding="utf-8"))
+    report = evaluate(
+        [models["at"], models["dat"]],
+        data=data,
+        strategies=["lookahead", "joint-viterbi"],
+        options={"beta": 0.5, "max_len_a": 0.0, "max_len_b": 4},
+        tune_length_penalty=True,
+        length_penalty_grid=[0.5, 1.5],
+        latency=False,
+        bootstrap=20,
+        batch_size=3,
+        threads=1,
+        save_hypotheses=tmp_path / "py-hyps",
+    )
+    assert _without_timings(report) == _without_timings(from_cli)
+    names = [s["name"] for s in report["systems"]]
+    assert names == ["at:greedy", "at:beam5", "dat:lookahead", "dat:joint-viterbi"]
+    assert report["systems"][2]["options"] == {"beta": 0.5}
+    assert report["systems"][1]["options"] == {
+        "length_penalty": 1.0, "beam_size": 5, "max_len_a": 0.0, "max_len_b": 4
+    }  # fmt: skip
+    for name in names:
+        file = name.replace(":", ".") + ".txt"
+        hyps = (tmp_path / "py-hyps" / file).read_text(encoding="utf-8")
+        assert hyps == (tmp_path / "cli-hyps" / file).read_text(encoding="utf-8")
+        assert all(len(line.split()) <= 4 for line in hyps.splitlines()[:8] if name[:3] == "at:")
+    # The table is the report's: printed from the Python report, only the timed cells differ.
+    table = format_report(report).splitlines()
+    assert [row.split()[:4] for row in table[2:6]] == [
+        row.split()[:4] for row in printed.splitlines()[2:6]
+    ]
+    # settings: the Python call's keywords; the command line records its flags.
+    assert report["settings"]["strategies"] == ["lookahead", "joint-viterbi"]
+    assert report["settings"]["options"] == {"beta": 0.5, "max_len_a": 0.0, "max_len_b": 4}
+    assert report["settings"]["models"] == [str(models["at"]), str(models["dat"])]
+    assert from_cli["settings"]["strategies"] == "lookahead,joint-viterbi"
+    assert from_cli["settings"]["report"] == str(report_path)
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"options": {"bogus": 1}}, "unknown decoding option 'bogus'"),
+        ({"options": {"beta": float("nan")}}, "option beta"),
+        ({"batch_size": 0}, "--batch-size must be >= 1"),
+        ({"warmup": -1}, "--warmup must be >= 0"),
+        ({"latency_subset": 1.5}, "--latency-subset must be >= 0"),
+        ({"length_penalty_grid": []}, "--length-penalty-grid"),
+        ({"length_penalty_grid": [1.0, float("inf")]}, "--length-penalty-grid"),
+        ({"strategies": " , "}, "--strategies is empty"),
+        ({"strategies": ["nope"]}, "'nope'"),
+        ({"baseline": "zzz"}, "--baseline 'zzz'"),
+        ({"threads": -1}, "--threads must be in"),
+        ({"threads": "2"}, "--threads must be an integer"),
+        ({"strategies": [1]}, "--strategies must be strategy names"),
+    ],
+)
+def test_evaluate_from_python_refuses_bad_settings(models, tmp_path, keywords, message):
+    data = write_data(tmp_path / "data", ["ab cd"], [["ab cd"]])
+    with pytest.raises(InputError, match=re.escape(message)):
+        evaluate(models["dat"], data=data, latency=False, bootstrap=0, **keywords)
+
+
+def test_evaluate_from_python_checks_save_hypotheses_before_any_work(models, tmp_path):
+    data = write_data(tmp_path / "data", ["ab cd"], [["ab cd"]])
+    with pytest.raises(InputError, match="--save-hypotheses .* lies inside the --model"):
+        evaluate(models["dat"], data=data, save_hypotheses=models["dat"] / "hyps")
+    with pytest.raises(InputError, match="at least one model"):
+        evaluate([], data=data)
 
 
 @pytest.mark.slow

@@ -313,14 +313,14 @@ def test_save_pretrained_keeps_other_files_of_a_model_directory(tmp_path, models
 
 def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch):
     import fadat.cli.analyze
+    import fadat.cli.score
     import fadat.cli.translate
     import fadat.evaluation.evaluate
-    import fadat.evaluation.score
 
     folder = foreign_dir(tmp_path / "folder")
     blocker = user_file(tmp_path / "blocker")
     no_work(monkeypatch, fadat.cli.translate, "load_translation_model", "read_lines")
-    no_work(monkeypatch, fadat.evaluation.score, "load_model", "read_pairs")
+    no_work(monkeypatch, fadat.cli.score, "load_model", "read_pairs")
     no_work(monkeypatch, fadat.cli.analyze, "load_dat_model")
     no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
     m = str(models["dat"])
@@ -436,12 +436,12 @@ def test_file_output_verbs_follow_the_rules(tmp_path, capsys, models, monkeypatc
     assert cli.main([*translate, "--force"]) == 0
     assert "my note" not in out.read_text()
 
+    import fadat.cli.score
     import fadat.cli.translate
     import fadat.evaluation.evaluate
-    import fadat.evaluation.score
 
     no_work(monkeypatch, fadat.cli.translate, "load_translation_model", "read_lines")
-    no_work(monkeypatch, fadat.evaluation.score, "load_model", "read_pairs")
+    no_work(monkeypatch, fadat.cli.score, "load_model", "read_pairs")
     no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
     mine = user_file(tmp_path / "mine.png")
     run = outputs.mark_dir(tmp_path / "run", "run")

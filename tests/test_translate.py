@@ -1,4 +1,4 @@
-"""Tests of fadat.translation.pipeline / fadat.evaluation.score: the translation core against the
+"""Tests of fadat.translation.pipeline / fadat.cli.score: the translation core against the
 decoders on the same tensors, batching and order, the input problems of issue #5 (empty, over-long,
 invalid UTF-8, missing/corrupt model, vocabulary mismatch), scoring against Eq. 3 and the AT chain
 rule, and the acceptance test: a tiny DAT trained on a copy task reproduces held-out inputs
@@ -483,6 +483,18 @@ def test_score_equals_dag_log_likelihood(models, capsys, monkeypatch, tmp_path):
     tsv = "".join(f"{s}\t{t}\n" for s, t in zip(sources, targets, strict=True)).encode()
     code, out2, _ = run_cli(["score", "--model", str(models["dat"])], capsys, monkeypatch, tsv)
     assert code == 0 and out2 == out
+
+
+@pytest.mark.parametrize("kind", ["dat", "at"])
+def test_score_cli_prints_what_translator_score_gives(kind, models, capsys, monkeypatch):
+    """``fadat score`` is the command line of :meth:`Translator.score`: the same numbers."""
+    sources = random_sentences(5, seed=17)
+    targets = random_sentences(5, seed=18, low=0, high=6)
+    tsv = "".join(f"{s}\t{t}\n" for s, t in zip(sources, targets, strict=True)).encode()
+    code, out, err = run_cli(["score", "--model", str(models[kind])], capsys, monkeypatch, tsv)
+    assert code == 0, err
+    scores = Translator.from_pretrained(models[kind]).score(sources, targets)
+    assert out == "".join(f"{s.log_prob:.6f}\t{s.nll_per_token:.6f}\n" for s in scores)
 
 
 def test_score_dag_target_longer_than_graph_is_minus_inf(models):

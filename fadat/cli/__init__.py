@@ -36,7 +36,7 @@ VERBS: dict[str, tuple[str, str]] = {
         "average the best checkpoints of a run into a model directory",
     ),
     "translate": ("fadat.cli.translate", "translate raw text with a DAT or AT model directory"),
-    "score": ("fadat.evaluation.score", "log P(y|x) and per-token NLL of source/target pairs"),
+    "score": ("fadat.cli.score", "log P(y|x) and per-token NLL of source/target pairs"),
     "evaluate": (
         "fadat.cli.evaluate",
         "BLEU, chrF, tokenized BLEU, latency and throughput of models",
@@ -46,7 +46,7 @@ VERBS: dict[str, tuple[str, str]] = {
         "confidence tables and vertex density plot of DAT models (§4.4)",
     ),
     "show-graph": (
-        "fadat.evaluation.show_graph",
+        "fadat.cli.show_graph",
         "draw the DAG behind the translation of one sentence",
     ),
     "distill": (

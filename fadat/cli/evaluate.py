@@ -15,6 +15,8 @@ from fadat.evaluation import validset_metrics
 from fadat.evaluation.evaluate import DEFAULT_GRID, evaluate, log
 from fadat.evaluation.scoring import DEFAULT_STRATEGIES
 from fadat.options import (
+    DECODING_OPTIONS,
+    check_threads,
     finite_float,
     finite_float_list,
     nonnegative_int,
@@ -183,14 +185,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``fadat evaluate``: evaluate, write report.json, print the table."""
-    # Before any work: the outputs can be written (fadat.outputs).
+    """``fadat evaluate``: evaluate (:func:`fadat.evaluation.evaluate.evaluate`), write
+    report.json, print the table."""
+    # Before any work: the outputs can be written (fadat.outputs); evaluate checks
+    # --save-hypotheses itself.
     inputs = [("--data", args.data), *(("--model", m) for m in args.model)]
     path = outputs.check_output_file(args.report, "--report", inputs, args.force)
-    if args.save_hypotheses:
-        outputs.check_not_input(args.save_hypotheses, inputs, "--save-hypotheses")
-        outputs.check_output_dir(args.save_hypotheses, "hypotheses", "--save-hypotheses")
-    report = evaluate(args)
+    # More threads than cores: refused without --force; evaluate warns and uses them.
+    check_threads(args.threads, args.force)
+    report = evaluate(
+        args.model,
+        data=args.data,
+        split=args.split,
+        strategies=args.strategies,
+        subset=args.subset,
+        at_beam_size=args.at_beam_size,
+        at_length_penalty=args.at_length_penalty,
+        tune_length_penalty=args.tune_length_penalty,
+        length_penalty_grid=args.length_penalty_grid,
+        tune_split=args.tune_split,
+        tune_subset=args.tune_subset,
+        batch_size=args.batch_size,
+        max_tokens=args.max_tokens,
+        latency=args.latency,
+        latency_subset=args.latency_subset,
+        warmup=args.warmup,
+        threads=args.threads,
+        device=args.device,
+        upsample_ratio=args.upsample_ratio,
+        shortlist=args.shortlist,
+        prune_threshold=args.prune_threshold,
+        baseline=args.baseline,
+        bootstrap=args.bootstrap,
+        save_hypotheses=args.save_hypotheses,
+        options={name: getattr(args, name) for name in DECODING_OPTIONS if hasattr(args, name)},
+    )
+    # report.json records the command line's settings: every flag as given or defaulted.
+    report["settings"] = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     outputs.atomic_write(path, text, "--report", record=True)
     print(format_report(report))

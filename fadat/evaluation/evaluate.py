@@ -1,5 +1,6 @@
-"""Quality and speed of DAT and AT models side by side (paper Table 2, Table 5): ``fadat evaluate``
-(its flags and table: :mod:`fadat.cli.evaluate`).
+"""Quality and speed of DAT and AT models side by side (paper Table 2, Table 5): :func:`evaluate`,
+whose keyword arguments are the flags of ``fadat evaluate`` with their defaults (the command line,
+``report.json`` and the printed table: :mod:`fadat.cli.evaluate`).
 
 One process, one test set, one device, one thread setting for every model and strategy:
 
@@ -40,14 +41,13 @@ would also need ``torch.cuda.synchronize`` around each call, which this module d
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +60,7 @@ from fadat import outputs
 from fadat.errors import InputError
 from fadat.evaluation import validset_metrics
 from fadat.evaluation.scoring import (
+    DEFAULT_STRATEGIES,
     bleu_metric,
     bucket_scores,
     corpus_scores,
@@ -70,16 +71,14 @@ from fadat.evaluation.scoring import (
     tokenized_bleu_metric,
 )
 from fadat.models.directory import load_model, model_device, model_labels, resolve_device
+from fadat.options import check_threads, decoding_keywords, usable_cores
 from fadat.translation.pipeline import (
     apply_reduced_head,
+    check_option_values,
     check_strategy,
     check_upsample_ratio,
     encode_sources,
     translate_lines,
-)
-from fadat.verbs import (
-    apply_threads,
-    decoding_options,
 )
 
 DEFAULT_GRID = (0.6, 0.8, 1.0, 1.2, 1.4)
@@ -365,56 +364,234 @@ def comparison_groups(systems: Sequence[System], baseline: str) -> list[list[str
     return groups
 
 
-def evaluate(args: argparse.Namespace) -> dict[str, Any]:
-    """Run the whole evaluation described in the module docstring; returns the report dict.
+def evaluate(
+    models: str | Path | Sequence[str | Path],
+    *,
+    data: str | Path,
+    split: str = "test",
+    strategies: str | Sequence[str] = DEFAULT_STRATEGIES,
+    subset: int = 0,
+    at_beam_size: int = 5,
+    at_length_penalty: float = 1.0,
+    tune_length_penalty: bool = False,
+    length_penalty_grid: Sequence[float] = DEFAULT_GRID,
+    tune_split: str = "valid",
+    tune_subset: int = 0,
+    batch_size: int = 64,
+    max_tokens: int = 0,
+    latency: bool = True,
+    latency_subset: int = 0,
+    warmup: int = 20,
+    threads: int | None = None,
+    device: str = "cpu",
+    upsample_ratio: float | None = None,
+    shortlist: bool | str | Path | None = None,
+    prune_threshold: float | None = None,
+    baseline: str | None = None,
+    bootstrap: int = 1000,
+    save_hypotheses: str | Path | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Evaluate model directories side by side on one split of a prepared dataset (the
+    protocol of the module docstring) and return the report that ``fadat evaluate`` writes to
+    ``report.json`` and prints as a table (:func:`fadat.cli.evaluate.format_report`). Every
+    keyword's default is the flag's of ``fadat evaluate``; progress goes to stderr.
+
+    Example::
+
+        from fadat.evaluation.evaluate import evaluate
+
+        report = evaluate(
+            ["runs/at/model", "models/fadat"], data="data/bible-en-es",
+            strategies=["lookahead", "joint-viterbi"], latency=False, bootstrap=0,
+        )
+        {s["name"]: s["bleu"] for s in report["systems"]}
+
+    Args:
+        models: model directories (DAT and/or AT), one path or several; labelled by
+            :func:`fadat.models.directory.model_labels`.
+        data: a dataset directory written by ``fadat prepare`` (its ``meta.json`` and
+            ``raw/<split>.*``).
+        split: the split to evaluate.
+        strategies: the non-autoregressive models' strategies, a sequence of names or one
+            comma-separated string; AT models always run greedy and beam search.
+        subset: only the first N sentences (0 = all).
+        at_beam_size: the AT beam size (the paper's baseline: 5).
+        at_length_penalty: the AT beam search's length penalty α.
+        tune_length_penalty: choose (joint-)Viterbi's β_v per DAT model by tokenized BLEU on
+            ``tune_split`` over ``length_penalty_grid`` (:func:`tune_length_penalty`).
+        length_penalty_grid: the candidate β_v values.
+        tune_split: the split for tuning.
+        tune_subset: the first N tuning sentences (0 = ``subset``).
+        batch_size: sentences per batch of the timed, scored pass (throughput).
+        max_tokens: a batch budget as well (0 = none; the model's ``batch_cost`` units).
+        latency: measure the batch-1 latency (:func:`measure_latency`).
+        latency_subset: measure latency on the first N sentences only (0 = all).
+        warmup: untimed warm-up sentences before the latency is measured.
+        threads: torch's intra-op threads, set for the whole process (``torch.set_num_threads``;
+            0 = leave torch's setting; ``None`` = the command line's default, 2 or the usable
+            cores if fewer). More than the usable cores is done, with a warning on stderr.
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        upsample_ratio: the decoding λ of the models that take one (DAT, CTC); ``None`` = each
+            model's own.
+        shortlist: DAT models only: a vocabulary shortlist (``True`` or ``"model"``: each model
+            directory's ``shortlist.safetensors``; or a shortlist file).
+        prune_threshold: DAT models only: compute the token head only on vertices with passing
+            probability ≥ τ.
+        baseline: the system (``"<label>:<strategy>"``) that speed-ups and significance are
+            relative to; default the AT beam system, else the first system.
+        bootstrap: paired bootstrap resamples (0 = no significance tests).
+        save_hypotheses: a directory to write each system's hypotheses to
+            (``<label>.<strategy>.txt``, one line per sentence); ``None`` = none.
+        options: decoding options by their command-line names (``{"beta": 1.0}``: the keys of
+            :data:`fadat.options.DECODING_OPTIONS`), given to every non-autoregressive strategy
+            that takes them (``length_penalty`` is the DAG beam search's α); ``max_len_a`` and
+            ``max_len_b`` go to the AT models too.
+
+    Returns:
+        The report: ``environment`` (CPU, threads, versions: :func:`environment`), ``settings``
+        (these arguments), ``data`` (directory, split, sentences, reference streams,
+        languages), ``models`` (label, directory, type, config), ``baseline``, ``tuning`` (per
+        tuned system: split, best value, grid of tokenized BLEU), ``systems`` (per system, in
+        order: name, model, strategy, options, ``bleu``/``chrf``/``tok_bleu`` with their
+        signatures, ``length_buckets``, ``throughput`` in sentences/s, ``latency_ms_median``
+        and ``latency_ms_mean``, ``speedup_latency``/``speedup_throughput`` relative to the
+        baseline, ``p_value_bleu``/``p_value_tok_bleu`` per compared baseline,
+        ``identical_to``, and ``validset`` for a synthetic corpus) and ``significance``.
 
     Raises:
-        InputError: bad model or data directories, strategies, options or settings.
+        InputError: bad model or data directories, strategies, options or settings (named by
+            their ``fadat evaluate`` flags), or a ``save_hypotheses`` directory that cannot be
+            written (checked before any work).
     """
-    if args.batch_size < 1:
-        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.warmup < 0 or args.subset < 0 or args.bootstrap < 0:
-        raise InputError("--warmup, --subset and --bootstrap must be >= 0")
-    apply_threads(args.threads, args.force)
-    device = resolve_device(args.device)
-    source_lang, target_lang = read_languages(args.data)
-    sources, references = load_split(args.data, args.split, args.subset)
-    valid_sets = validset_metrics.load_valid_sets(args.data, args.split, args.subset)
-    models, systems, baseline = _load_systems(args, device, sources)
-    log(f"{len(sources)} sentences of {args.data} ({args.split}), {len(references)} reference(s)")
-    tuning = _tune(args, systems, target_lang) if args.tune_length_penalty else {}
+    directories = [models] if isinstance(models, str | Path) else list(models)
+    if not directories:
+        raise InputError("give at least one model directory")
+    # Before any work: the hypotheses can be written (fadat.outputs).
+    if save_hypotheses:
+        inputs = [("--data", data), *(("--model", m) for m in directories)]
+        outputs.check_not_input(save_hypotheses, inputs, "--save-hypotheses")
+        outputs.check_output_dir(save_hypotheses, "hypotheses", "--save-hypotheses")
+    if not _whole(batch_size) or batch_size < 1:
+        raise InputError(f"--batch-size must be >= 1, got {batch_size}")
+    if not _whole(at_beam_size) or at_beam_size < 1:
+        raise InputError(f"--at-beam-size must be >= 1, got {at_beam_size}")
+    counts = {
+        "--subset": subset,
+        "--tune-subset": tune_subset,
+        "--max-tokens": max_tokens,
+        "--latency-subset": latency_subset,
+        "--warmup": warmup,
+        "--bootstrap": bootstrap,
+    }
+    for flag, value in counts.items():
+        if not _whole(value) or value < 0:
+            raise InputError(f"{flag} must be >= 0, got {value}")
+    grid = [float(v) for v in length_penalty_grid if _finite(v)]
+    if not grid or len(grid) != len(length_penalty_grid):
+        raise InputError(f"--length-penalty-grid must be finite numbers, got {length_penalty_grid}")
+    names = strategies.split(",") if isinstance(strategies, str) else list(strategies)
+    if not all(isinstance(name, str) for name in names):
+        raise InputError(f"--strategies must be strategy names, got {strategies!r}")
+    chosen = [s.strip() for s in names if s.strip()]
+    flags = decoding_keywords(options)
+    check_option_values(flags)
+    if threads is None:
+        threads = min(2, usable_cores())
+    if not _whole(threads):
+        raise InputError(f"--threads must be an integer, got {threads!r}")
+    warning = check_threads(threads, force=True)
+    if warning:
+        print(f"fadat: warning: {warning}", file=sys.stderr)
+    if threads:
+        torch.set_num_threads(threads)
+    resolved = resolve_device(device)
+    source_lang, target_lang = read_languages(data)
+    sources, references = load_split(data, split, subset)
+    valid_sets = validset_metrics.load_valid_sets(data, split, subset)
+    loaded, systems, baseline = _load_systems(
+        directories,
+        resolved,
+        sources,
+        strategies=chosen,
+        options=flags,
+        at_beam_size=at_beam_size,
+        at_length_penalty=at_length_penalty,
+        upsample_ratio=upsample_ratio,
+        shortlist=shortlist,
+        prune_threshold=prune_threshold,
+        baseline=baseline,
+    )
+    log(f"{len(sources)} sentences of {data} ({split}), {len(references)} reference(s)")
+    tuning = {}
+    if tune_length_penalty:
+        tuning = _tune(
+            systems,
+            target_lang,
+            load_split(data, tune_split, tune_subset or subset),
+            split=tune_split,
+            grid=grid,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+        )
     results, hypotheses, tokenized = _translate_and_score(
-        args, systems, sources, references, target_lang
+        systems, sources, references, target_lang, batch_size, max_tokens
     )
     if valid_sets is not None:
         for name, hyps in hypotheses.items():
             results[name]["validset"] = validset_metrics.validset_scores(
                 hyps, *valid_sets, references[0]
             )
-    if args.latency:
-        _latency(args, systems, sources, results)
+    if latency:
+        _latency(systems, sources, results, latency_subset, warmup)
     base = results[baseline]
     for r in results.values():
         if "latency_ms_median" in r and base.get("latency_ms_median"):
             r["speedup_latency"] = base["latency_ms_median"] / r["latency_ms_median"]
         r["speedup_throughput"] = r["throughput"] / base["throughput"]
     significance = []
-    if args.bootstrap and len(systems) > 1:
+    if bootstrap and len(systems) > 1:
         significance = _significance(
-            args, systems, baseline, hypotheses, tokenized, references, target_lang, results
+            systems, baseline, hypotheses, tokenized, references, target_lang, results, bootstrap
         )
-    if args.save_hypotheses:
-        out_dir = outputs.mark_dir(args.save_hypotheses, "hypotheses")
+    if save_hypotheses:
+        out_dir = outputs.mark_dir(save_hypotheses, "hypotheses")
         for name, hyps in hypotheses.items():
             path = out_dir / (name.replace("/", "_").replace(":", ".") + ".txt")
             outputs.atomic_write(path, "".join(h + "\n" for h in hyps))
-    settings = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    settings = {
+        "models": [str(d) for d in directories],
+        "data": str(data),
+        "split": split,
+        "strategies": chosen,
+        "subset": subset,
+        "at_beam_size": at_beam_size,
+        "at_length_penalty": at_length_penalty,
+        "tune_length_penalty": tune_length_penalty,
+        "length_penalty_grid": grid,
+        "tune_split": tune_split,
+        "tune_subset": tune_subset,
+        "batch_size": batch_size,
+        "max_tokens": max_tokens,
+        "latency": latency,
+        "latency_subset": latency_subset,
+        "warmup": warmup,
+        "threads": threads,
+        "device": str(device),
+        "upsample_ratio": upsample_ratio,
+        "shortlist": str(shortlist) if isinstance(shortlist, Path) else shortlist,
+        "prune_threshold": prune_threshold,
+        "baseline": baseline,
+        "bootstrap": bootstrap,
+        "save_hypotheses": None if save_hypotheses is None else str(save_hypotheses),
+        "options": flags,
+    }
     return {
-        "environment": environment(device),
+        "environment": environment(resolved),
         "settings": settings,
         "data": {
-            "dir": str(args.data),
-            "split": args.split,
+            "dir": str(data),
+            "split": split,
             "sentences": len(sources),
             "references": len(references),
             "source_lang": source_lang,
@@ -427,7 +604,7 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
                 "model_type": model.config.model_type,
                 "config": model.config.to_dict(),
             }
-            for (label, model, _), directory in zip(models, args.model, strict=True)
+            for (label, model, _), directory in zip(loaded, directories, strict=True)
         ],
         "baseline": baseline,
         "tuning": tuning,
@@ -446,34 +623,52 @@ def evaluate(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _whole(value: Any) -> bool:
+    """An integer (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _finite(value: Any) -> bool:
+    """A finite real number (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _load_systems(
-    args: argparse.Namespace, device: torch.device, sources: Sequence[str]
+    directories: Sequence[str | Path],
+    device: torch.device,
+    sources: Sequence[str],
+    *,
+    strategies: Sequence[str],
+    options: dict[str, Any],
+    at_beam_size: int,
+    at_length_penalty: float,
+    upsample_ratio: float | None,
+    shortlist: bool | str | Path | None,
+    prune_threshold: float | None,
+    baseline: str | None,
 ) -> tuple[list[tuple[str, nn.Module, Any]], list[System], str]:
     """The models ``(label, model, sp)``, the systems and the baseline system's name; logs the
-    sources each model truncates."""
+    sources each model truncates. ``options``: the decoding options by command-line name."""
     models = []
-    for label, directory in zip(model_labels(args.model), args.model, strict=True):
+    for label, directory in zip(model_labels(directories), directories, strict=True):
         model, sp = load_model(directory, device)
         if model.reduced_head:  # only such models take --shortlist / --prune-threshold
-            model = apply_reduced_head(
-                model, directory, args.shortlist, args.prune_threshold, cli=True
-            )
+            model = apply_reduced_head(model, directory, shortlist, prune_threshold, cli=True)
         models.append((label, model, sp))
-    strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     if not strategies and any(not m.autoregressive for _, m, _ in models):
         raise InputError("--strategies is empty")
     systems = build_systems(
         models,
         strategies,
-        lambda model, strategy: decoding_options(args, model, strategy),
-        args.at_beam_size,
-        args.at_length_penalty,
+        lambda model, strategy: decoding_keywords(options, model.flag_aliases.get(strategy, {})),
+        at_beam_size,
+        at_length_penalty,
         # --max-len-a/--max-len-b apply to the AT decoders too.
-        {k: getattr(args, k) for k in ("max_len_a", "max_len_b") if getattr(args, k) is not None},
-        args.upsample_ratio,
+        {k: options[k] for k in ("max_len_a", "max_len_b") if k in options},
+        upsample_ratio,
     )
     names = [s.name for s in systems]
-    baseline = args.baseline or next(
+    baseline = baseline or next(
         (s.name for s in systems if s.model.autoregressive and s.strategy == "beam"), names[0]
     )
     if baseline not in names:
@@ -489,37 +684,44 @@ def _load_systems(
     return models, systems, baseline
 
 
-def _tune(args: argparse.Namespace, systems: list[System], target_lang: str) -> dict[str, Any]:
-    """``--tune-length-penalty``: set each (joint-)Viterbi system's β_v from the tuning split;
-    returns the tuning record per system."""
-    grid = list(args.length_penalty_grid)  # finite numbers (fadat.options)
-    valid_sources, valid_refs = load_split(
-        args.data, args.tune_split, args.tune_subset or args.subset
-    )
+def _tune(
+    systems: list[System],
+    target_lang: str,
+    tuning_split: tuple[list[str], list[list[str]]],
+    *,
+    split: str,
+    grid: Sequence[float],
+    batch_size: int,
+    max_tokens: int,
+) -> dict[str, Any]:
+    """``--tune-length-penalty``: set each (joint-)Viterbi system's β_v from the tuning split
+    ``(sources, reference streams)`` named ``split``; returns the tuning record per system."""
+    valid_sources, valid_refs = tuning_split
     tuning = {}
     for system in systems:
         if system.strategy in ("joint-viterbi", "viterbi"):
-            log(f"tuning length penalty of {system.name} on {args.tune_split}")
+            log(f"tuning length penalty of {system.name} on {split}")
             best, table = tune_length_penalty(
                 system,
                 valid_sources,
                 valid_refs,
                 target_lang,
                 grid,
-                args.batch_size,
-                args.max_tokens,
+                batch_size,
+                max_tokens,
             )
             system.options["length_penalty"] = best
-            tuning[system.name] = {"split": args.tune_split, "best": best, "grid": table}
+            tuning[system.name] = {"split": split, "best": best, "grid": table}
     return tuning
 
 
 def _translate_and_score(
-    args: argparse.Namespace,
     systems: list[System],
     sources: Sequence[str],
     references: Sequence[Sequence[str]],
     target_lang: str,
+    batch_size: int,
+    max_tokens: int,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]], dict[str, list[str]]]:
     """Translate the split with every system (timed: throughput) and score it; returns the
     per-system results, hypotheses and Moses-tokenised hypotheses."""
@@ -528,8 +730,8 @@ def _translate_and_score(
     hypotheses: dict[str, list[str]] = {}
     tokenized: dict[str, list[str]] = {}
     for system in systems:
-        log(f"translating with {system.name} (batches of {args.batch_size})")
-        hyps, seconds = translate_timed(system, sources, args.batch_size, args.max_tokens)
+        log(f"translating with {system.name} (batches of {batch_size})")
+        hyps, seconds = translate_timed(system, sources, batch_size, max_tokens)
         hypotheses[system.name] = hyps
         tok = tokenized[system.name] = moses_tokenize(hyps, target_lang)
         scores = corpus_scores(hyps, references, target_lang, tok, tokenized_refs)
@@ -541,18 +743,20 @@ def _translate_and_score(
 
 
 def _latency(
-    args: argparse.Namespace,
     systems: list[System],
     sources: Sequence[str],
     results: dict[str, dict[str, Any]],
+    latency_subset: int,
+    warmup: int,
 ) -> None:
-    """Batch-1 latency of every system (``--latency-subset``), into ``results``."""
-    latency_sentences = sources[: args.latency_subset] if args.latency_subset else sources
+    """Batch-1 latency of every system (on the first ``latency_subset`` sentences, 0 = all),
+    into ``results``."""
+    latency_sentences = sources[:latency_subset] if latency_subset else sources
     log(
         f"latency: {len(latency_sentences)} sentences × {len(systems)} systems at batch "
-        f"size 1 after {args.warmup} warm-up sentences"
+        f"size 1 after {warmup} warm-up sentences"
     )
-    times = measure_latency(systems, latency_sentences, args.warmup)
+    times = measure_latency(systems, latency_sentences, warmup)
     for name, values in times.items():
         results[name]["latency_ms_median"] = 1000 * statistics.median(values)
         results[name]["latency_ms_mean"] = 1000 * statistics.fmean(values)
@@ -560,7 +764,6 @@ def _latency(
 
 
 def _significance(
-    args: argparse.Namespace,
     systems: list[System],
     baseline: str,
     hypotheses: dict[str, list[str]],
@@ -568,24 +771,25 @@ def _significance(
     references: Sequence[Sequence[str]],
     target_lang: str,
     results: dict[str, dict[str, Any]],
+    samples: int,
 ) -> list[dict[str, Any]]:
-    """Paired bootstrap of each comparison group (sacreBLEU and tokenized BLEU); p-values and
-    identical outputs go into ``results``."""
+    """Paired bootstrap (``samples`` resamples) of each comparison group (sacreBLEU and
+    tokenized BLEU); p-values and identical outputs go into ``results``."""
     tokenized_refs = [moses_tokenize(stream, target_lang) for stream in references]
     significance = []
     for group in comparison_groups(systems, baseline):
-        log(f"paired bootstrap ({args.bootstrap} resamples) against {group[0]}")
+        log(f"paired bootstrap ({samples} resamples) against {group[0]}")
         sacre = paired_bootstrap(
             [(n, hypotheses[n]) for n in group],
             references,
             bleu_metric(target_lang),
-            args.bootstrap,
+            samples,
         )
         tok = paired_bootstrap(
             [(n, tokenized[n]) for n in group],
             tokenized_refs,
             tokenized_bleu_metric(),
-            args.bootstrap,
+            samples,
         )
         significance.append({"baseline": group[0], "bleu": sacre, "tok_bleu": tok})
         for n in group[1:]:

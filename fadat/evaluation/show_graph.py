@@ -10,14 +10,15 @@ tokens, transition matrix, the vertices chosen for the output), laid out with ne
 layout (``multipartite_layout`` over topological generations; networkx comes with torch) and drawn
 with matplotlib (Agg backend); ``.png`` and ``.svg`` outputs.
 
-:func:`graph_view` holds the numbers (tested); :func:`draw_graph` only draws them.
+:func:`graph_view` holds the numbers (tested); :func:`draw_graph` only draws them;
+:func:`show_graph` translates one sentence and draws its graph (the command line:
+:mod:`fadat.cli.show_graph`).
 Only run on CPU; the code is device-agnostic but CUDA was not run.
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -27,8 +28,6 @@ import torch
 
 from fadat import outputs
 from fadat.errors import InputError
-from fadat.options import int_range, probability
-from fadat.verbs import add_decoding_arguments, add_force_argument, add_upsample_argument
 
 SUFFIXES = (".png", ".svg")
 #: The most tokens ``--top-k`` lists per vertex: each is a line of the vertex's label, and
@@ -282,100 +281,118 @@ def _draw_vertices(
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# CLI
-# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GraphPicture:
+    """What :func:`show_graph` drew.
+
+    Attributes:
+        output: the picture written (``.png`` or ``.svg``).
+        translation: the detokenised translation whose path is highlighted.
+        strategy: the decoding strategy that chose the path.
+        size: the graph's vertices ``L`` (the drawn ones: ``view.vertices``).
+        view: the numbers drawn (:func:`graph_view`).
+    """
+
+    output: Path
+    translation: str
+    strategy: str
+    size: int
+    view: GraphView
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``fadat show-graph``."""
-    parser.add_argument("sentence", help="the source sentence (raw text)")
-    parser.add_argument("--model", required=True, metavar="DIR", help="DAT model directory")
-    parser.add_argument(
-        "-o",
-        "--output",
-        required=True,
-        metavar="FILE",
-        help="picture to write: FILE.png or FILE.svg",
-    )
-    add_force_argument(parser)
-    parser.add_argument(
-        "--strategy",
-        default="lookahead",
-        help="decoding strategy whose path is highlighted (default: lookahead)",
-    )
-    parser.add_argument(
-        "--top-k",
-        type=int_range(1, MAX_TOP_K, "the tokens listed in each vertex of the picture"),
-        default=3,
-        metavar="K",
-        help=f"tokens listed per vertex (default: 3, at most {MAX_TOP_K})",
-    )
-    parser.add_argument(
-        "--min-passing",
-        type=probability,
-        default=0.05,
-        metavar="P",
-        help="draw vertices with at least this passing probability (default: 0.05)",
-    )
-    parser.add_argument(
-        "--min-flow",
-        type=probability,
-        default=0.05,
-        metavar="P",
-        help="draw transitions used by at least this share of paths (default: 0.05)",
-    )
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
-    add_upsample_argument(parser)
-    add_decoding_arguments(parser)
+def show_graph(
+    model: str | Path,
+    sentence: str,
+    output: str | Path,
+    *,
+    strategy: str = "lookahead",
+    top_k: int = 3,
+    min_passing: float = 0.05,
+    min_flow: float = 0.05,
+    device: str = "cpu",
+    upsample_ratio: float | None = None,
+    options: Mapping[str, Any] | None = None,
+    force: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> GraphPicture:
+    """Translate one sentence with a DAT model directory and draw its graph to ``output``, the
+    decoded path highlighted (``fadat show-graph``; every keyword's default is the flag's).
 
+    Example::
 
-def run(args: argparse.Namespace) -> int:
-    """``fadat show-graph``: translate one sentence and draw its graph."""
+        from fadat.evaluation.show_graph import show_graph
+
+        picture = show_graph("models/fadat", "The Lord is my shepherd.", "graph.svg", top_k=5)
+        picture.translation, len(picture.view.vertices)
+
+    Args:
+        model: a DAT model directory.
+        sentence: the source sentence (raw text).
+        output: the picture to write, ``.png`` or ``.svg``; written all-or-nothing and recorded
+            as fadat's (:mod:`fadat.outputs`).
+        strategy: the decoding strategy whose path is highlighted.
+        top_k: tokens listed per vertex, 1 … :data:`MAX_TOP_K`.
+        min_passing: draw the vertices with at least this passing probability, in [0, 1].
+        min_flow: draw the transitions used by at least this share of paths, in [0, 1].
+        device: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        upsample_ratio: the decoding λ; ``None`` = the model's.
+        options: the strategy's decoding options by their command-line names (``{"beta": 1.0}``:
+            :data:`fadat.options.DECODING_OPTIONS`).
+        force: replace an existing ``output`` that fadat did not write.
+        warn: receives a truncation warning; default :func:`warnings.warn`.
+
+    Returns:
+        :class:`GraphPicture`.
+
+    Raises:
+        InputError: an empty sentence; an ``output`` that cannot be written (checked before any
+            work: :func:`fadat.outputs.check_output_file`) or ends in another suffix; ``top_k``,
+            ``min_passing`` or ``min_flow`` out of range; a missing or non-DAT model directory
+            (:func:`fadat.evaluation.analysis.load_dat_model`); a strategy or options it does not
+            take (:func:`fadat.translation.pipeline.check_strategy`), named by their
+            ``fadat show-graph`` flags.
+        NonFiniteOutputError: the model's outputs are NaN or infinite (corrupt weights).
+    """
     from fadat.data.spm import decode as detokenize
     from fadat.decoding import decode
     from fadat.evaluation.analysis import load_dat_model, model_outputs
+    from fadat.options import decoding_keywords
     from fadat.translation.pipeline import check_strategy
-    from fadat.verbs import decoding_options, stderr_warner
 
-    if not args.sentence.strip():
+    if not isinstance(sentence, str):
+        raise InputError(f"the source sentence must be a string, got {type(sentence).__name__}")
+    if not sentence.strip():
         raise InputError("the source sentence is empty")
     # Before any work: the output can be written (fadat.outputs).
-    outputs.check_output_file(args.output, "--output", [("--model", args.model)], args.force)
-    if Path(args.output).suffix.lower() not in SUFFIXES:
-        raise InputError(f"{args.output}: output must end in .png or .svg")
-    if not 1 <= args.top_k <= MAX_TOP_K:
-        raise InputError(f"--top-k must be in [1, {MAX_TOP_K}], got {args.top_k}")
-    for name in ("min_passing", "min_flow"):
-        if not 0.0 <= getattr(args, name) <= 1.0:
+    outputs.check_output_file(output, "--output", [("--model", model)], force)
+    if Path(output).suffix.lower() not in SUFFIXES:
+        raise InputError(f"{output}: output must end in .png or .svg")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= MAX_TOP_K:
+        raise InputError(f"--top-k must be in [1, {MAX_TOP_K}], got {top_k}")
+    for name, value in (("min_passing", min_passing), ("min_flow", min_flow)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise InputError(f"--{name.replace('_', '-')} must be in [0, 1]")
-    model, sp = load_dat_model(args.model, args.device)
-    options = decoding_options(args, model, args.strategy)
-    check_strategy(model, args.strategy, options, cli=True)
+    dat, sp = load_dat_model(model, device)
+    aliases = dat.flag_aliases.get(strategy, {}) if isinstance(strategy, str) else {}
+    keywords = decoding_keywords(options, aliases)
+    check_strategy(dat, strategy, keywords, cli=True)
     ((_, token_logprobs, links, graph_lengths),) = model_outputs(
-        model,
-        sp,
-        [args.sentence],
-        warn=stderr_warner("sentence"),
-        upsample_ratio=args.upsample_ratio,
+        dat, sp, [sentence], warn=warn, upsample_ratio=upsample_ratio
     )
-    (hyp,) = decode(token_logprobs, links, graph_lengths, args.strategy, **options)
+    (hyp,) = decode(token_logprobs, links, graph_lengths, strategy, **keywords)
     size = int(graph_lengths[0])
     view = graph_view(
         token_logprobs[0, :size],
         links[0, :size, :size],
         hyp.path,
-        top_k=args.top_k,
-        min_passing=args.min_passing,
-        min_flow=args.min_flow,
+        top_k=top_k,
+        min_passing=min_passing,
+        min_flow=min_flow,
     )
     translation = detokenize(sp, hyp.tokens)
     title = (
-        f"{args.sentence}\n→ {translation}   ({args.strategy}; {size} vertices, "
-        f"{len(view.vertices)} drawn)"
+        f"{sentence}\n→ {translation}   ({strategy}; {size} vertices, {len(view.vertices)} drawn)"
     )
-    with outputs.atomic_path(args.output, "--output", record=True) as tmp:
+    with outputs.atomic_path(output, "--output", record=True) as tmp:
         draw_graph(view, sp.id_to_piece, tmp, title=title)
-    print(translation)
-    print(f"graph: {args.output}")
-    return 0
+    return GraphPicture(Path(output), translation, strategy, size, view)

@@ -3,7 +3,8 @@
 DAT: paper Eq. 3 (the sum over every path through the graph with ``|<s> y </s>|`` vertices),
 computed by :func:`fadat.dag.dag_log_likelihood` on the graph that ``fadat translate`` decodes.
 AT: ``Σ_t log P(y_t | y_<t, x)`` over ``y </s>``. The pipeline is
-:func:`fadat.translation.pipeline.score_pairs`; this module is the command line only.
+:func:`fadat.translation.pipeline.score_pairs` (from Python: :meth:`fadat.Translator.score`);
+this module is the command line only.
 
 Input: ``--source FILE --target FILE`` (parallel, one sentence per line) or, without them,
 tab-separated ``SOURCE<TAB>TARGET`` lines on stdin / ``--input``. Output: one line per pair,
