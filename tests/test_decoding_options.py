@@ -9,6 +9,7 @@ import argparse
 
 import pytest
 
+from fadat.cli.common import add_decoding_arguments, decoding_options
 from fadat.errors import InputError
 from fadat.options import (
     DECODING_OPTIONS,
@@ -21,7 +22,6 @@ from fadat.options import (
 )
 from fadat.serve.engine import Engine
 from fadat.translation.pipeline import check_option_values
-from fadat.verbs import add_decoding_arguments, decoding_options
 
 #: keyword → (CLI flag or None, CLI value type, HTTP kind, HTTP range), CLI flags in --help order.
 INTERFACE = {

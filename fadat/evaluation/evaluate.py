@@ -57,6 +57,7 @@ import torch
 from torch import nn
 
 from fadat import outputs
+from fadat.cli.common import decoding_options
 from fadat.errors import InputError
 from fadat.evaluation import validset_metrics
 from fadat.evaluation.scoring import (
@@ -70,16 +71,13 @@ from fadat.evaluation.scoring import (
     tokenized_bleu_metric,
 )
 from fadat.models.directory import load_model, model_device, model_labels, resolve_device
+from fadat.process import apply_threads
 from fadat.translation.pipeline import (
     apply_reduced_head,
     check_strategy,
     check_upsample_ratio,
     encode_sources,
     translate_lines,
-)
-from fadat.verbs import (
-    apply_threads,
-    decoding_options,
 )
 
 DEFAULT_GRID = (0.6, 0.8, 1.0, 1.2, 1.4)

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 
 from fadat import outputs
+from fadat.cli.common import add_decoding_arguments, add_force_argument, add_upsample_argument
 from fadat.errors import InputError
 from fadat.options import int_range, probability
-from fadat.verbs import add_decoding_arguments, add_force_argument, add_upsample_argument
 
 SUFFIXES = (".png", ".svg")
 #: The most tokens ``--top-k`` lists per vertex: each is a line of the vertex's label, and
@@ -332,11 +332,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``fadat show-graph``: translate one sentence and draw its graph."""
+    from fadat.cli.common import decoding_options, stderr_warner
     from fadat.data.spm import decode as detokenize
     from fadat.decoding import decode
     from fadat.evaluation.analysis import load_dat_model, model_outputs
     from fadat.translation.pipeline import check_strategy
-    from fadat.verbs import decoding_options, stderr_warner
 
     if not args.sentence.strip():
         raise InputError("the source sentence is empty")
