@@ -223,8 +223,9 @@ def serve(
     force: bool = False,
 ) -> None:
     """Serve ``model`` over HTTP until SIGTERM or Ctrl-C (``fadat serve``); blocks, as
-    ``uvicorn.run`` does. See the module docstring for the address, the shutdown and the
-    connection rules; the endpoints are :func:`fadat.serve.app.create_app`'s.
+    ``uvicorn.run`` does, and like it runs in the main thread (it installs a SIGTERM handler).
+    See the module docstring for the address, the shutdown and the connection rules; the
+    endpoints are :func:`fadat.serve.app.create_app`'s (an ASGI application to run otherwise).
 
     Args:
         model: a DAT or AT model directory, or with ``engine="onnxruntime"`` an export of
