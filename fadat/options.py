@@ -1,6 +1,7 @@
 """Types for command-line option values: each rejects what the option cannot mean (NaN, an
-infinity, a negative size) with a message naming the problem, which ``fadat`` prints as one line
-naming the option (exit 2).
+infinity, a negative size) with an :class:`OptionValueError` naming the problem, which ``fadat``
+prints as one line naming the option (exit 2), and which a library caller catches as an
+:class:`~fadat.errors.InputError`.
 
 Example::
 
@@ -8,7 +9,7 @@ Example::
     parser.add_argument("--max-tokens", type=nonnegative_int)
 
 And :data:`DECODING_OPTIONS`, the one table of the decoders' options that the command line
-(``--beta`` …, :func:`fadat.verbs.add_decoding_arguments`), the Python API
+(``--beta`` …, :func:`fadat.cli.common.add_decoding_arguments`), the Python API
 (:func:`fadat.translation.pipeline.check_option_values`) and the HTTP API (``"beta": …`` in a
 request, :meth:`fadat.serve.engine.Engine.check`) read; :func:`check_threads`, the one check
 of a thread count against the machine's cores.
@@ -26,14 +27,22 @@ from typing import Any
 from fadat.errors import InputError, shown
 
 
+class OptionValueError(InputError, argparse.ArgumentTypeError):
+    """A value an option cannot take (``"nan"`` for ``--beta``, ``"-1"`` for a size): raised by
+    this module's value types. An :class:`~fadat.errors.InputError` for the library (e.g.
+    :func:`fadat.translation.pipeline.check_option_values`, which adds the option's name), and an
+    ``argparse.ArgumentTypeError`` for the command line, whose parser then prints the message
+    after the flag (``argument --beta: expected a finite number, got 'nan'``)."""
+
+
 def _number(text: str, kind: type) -> float | int:
     try:
         value = kind(text)
     except (TypeError, ValueError):
         noun = "an integer" if kind is int else "a number"
-        raise argparse.ArgumentTypeError(f"expected {noun}, got {shown(text)}") from None
+        raise OptionValueError(f"expected {noun}, got {shown(text)}") from None
     if kind is float and not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"expected a finite number, got {shown(text)}")
+        raise OptionValueError(f"expected a finite number, got {shown(text)}")
     return value
 
 
@@ -46,7 +55,7 @@ def positive_float(text: str) -> float:
     """A finite number > 0."""
     value = finite_float(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        raise OptionValueError(f"must be > 0, got {text!r}")
     return value
 
 
@@ -54,7 +63,7 @@ def nonnegative_float(text: str) -> float:
     """A finite number >= 0."""
     value = finite_float(text)
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+        raise OptionValueError(f"must be >= 0, got {text!r}")
     return value
 
 
@@ -62,7 +71,7 @@ def probability(text: str) -> float:
     """A number in [0, 1]."""
     value = finite_float(text)
     if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text!r}")
+        raise OptionValueError(f"must be in [0, 1], got {text!r}")
     return value
 
 
@@ -70,7 +79,7 @@ def positive_int(text: str) -> int:
     """An integer >= 1."""
     value = int(_number(text, int))
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+        raise OptionValueError(f"must be >= 1, got {text!r}")
     return value
 
 
@@ -78,7 +87,7 @@ def nonnegative_int(text: str) -> int:
     """An integer >= 0."""
     value = int(_number(text, int))
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+        raise OptionValueError(f"must be >= 0, got {text!r}")
     return value
 
 
@@ -89,10 +98,10 @@ def int_range(low: int, high: int, why: str = "") -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(_number(text, int))
         if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {text!r}")
+            raise OptionValueError(f"must be >= {low}, got {text!r}")
         if value > high:
             reason = f" ({why})" if why else ""
-            raise argparse.ArgumentTypeError(f"must be at most {high}{reason}, got {shown(text)}")
+            raise OptionValueError(f"must be at most {high}{reason}, got {shown(text)}")
         return value
 
     return parse
@@ -157,7 +166,7 @@ def finite_float_list(text: str) -> list[float]:
     """Comma-separated finite numbers, at least one (``0.6,0.8,1``)."""
     values = [finite_float(part) for part in text.split(",") if part.strip()]
     if not values:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+        raise OptionValueError(f"expected comma-separated numbers, got {text!r}")
     return values
 
 

@@ -1,7 +1,9 @@
 """Process-wide settings, as explicit opt-ins: memory for long CPU training and decoding runs
-(:func:`tune_memory`), and SIGTERM handled like Ctrl-C while a verb runs
-(:func:`terminate_as_interrupt`). ``fadat``'s command line uses both (``fadat.cli.main``); a
-program that imports fadat as a library keeps its own settings unless it calls them. Also what
+(:func:`tune_memory`), SIGTERM handled like Ctrl-C while a verb runs
+(:func:`terminate_as_interrupt`), and torch's thread count checked against the cores
+(:func:`apply_threads`). ``fadat``'s command line opts into the first two for every verb
+(``fadat.cli.main``); a program that imports fadat as a library keeps its own settings unless it
+calls them. Also what
 the machine's processor can do (:func:`native_bf16`, :func:`cpu_features`, :func:`cpu_model`).
 """
 
@@ -81,6 +83,30 @@ def _keep_freed_memory() -> bool:
     return bool(mallopt(m_mmap_threshold, 32 * 2**20)) and bool(
         mallopt(m_trim_threshold, 256 * 2**20)
     )
+
+
+def apply_threads(threads: int, force: bool = False) -> None:
+    """``torch.set_num_threads(threads)`` when ``threads > 0``, after
+    :func:`fadat.options.check_threads` (a warning ``fadat: warning: ...`` on stderr when
+    ``force`` lets more threads than cores through).
+
+    Args:
+        threads: torch's intra-op threads; 0 leaves torch's default.
+        force: allow more threads than the cores this process may use.
+
+    Raises:
+        InputError: ``threads`` negative or above :data:`fadat.options.MAX_THREADS`, or above the
+            machine's cores without ``force``.
+    """
+    from fadat.options import check_threads
+
+    warning = check_threads(threads, force)
+    if warning:
+        print(f"fadat: warning: {warning}", file=sys.stderr)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def native_bf16(device_type: str = "cpu") -> bool:

@@ -1193,12 +1193,12 @@ class _FullFile:
 
 @pytest.mark.parametrize("verb", ["translate", "score"])
 def test_disk_full_while_writing_output(verb, paths, capsys, tmp_path, monkeypatch):
-    import fadat.verbs
+    import fadat.cli.common
 
     def full_open(*args, **kwargs):
         return _FullFile(open(*args, **kwargs), room=8)
 
-    monkeypatch.setattr(fadat.verbs, "open", full_open, raising=False)
+    monkeypatch.setattr(fadat.cli.common, "open", full_open, raising=False)
     out = tmp_path / "out.txt"
     out.write_text("yesterday's output\n")
     source = "{in}" if verb == "translate" else "{pairs}"

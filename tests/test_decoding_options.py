@@ -1,7 +1,7 @@
 """The one table of decoding options (fadat.options.DECODING_OPTIONS) and its three readers: the
 command-line flags, the Python API's check and the HTTP request fields of ``fadat serve``. The
 names, flags, types and ranges below are the interface as it was before the table existed (the
-CLI table of fadat.verbs and the HTTP table of fadat.serve.engine); they must not change."""
+CLI table of fadat.cli.common and the HTTP table of fadat.serve.engine); they must not change."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import argparse
 
 import pytest
 
+from fadat.cli.common import add_decoding_arguments, decoding_options
 from fadat.errors import InputError
 from fadat.options import (
     DECODING_OPTIONS,
@@ -21,7 +22,6 @@ from fadat.options import (
 )
 from fadat.serve.engine import Engine
 from fadat.translation.pipeline import check_option_values
-from fadat.verbs import add_decoding_arguments, decoding_options
 
 #: keyword → (CLI flag or None, CLI value type, HTTP kind, HTTP range), CLI flags in --help order.
 INTERFACE = {

@@ -134,6 +134,28 @@ def test_resume_after_stop_and_torn_line_gives_the_same_files(gen, reference, tm
     assert distill(gen["at"], gen["data"], out, **kwargs) == out
 
 
+def test_python_distill_checks_threads_and_locks_its_output(gen, tmp_path, monkeypatch, capsys):
+    """What ``fadat distill`` checks around the work, :func:`distill` checks for a Python caller
+    too: threads above the cores only with ``force`` (a warning then), and one writer per
+    output (tests/test_sigkill_and_resume_gives_the_same_files runs the verb against the same
+    reference)."""
+    from fadat.outputs import output_lock
+
+    out = tmp_path / "kd"
+    kwargs = dict(beam=3, batch_size=16, engine="fadat", progress=False)
+    monkeypatch.setattr("fadat.options.usable_cores", lambda: 1)
+    with pytest.raises(InputError, match="--threads 2 is more than the 1 CPU core"):
+        distill(gen["at"], gen["data"], out, threads=2, **kwargs)
+    assert not out.exists()
+    with output_lock(out), pytest.raises(InputError, match="another fadat process is writing"):
+        distill(gen["at"], gen["data"], out, **kwargs)
+    assert not out.exists()
+    capsys.readouterr()
+    distill(gen["at"], gen["data"], out, threads=2, force=True, stop_after=1, **kwargs)
+    assert "fadat: warning: --threads 2 is more than the 1 CPU core" in capsys.readouterr().err
+    assert len((out / PARTIAL).read_text(encoding="utf-8").splitlines()) == 1 + 1
+
+
 def test_sigkill_and_resume_gives_the_same_files(gen, reference, tmp_path):
     out = tmp_path / "kd"
     argv = [

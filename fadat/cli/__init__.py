@@ -1,7 +1,8 @@
 """``fadat <verb>``: a thin argparse layer. Each verb lives in its own module, which provides
-``add_arguments(parser)`` and ``run(args) -> int``; this file holds no logic. The verbs whose
-command line would otherwise share a module with the library code they run live in this package
-(``fadat.cli.translate``, …); ``python -m fadat.cli`` is :mod:`fadat.cli.__main__`.
+``add_arguments(parser)`` and ``run(args) -> int``; this file holds no logic. A verb's module in
+this package (``fadat.cli.translate``, ``fadat.cli.export``, …) maps its flags onto a typed
+library function and prints; what the verbs share on the command line is
+:mod:`fadat.cli.common`. ``python -m fadat.cli`` is :mod:`fadat.cli.__main__`.
 
 Exit codes for every verb: 0 success, 2 bad input or an I/O failure (one line on stderr, no
 traceback), 1 internal error, 130 interrupted (Ctrl-C, SIGTERM), 141 stdout closed by the
@@ -32,7 +33,7 @@ VERBS: dict[str, tuple[str, str]] = {
         "train a DA-Transformer (--arch dat) or the AT baseline (--arch at)",
     ),
     "average": (
-        "fadat.training.average",
+        "fadat.cli.average",
         "average the best checkpoints of a run into a model directory",
     ),
     "translate": ("fadat.cli.translate", "translate raw text with a DAT or AT model directory"),
@@ -50,15 +51,15 @@ VERBS: dict[str, tuple[str, str]] = {
         "draw the DAG behind the translation of one sentence",
     ),
     "distill": (
-        "fadat.translation.distill",
+        "fadat.cli.distill",
         "re-translate a dataset's training targets with an AT (KD)",
     ),
     "export": (
-        "fadat.translation.export",
+        "fadat.cli.export",
         "export a model to another inference engine (DAT: ONNX Runtime; AT: CTranslate2)",
     ),
-    "shortlist": ("fadat.models.shortlist", "build a lexical vocabulary shortlist for a DAT model"),
-    "serve": ("fadat.serve.cli", "serve translations and the graph over HTTP, with a web page"),
+    "shortlist": ("fadat.cli.shortlist", "build a lexical vocabulary shortlist for a DAT model"),
+    "serve": ("fadat.cli.serve", "serve translations and the graph over HTTP, with a web page"),
 }
 
 

@@ -23,7 +23,7 @@ from fadat.options import nonnegative_int
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fadat analyze``."""
-    from fadat.verbs import add_common_arguments, add_decoding_arguments
+    from fadat.cli.common import add_common_arguments, add_decoding_arguments
 
     parser.description = (
         "Confidence of DAT models (paper §4.4): Table 3 (−log P(a|x), −log P(y|a,x), −log P(y|x) "
@@ -71,10 +71,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``fadat analyze``: print Tables 3 and 5, write Figure 1 and the numbers as JSON."""
+    from fadat.cli.common import decoding_options, stderr_warner
     from fadat.evaluation.scoring import load_split, read_languages
     from fadat.models.directory import model_labels
+    from fadat.process import apply_threads
     from fadat.translation.pipeline import strategy_options
-    from fadat.verbs import apply_threads, decoding_options, stderr_warner
 
     apply_threads(args.threads, args.force)
     if args.names is not None and len(args.names) != len(args.model):

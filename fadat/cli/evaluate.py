@@ -11,6 +11,14 @@ import math
 from typing import Any
 
 from fadat import outputs
+from fadat.cli.common import (
+    add_decoding_arguments,
+    add_force_argument,
+    add_head_arguments,
+    add_threads_argument,
+    add_upsample_argument,
+    strategy_help,
+)
 from fadat.evaluation import validset_metrics
 from fadat.evaluation.evaluate import DEFAULT_GRID, evaluate, log
 from fadat.evaluation.scoring import DEFAULT_STRATEGIES
@@ -22,14 +30,6 @@ from fadat.options import (
     nonnegative_int,
     positive_int,
     usable_cores,
-)
-from fadat.verbs import (
-    add_decoding_arguments,
-    add_force_argument,
-    add_head_arguments,
-    add_threads_argument,
-    add_upsample_argument,
-    strategy_help,
 )
 
 

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import argparse
 
-from fadat.data.text import read_lines
-from fadat.errors import InputError
-from fadat.models.directory import load_model
-from fadat.translation.pipeline import score_pairs
-from fadat.verbs import (
+from fadat.cli.common import (
     add_common_arguments,
     add_force_argument,
-    apply_threads,
     check_output,
     open_output,
     stderr_warner,
 )
+from fadat.data.text import read_lines
+from fadat.errors import InputError
+from fadat.models.directory import load_model
+from fadat.process import apply_threads
+from fadat.translation.pipeline import score_pairs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-from fadat.evaluation.show_graph import MAX_TOP_K, show_graph
-from fadat.options import DECODING_OPTIONS, int_range, probability
-from fadat.verbs import (
+from fadat.cli.common import (
     add_decoding_arguments,
     add_force_argument,
     add_upsample_argument,
     stderr_warner,
 )
+from fadat.evaluation.show_graph import MAX_TOP_K, show_graph
+from fadat.options import DECODING_OPTIONS, int_range, probability
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from fadat.cli.common import add_force_argument
 from fadat.errors import InputError
 from fadat.models.architectures import ARCHITECTURES
 from fadat.objectives import OBJECTIVES, all_options
@@ -31,7 +32,6 @@ from fadat.training.config import (
 from fadat.training.model_init import lambda_overrides
 from fadat.training.schedule import stop_text
 from fadat.training.trainer import train
-from fadat.verbs import add_force_argument
 
 # flag -> (config key, type, help). Every flag defaults to None so that only explicit flags
 # override the YAML file and the defaults.

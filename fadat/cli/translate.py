@@ -7,8 +7,21 @@ from __future__ import annotations
 import argparse
 import sys
 
+from fadat.cli.common import (
+    add_common_arguments,
+    add_decoding_arguments,
+    add_force_argument,
+    add_head_arguments,
+    add_strategy_argument,
+    check_output,
+    decoding_options,
+    nbest_strategies,
+    open_output,
+    stderr_warner,
+)
 from fadat.data.text import read_lines
 from fadat.options import nonnegative_int, positive_int
+from fadat.process import apply_threads
 from fadat.translation.engines import DEFAULT_ENGINE, ENGINES, load_translation_model
 from fadat.translation.pipeline import (
     Translation,
@@ -16,19 +29,6 @@ from fadat.translation.pipeline import (
     check_strategy,
     check_upsample_ratio,
     iter_translations,
-)
-from fadat.verbs import (
-    add_common_arguments,
-    add_decoding_arguments,
-    add_force_argument,
-    add_head_arguments,
-    add_strategy_argument,
-    apply_threads,
-    check_output,
-    decoding_options,
-    nbest_strategies,
-    open_output,
-    stderr_warner,
 )
 
 #: ``fadat translate``: lines translated (and written) at a time (see :func:`iter_translations`).

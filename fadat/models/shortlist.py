@@ -1,4 +1,5 @@
-"""``fadat shortlist``: a lexical vocabulary shortlist for the DAT's token head.
+"""A lexical vocabulary shortlist for the DAT's token head (``fadat shortlist``,
+:mod:`fadat.cli.shortlist`; from Python :func:`shortlist`).
 
 The way Marian (``--shortlist``, a lexical table ``lex.s2t`` with the first ``N`` frequent words
 and the ``k`` best translations of each source word) and CTranslate2 (``vmap.txt``, source
@@ -33,8 +34,6 @@ the int8 full head (2 of 50 sentences).
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -45,7 +44,6 @@ import torch
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import InputError
-from fadat.options import nonnegative_int
 
 SHORTLIST_NAME = "shortlist.safetensors"
 SPECIAL_IDS = (BOS_ID, PAD_ID, EOS_ID, UNK_ID)
@@ -335,64 +333,42 @@ def coverage(
 
 
 # ----------------------------------------------------------------------------------------------
-# Command line
+# Building and writing a model's shortlist (fadat shortlist)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``fadat shortlist``."""
-    parser.description = (
-        "Build a lexical vocabulary shortlist for a model from its training data and store it "
-        f"in the model directory ({SHORTLIST_NAME}); a DAT uses it with `fadat translate "
-        "--shortlist`, an AT exported to CTranslate2 as its vocabulary map (`fadat export "
-        "--shortlist`)."
-    )
-    parser.add_argument("--model", required=True, help="DAT or AT model directory")
-    parser.add_argument("--data", default=None, help="prepared data directory (fadat prepare)")
-    parser.add_argument("--split", default="train", help="its split to count (default train)")
-    parser.add_argument("--source", default=None, help="or: raw source text (one per line)")
-    parser.add_argument("--target", default=None, help="and its raw target text")
-    parser.add_argument(
-        "--top-k", type=nonnegative_int, default=DEFAULT_TOP_K,
-        help=f"candidates per source token (default {DEFAULT_TOP_K})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--frequent", type=nonnegative_int, default=DEFAULT_FREQUENT,
-        help=f"most frequent target tokens always included (default {DEFAULT_FREQUENT})",
-    )  # fmt: skip
-    parser.add_argument(
-        "--output",
-        default=None,
-        help=f"shortlist file to write elsewhere (default: MODEL/{SHORTLIST_NAME})",
-    )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="replace an existing --output file that fadat did not write (never an input or a "
-        "file of a model, dataset or run)",
-    )
+def check_shortlist_output(
+    model_dir: str | Path,
+    output: str | Path | None = None,
+    inputs: Iterable[tuple[str, str | Path | None]] = (),
+    force: bool = False,
+) -> Path:
+    """Before any work: where :func:`shortlist` writes (:mod:`fadat.outputs`); returns it.
 
-
-def check_shortlist_output(args: argparse.Namespace) -> Path:
-    """Before any work: where ``fadat shortlist`` writes (:mod:`fadat.outputs`); returns it.
-
-    Without ``--output``, the model directory's own ``shortlist.safetensors``: a file of the
-    model kind that this verb writes, replacing the one there. With ``--output``, a file outside
+    Without ``output``, the model directory's own ``shortlist.safetensors``: a file of the
+    model kind that this verb writes, replacing the one there. With ``output``, a file outside
     every input and every fadat dataset, model and run directory, which replaces an existing
-    file only when fadat wrote it, or with ``--force``.
+    file only when fadat wrote it, or with ``force``.
+
+    Args:
+        model_dir: the model directory the shortlist is for.
+        output: a shortlist file elsewhere, or ``None``.
+        inputs: ``(flag, path)`` of the other files the shortlist is built from (``--data``,
+            ``--source``, ``--target``); ``None`` paths are skipped.
+        force: replace an existing ``output`` file that fadat did not write.
 
     Raises:
-        InputError: a ``--model`` that is not a fadat model directory (default output); a
-            ``shortlist.safetensors`` there that is not a regular file; an ``--output`` refused
+        InputError: a ``model_dir`` that is not a fadat model directory (default output); a
+            ``shortlist.safetensors`` there that is not a regular file; an ``output`` refused
             by :func:`fadat.outputs.check_output_file`.
     """
     from fadat import outputs
 
-    inputs = [("--data", args.data), ("--source", args.source), ("--target", args.target)]
-    if args.output is not None:
+    inputs = list(inputs)
+    if output is not None:
         return outputs.check_output_file(
-            args.output, "--output", [("--model", args.model), *inputs], args.force
+            output, "--output", [("--model", model_dir), *inputs], force
         )
-    model = Path(args.model)
+    model = Path(model_dir)
     if outputs.output_kind(model) != "model":
         raise InputError(f"--model {model}: not a fadat model directory; give --output FILE")
     path = model / SHORTLIST_NAME
@@ -403,19 +379,52 @@ def check_shortlist_output(args: argparse.Namespace) -> Path:
     return path
 
 
-def run(args: argparse.Namespace) -> int:
-    """Build and write the shortlist; returns 0.
+def shortlist(
+    model_dir: str | Path,
+    data_dir: str | Path | None = None,
+    output: str | Path | None = None,
+    *,
+    split: str = "train",
+    source: str | Path | None = None,
+    target: str | Path | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    frequent: int = DEFAULT_FREQUENT,
+    force: bool = False,
+) -> Path:
+    """Build a model's lexical shortlist from its training data and write it (``fadat
+    shortlist``): by default into the model directory as ``shortlist.safetensors``, where a
+    DAT reads it (``fadat translate --shortlist``) and an AT's CTranslate2 export takes it as
+    its vocabulary map (``fadat export --shortlist``).
+
+    Args:
+        model_dir: a DAT or AT model directory.
+        data_dir: a prepared dataset (``fadat prepare``) with the model's vocabulary, whose
+            ``split`` is counted; or ``None`` with ``source`` and ``target``.
+        output: a shortlist file to write elsewhere (default: ``MODEL_DIR/shortlist.safetensors``).
+        split: the split of ``data_dir`` to count.
+        source: instead of ``data_dir``: raw source text (one sentence per line), encoded with
+            the model's sentencepiece model.
+        target: its raw target text, line by line.
+        top_k: candidates per source token (>= 0; :func:`build_shortlist`).
+        frequent: most frequent target tokens always included (>= 0).
+        force: replace an existing ``output`` file that fadat did not write.
+
+    Returns:
+        The path written.
 
     Raises:
-        InputError: neither ``--data`` nor ``--source``/``--target`` (or both), not a DAT or
-            AT model directory, one without a sentencepiece model, a vocabulary other than the
-            model's; an output refused by :func:`check_shortlist_output`.
+        InputError: neither ``data_dir`` nor ``source``/``target`` (or both), only one of
+            ``source`` and ``target``, negative ``top_k`` or ``frequent``, not a DAT or AT model
+            directory, one without a sentencepiece model (raw text), data with another
+            vocabulary than the model's; an output refused by :func:`check_shortlist_output`.
     """
     from fadat import outputs
     from fadat.models.architectures import model_class
     from fadat.models.directory import read_model_metadata, spm_model_path
 
-    model = Path(args.model)
+    if top_k < 0 or frequent < 0:
+        raise InputError(f"top_k and frequent must be >= 0, got {top_k} and {frequent}")
+    model = Path(model_dir)
     meta = read_model_metadata(model)
     cls = model_class(meta["model_type"])
     if not (cls.reduced_head or cls.autoregressive):
@@ -424,19 +433,20 @@ def run(args: argparse.Namespace) -> int:
             "translate --shortlist) and ATs (fadat export --shortlist)"
         )
     vocab = int(meta["config"]["vocab_size"])
-    if (args.data is None) == (args.source is None and args.target is None):
+    if (data_dir is None) == (source is None and target is None):
         raise InputError("give either --data DIR or --source FILE --target FILE")
-    out = check_shortlist_output(args)
-    if args.data is not None:
+    inputs = [("--data", data_dir), ("--source", source), ("--target", target)]
+    out = check_shortlist_output(model_dir, output, inputs, force)
+    if data_dir is not None:
         from fadat.data.binarized import read_meta
 
-        data_vocab = int(read_meta(args.data)["vocab_size"])
+        data_vocab = int(read_meta(data_dir)["vocab_size"])
         if data_vocab != vocab:
-            raise InputError(f"{args.data}: vocabulary of {data_vocab}, the model has {vocab}")
-        pairs = binarized_pairs(args.data, args.split)
-        built_from = f"{Path(args.data).resolve()} split {args.split}"
+            raise InputError(f"{data_dir}: vocabulary of {data_vocab}, the model has {vocab}")
+        pairs = binarized_pairs(data_dir, split)
+        built_from = f"{Path(data_dir).resolve()} split {split}"
     else:
-        if args.source is None or args.target is None:
+        if source is None or target is None:
             raise InputError("--source and --target go together")
         import sentencepiece as spm
 
@@ -444,14 +454,12 @@ def run(args: argparse.Namespace) -> int:
         if path is None:
             raise InputError(f"{model}: has no sentencepiece model to encode the text with")
         sp = spm.SentencePieceProcessor(model_file=str(path))
-        pairs = text_pairs(sp, args.source, args.target)
-        built_from = f"{Path(args.source).resolve()} / {Path(args.target).resolve()}"
-    shortlist = build_shortlist(pairs, vocab, args.top_k, args.frequent, built_from)
-    if args.output is None:
-        outputs.atomic_write(out, shortlist.to_bytes(), "the shortlist")
+        pairs = text_pairs(sp, source, target)
+        built_from = f"{Path(source).resolve()} / {Path(target).resolve()}"
+    built = build_shortlist(pairs, vocab, top_k, frequent, built_from)
+    if output is None:
+        outputs.atomic_write(out, built.to_bytes(), "the shortlist")
         outputs.add_own_file(model, SHORTLIST_NAME)
     else:
-        outputs.atomic_write(out, shortlist.to_bytes(), "--output", record=True)
-    summary = {k: shortlist.metadata[k] for k in ("pairs", "top_k", "frequent")}
-    print(f"wrote {out}: {json.dumps(summary)}")
-    return 0
+        outputs.atomic_write(out, built.to_bytes(), "--output", record=True)
+    return out

@@ -5,8 +5,13 @@
 - :mod:`fadat.serve.batching` — dynamic batching of concurrent requests;
 - :mod:`fadat.serve.app` — the ASGI application (FastAPI): endpoints, limits, JSON errors;
 - :mod:`fadat.serve.protocol` — the HTTP connections: header timeout, header size, connection cap;
-- :mod:`fadat.serve.cli` — ``fadat serve`` (uvicorn);
+- :mod:`fadat.serve.server` — :func:`serve` (uvicorn), which ``fadat serve``
+  (:mod:`fadat.cli.serve`) runs;
 - ``static/`` — the web page (HTML, CSS, JavaScript; no external asset).
 
 FastAPI and uvicorn are the optional extra ``serve`` (``pip install -e .[serve]``).
 """
+
+from fadat.serve.server import serve
+
+__all__ = ["serve"]

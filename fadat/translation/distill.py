@@ -1,4 +1,5 @@
-"""``fadat distill``: sequence-level knowledge distillation (Kim & Rush 2016; the FA-DAT paper's
+"""Sequence-level knowledge distillation (``fadat distill``, :mod:`fadat.cli.distill`; from Python
+:func:`distill`) (Kim & Rush 2016; the FA-DAT paper's
 appendix trains on distilled data).
 
 Re-translates the training sources of a prepared dataset with an AT model's beam search and
@@ -23,7 +24,6 @@ gives the same tokens except where a beam reaches the length limit (see
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import os
@@ -47,9 +47,8 @@ from fadat.models.directory import (
     read_model_metadata,
     spm_model_path,
 )
-from fadat.options import MAX_THREADS, check_threads, int_range
+from fadat.options import check_threads
 from fadat.outputs import check_not_input, check_output_dir, mark_dir, output_lock
-from fadat.verbs import add_force_argument
 
 PARTIAL = DISTILL_PARTIAL
 ENGINES = ("auto", "fadat", "ctranslate2")
@@ -176,6 +175,7 @@ def distill(
     threads: int = 1,
     engine: str = "auto",
     progress: bool = True,
+    force: bool = False,
     stop_after: int | None = None,
 ) -> Path:
     """Write a dataset whose training targets are the AT teacher's translations.
@@ -189,19 +189,56 @@ def distill(
         batch_size: sentences per batch (batches are fixed by the longest-first order).
         threads: CPU threads (torch's, or CTranslate2's intra-op threads).
         engine: ``fadat``, ``ctranslate2`` or ``auto`` (see :func:`resolve_engine`).
-        progress: show a tqdm bar (sentences, sentences/s).
+        progress: show a tqdm bar on stderr (sentences, sentences/s).
+        force: allow ``threads`` above the cores this process may use (a warning on stderr).
         stop_after: translate at most this many batches in this call and return without
             writing the dataset (for tests of resumption).
 
     Returns:
         ``output`` as a Path.
 
+    Prints ``OUTPUT: already distilled with these settings`` on stdout when ``output`` is a
+    complete dataset of the same settings (and returns it unchanged).
+
     Raises:
         InputError: the teacher is not an AT or has another vocabulary; missing or corrupt
             data; ``output`` holds a run with other settings or is a complete dataset of other
-            settings; bad ``beam``/``batch_size``/``threads``.
+            settings; bad ``beam``/``batch_size``/``threads``, or ``threads`` above the cores
+            without ``force`` (:func:`fadat.options.check_threads`); another process distills
+            into ``output`` (:func:`fadat.outputs.output_lock`).
     """
-    model_dir, data_dir, output = Path(model_dir), Path(data_dir), Path(output)
+    warning = check_threads(threads, force)
+    if warning:
+        print(f"fadat: warning: {warning}", file=sys.stderr)
+    with output_lock(output, "--output"):
+        return _distill(
+            Path(model_dir),
+            Path(data_dir),
+            Path(output),
+            beam=beam,
+            length_penalty=length_penalty,
+            batch_size=batch_size,
+            threads=threads,
+            engine=engine,
+            progress=progress,
+            stop_after=stop_after,
+        )
+
+
+def _distill(
+    model_dir: Path,
+    data_dir: Path,
+    output: Path,
+    *,
+    beam: int,
+    length_penalty: float,
+    batch_size: int,
+    threads: int,
+    engine: str,
+    progress: bool,
+    stop_after: int | None,
+) -> Path:
+    """:func:`distill` once its output is locked."""
     if beam < 1 or batch_size < 1 or threads < 1:
         raise InputError("--beam, --batch-size and --threads must be >= 1")
     check_not_input(output, [("--model", model_dir), ("--data", data_dir)])
@@ -410,55 +447,3 @@ def _write_dataset(
         else:
             shutil.copyfile(f, output / (f.name + ".tmp"))
             os.replace(output / (f.name + ".tmp"), output / f.name)
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``fadat distill``."""
-    parser.add_argument("--model", required=True, metavar="AT_DIR", help="the AT teacher")
-    parser.add_argument("--data", required=True, help="prepared dataset; its train split")
-    parser.add_argument("--output", required=True, metavar="DATA_KD", help="dataset to write")
-    parser.add_argument("--beam", type=int, default=5, help="beam size (1 = greedy; default 5)")
-    parser.add_argument("--length-penalty", type=float, default=1.0)
-    parser.add_argument("--batch-size", type=int, default=64, help="sentences per batch")
-    parser.add_argument(
-        "--threads",
-        type=int_range(1, MAX_THREADS, "more than any machine's cores"),
-        default=1,
-        help="CPU threads (default 1); more than the machine's cores needs --force",
-    )
-    add_force_argument(parser)
-    parser.add_argument(
-        "--engine",
-        default="auto",
-        choices=ENGINES,
-        help="fadat's beam search, or CTranslate2 (auto: CTranslate2 when installed)",
-    )
-    parser.add_argument("--no-progress-bar", action="store_true", help="no tqdm bar")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Distill; returns 0. Raises InputError for bad input (see :func:`distill`), or while
-    another process distills into the same ``--output`` (:func:`fadat.outputs.output_lock`)."""
-    warning = check_threads(args.threads, args.force)
-    if warning:
-        print(f"fadat: warning: {warning}", file=sys.stderr)
-    with output_lock(args.output, "--output"):
-        out = distill(
-            args.model,
-            args.data,
-            args.output,
-            beam=args.beam,
-            length_penalty=args.length_penalty,
-            batch_size=args.batch_size,
-            threads=args.threads,
-            engine=args.engine,
-            progress=not args.no_progress_bar,
-        )
-    info = read_meta(out).get("distilled", {})
-    rate = info.get("sentences_per_second_this_run")
-    print(f"wrote {out} ({info.get('sentences')} sentences, {rate} sentences/s this run)")
-    return 0

@@ -1,4 +1,5 @@
-"""``fadat export``: write a model directory in another inference engine's format.
+"""Write a model directory in another inference engine's format (``fadat export``,
+:mod:`fadat.cli.export`; from Python :func:`export`).
 
 Two formats: ``onnx``, a DAT for ONNX Runtime (:mod:`fadat.translation.onnx_export`,
 docs/engine.md), and ``ctranslate2``: the AT (:class:`fadat.models.at.ATModel`) described through
@@ -33,7 +34,6 @@ differ in three ways, none of which occurred on 50 real test sentences with a tr
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from collections.abc import Sequence
@@ -167,6 +167,63 @@ def ctranslate2_spec(model: torch.nn.Module, pieces: list[str]):
     spec.register_source_vocabulary(pieces)
     spec.register_target_vocabulary(pieces)
     return spec
+
+
+def export(
+    model_dir: str | Path,
+    output: str | Path,
+    *,
+    format: str,
+    precision: str = "fp32",
+    quantization: str = "float32",
+    shortlist: bool | str | Path | None = None,
+    force: bool = False,
+) -> Path:
+    """Export a model directory to another inference engine (``fadat export``).
+
+    Dispatches to :func:`fadat.translation.onnx_export.export_onnx` (a DAT for ONNX Runtime)
+    or :func:`export_ctranslate2` (an AT for CTranslate2).
+
+    Args:
+        model_dir: a fadat model directory (DAT for ``onnx``, AT for ``ctranslate2``).
+        output: the directory to create (built in a staging directory, renamed into place).
+        format: ``"onnx"`` or ``"ctranslate2"`` (:data:`FORMATS`).
+        precision: onnx: ``"fp32"`` or ``"int8"`` (ONNX Runtime's dynamic quantization; the
+            links head stays fp32).
+        quantization: ctranslate2: the stored weight type (:data:`QUANTIZATIONS`).
+        shortlist: ctranslate2: write CTranslate2's vocabulary map ``vmap.txt`` from a lexical
+            shortlist (``fadat shortlist``): ``True`` for ``model_dir``'s
+            ``shortlist.safetensors``, or a shortlist file or the model directory holding one;
+            ``None``/``False``: none.
+        force: replace an existing export at ``output``.
+
+    Returns:
+        ``output`` as a Path.
+
+    Raises:
+        InputError: an unknown ``format``; ``shortlist`` or ``quantization`` with ``onnx``;
+            ``precision`` with ``ctranslate2``; and as :func:`export_ctranslate2` and
+            :func:`~fadat.translation.onnx_export.export_onnx`.
+    """
+    if format not in FORMATS:
+        raise InputError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if shortlist is False:
+        shortlist = None
+    if format == "onnx":
+        from fadat.translation.onnx_export import export_onnx
+
+        if shortlist is not None or quantization != "float32":
+            raise InputError("--shortlist and --quantization are for --format ctranslate2")
+        return export_onnx(model_dir, output, precision=precision, force=force)
+    if precision != "fp32":
+        raise InputError("--precision is for --format onnx (ctranslate2: --quantization)")
+    return export_ctranslate2(
+        model_dir,
+        output,
+        quantization=quantization,
+        force=force,
+        shortlist=model_dir if shortlist is True else shortlist,
+    )
 
 
 def export_ctranslate2(
@@ -391,71 +448,3 @@ class CTranslate2AT:
         """The pieces of ``x`` (``</s>`` dropped: CTranslate2 adds its own)."""
         body = ids[:-1] if ids and ids[-1] == EOS_ID else ids
         return [self.pieces[t] for t in body]
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``fadat export``."""
-    parser.add_argument(
-        "--format",
-        required=True,
-        choices=FORMATS,
-        help="ctranslate2: an AT for CTranslate2; onnx: a DAT for ONNX Runtime (docs/engine.md)",
-    )
-    parser.add_argument("--model", required=True, metavar="DIR", help="model directory")
-    parser.add_argument("--output", required=True, metavar="DIR", help="directory to create")
-    parser.add_argument(
-        "--quantization",
-        default="float32",
-        choices=QUANTIZATIONS,
-        help="ctranslate2: stored weight type (default float32; the engine can also quantize "
-        "at load time)",
-    )
-    parser.add_argument(
-        "--precision",
-        default="fp32",
-        choices=("fp32", "int8"),
-        help="onnx: fp32 (default) or int8 (ONNX Runtime's dynamic quantization; the links "
-        "head stays fp32)",
-    )
-    parser.add_argument("--force", action="store_true", help="replace an existing --output")
-    parser.add_argument(
-        "--shortlist",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="FILE",
-        help="ctranslate2: write CTranslate2's vocabulary map (vmap.txt, use_vmap=True) from a "
-        "shortlist (`fadat shortlist --model AT_DIR`; default AT_DIR/shortlist.safetensors)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """Export; returns 0. Raises InputError for bad input (see :func:`export_ctranslate2` and
-    :func:`fadat.translation.onnx_export.export_onnx`)."""
-    if args.format == "onnx":
-        from fadat.translation.onnx_export import export_onnx
-
-        if args.shortlist is not None or args.quantization != "float32":
-            raise InputError("--shortlist and --quantization are for --format ctranslate2")
-        out = export_onnx(args.model, args.output, precision=args.precision, force=args.force)
-        print(f"exported {args.model} to {out} (onnx, {args.precision})")
-        return 0
-    if args.precision != "fp32":
-        raise InputError("--precision is for --format onnx (ctranslate2: --quantization)")
-    shortlist = None
-    if args.shortlist is not None:
-        shortlist = args.shortlist or args.model
-    out = export_ctranslate2(
-        args.model,
-        args.output,
-        quantization=args.quantization,
-        force=args.force,
-        shortlist=shortlist,
-    )
-    extra = ", vmap.txt from the shortlist" if shortlist is not None else ""
-    print(f"exported {args.model} to {out} ({args.format}, {args.quantization}{extra})")
-    return 0

@@ -21,7 +21,6 @@ Only CPU was run; the code is device-agnostic (``--device``) but CUDA was not ru
 
 from __future__ import annotations
 
-import argparse
 import math
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -36,7 +35,7 @@ from fadat.data.contract import EOS_ID, pad_sequences
 from fadat.errors import DecodingOptionError, InputError, shown
 from fadat.models.architectures import naming_inputs
 from fadat.models.directory import model_device
-from fadat.options import DECODING_OPTIONS
+from fadat.options import DECODING_OPTIONS, OptionValueError
 
 #: Default per-batch budget, in the models' ``batch_cost`` units
 #: (:meth:`fadat.models.architectures.TranslationModel.batch_cost`); the verbs' ``--max-tokens``
@@ -197,7 +196,7 @@ def check_option_values(options: dict[str, Any]) -> None:
             raise InputError(f"option {name}: expected a number, got {type(value).__name__}")
         try:
             option.parse(str(value))
-        except argparse.ArgumentTypeError as err:
+        except OptionValueError as err:
             raise InputError(f"option {name}: {err}") from None
 
 

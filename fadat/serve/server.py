@@ -1,4 +1,5 @@
-"""``fadat serve``: run the translation server (uvicorn) on a model directory.
+"""Run the translation server (uvicorn) on a model directory: :func:`serve`, which ``fadat serve``
+(:mod:`fadat.cli.serve`) runs; the application itself is :func:`fadat.serve.app.create_app`.
 
 Binds 127.0.0.1 unless ``--host`` says otherwise; any other address gets a warning on stderr
 (the server has no authentication). SIGTERM (and a first Ctrl-C) stop accepting connections,
@@ -15,8 +16,8 @@ value is first raised to the hard one.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import dataclasses
 import ipaddress
 import logging
 import math
@@ -24,112 +25,19 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from fadat.engine import DEFAULT_ENGINE, ENGINES
+from fadat.engine import DEFAULT_ENGINE
 from fadat.errors import InputError
 from fadat.options import check_threads
-from fadat.verbs import add_force_argument
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Arguments of ``fadat serve``."""
+if TYPE_CHECKING:
     from fadat.serve.app import Limits
     from fadat.serve.protocol import ConnectionLimits
 
-    defaults = Limits()
-    connections = ConnectionLimits()
-    parser.add_argument("--model", required=True, metavar="DIR", help="DAT or AT model directory")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 = any free)")
-    parser.add_argument(
-        "--threads", type=int, default=0, help="torch intra-op threads (0 = torch's default)"
-    )
-    parser.add_argument(
-        "--max-batch-tokens",
-        type=int,
-        default=4096,
-        metavar="T",
-        help="dynamic batching budget: sentences x largest graph size (DAT) or source length "
-        "(AT) per batch; 0 = no batching (default 4096)",
-    )
-    parser.add_argument(
-        "--max-wait-ms",
-        type=float,
-        default=5.0,
-        metavar="W",
-        help="how long a request waits for others to share its batch (default 5 ms)",
-    )
-    parser.add_argument(
-        "--max-tokens",
-        type=int,
-        default=512,
-        metavar="M",
-        help="padded positions per model batch: a batch's sentences are sorted by length and "
-        "cut into model batches of at most M (default 512, faster on a CPU than larger ones)",
-    )
-    parser.add_argument(
-        "--max-sentences",
-        type=int,
-        default=defaults.max_sentences,
-        help=f"sentences per request (default {defaults.max_sentences}; more: 413)",
-    )
-    parser.add_argument(
-        "--max-chars",
-        type=int,
-        default=defaults.max_chars,
-        help=f"characters per sentence (default {defaults.max_chars}; more: 413)",
-    )
-    parser.add_argument(
-        "--header-timeout",
-        type=float,
-        default=connections.header_timeout,
-        metavar="S",
-        help="seconds for a request's line and headers to arrive (default "
-        f"{connections.header_timeout:g}; later: 408 and the connection is closed)",
-    )
-    parser.add_argument(
-        "--body-timeout",
-        type=float,
-        default=defaults.body_timeout,
-        metavar="S",
-        help="seconds for a request's body to arrive after its headers (default "
-        f"{defaults.body_timeout:g}; later: 408)",
-    )
-    parser.add_argument(
-        "--max-connections",
-        type=int,
-        default=connections.max_connections,
-        metavar="N",
-        help=f"open connections (default {connections.max_connections}, lowered to fit the "
-        "file-descriptor limit); beyond: the oldest connection still without a request is "
-        "closed, and requests get 503 (GET /health excepted)",
-    )
-    parser.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=connections.max_header_bytes,
-        metavar="B",
-        help=f"request line and headers (default {connections.max_header_bytes}; more: 431)",
-    )
-    parser.add_argument(
-        "--graceful-timeout",
-        type=float,
-        default=60.0,
-        metavar="S",
-        help="on SIGTERM, wait at most S seconds for requests in flight (default 60)",
-    )
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N, mps")
-    parser.add_argument(
-        "--engine",
-        default=DEFAULT_ENGINE,
-        choices=ENGINES,
-        help="torch, or onnxruntime for an export of `fadat export --format onnx` (no graph "
-        f"view, no confidence; docs/engine.md; default {DEFAULT_ENGINE})",
-    )
-    parser.add_argument(
-        "--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"]
-    )
-    add_force_argument(parser)
+#: The ``log_level`` values (uvicorn's, without ``trace``).
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -203,39 +111,61 @@ def connection_cap(requested: int) -> int:
     return min(requested, room)
 
 
-def check_arguments(args: argparse.Namespace) -> None:
-    """Every option of ``fadat serve`` in range, before the model is loaded.
+def check_options(
+    *,
+    port: int = 8080,
+    threads: int = 0,
+    force: bool = False,
+    max_batch_tokens: int = 4096,
+    max_wait_ms: float = 5.0,
+    max_tokens: int = 512,
+    graceful_timeout: float = 60.0,
+    limits: Limits | None = None,
+    connections: ConnectionLimits | None = None,
+) -> None:
+    """Every option of :func:`serve` in range, before the model is loaded (the keywords are
+    :func:`serve`'s; ``None`` limits are the defaults, which are). Prints a warning on stderr
+    when ``force`` lets more threads than cores through.
 
     Raises:
-        InputError: naming the flag, its value and the allowed range.
+        InputError: naming the flag (``--max-wait-ms`` for ``max_wait_ms``, ...), its value
+            and the allowed range.
     """
-    warning = check_threads(args.threads, args.force)  # also rejects < 0 and absurd counts
+    warning = check_threads(threads, force)  # also rejects < 0 and absurd counts
     if warning:
         print(f"fadat: warning: {warning}", file=sys.stderr)
-    if args.max_batch_tokens < 0:
-        raise InputError(f"--max-batch-tokens must be >= 0, got {args.max_batch_tokens}")
+    if max_batch_tokens < 0:
+        raise InputError(f"--max-batch-tokens must be >= 0, got {max_batch_tokens}")
+    counts = {"max_tokens": max_tokens}
+    if limits is not None:
+        counts.update(max_sentences=limits.max_sentences, max_chars=limits.max_chars)
+    if connections is not None:
+        counts["max_connections"] = connections.max_connections
     for name in ("max_sentences", "max_chars", "max_tokens", "max_connections"):
-        if getattr(args, name) < 1:
-            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+        if name in counts and counts[name] < 1:
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {counts[name]}")
     # NaN passes every comparison, so a range test must be written as "inside", not "outside".
-    if not 0.0 <= args.max_wait_ms <= MAX_WAIT_MS:
-        raise InputError(f"--max-wait-ms must be in [0, {MAX_WAIT_MS:g}], got {args.max_wait_ms}")
-    if not (0.0 <= args.graceful_timeout and math.isfinite(args.graceful_timeout)):
+    if not 0.0 <= max_wait_ms <= MAX_WAIT_MS:
+        raise InputError(f"--max-wait-ms must be in [0, {MAX_WAIT_MS:g}], got {max_wait_ms}")
+    if not (0.0 <= graceful_timeout and math.isfinite(graceful_timeout)):
         raise InputError(
-            f"--graceful-timeout must be a finite number of seconds >= 0, "
-            f"got {args.graceful_timeout}"
+            f"--graceful-timeout must be a finite number of seconds >= 0, got {graceful_timeout}"
         )
-    if not 0 <= args.port <= 65535:
-        raise InputError(f"--port must be in [0, 65535], got {args.port}")
-    for name in ("header_timeout", "body_timeout"):
-        value = getattr(args, name)
+    if not 0 <= port <= 65535:
+        raise InputError(f"--port must be in [0, 65535], got {port}")
+    timeouts = {}
+    if connections is not None:
+        timeouts["header_timeout"] = connections.header_timeout
+    if limits is not None:
+        timeouts["body_timeout"] = limits.body_timeout
+    for name, value in timeouts.items():
         if not 0.0 < value <= MAX_TIMEOUT_S:
             raise InputError(
                 f"--{name.replace('_', '-')} must be in (0, {MAX_TIMEOUT_S:g}] seconds, got {value}"
             )
-    if not 256 <= args.max_header_bytes <= 1 << 20:
+    if connections is not None and not 256 <= connections.max_header_bytes <= 1 << 20:
         raise InputError(
-            f"--max-header-bytes must be in [256, 1048576], got {args.max_header_bytes}"
+            f"--max-header-bytes must be in [256, 1048576], got {connections.max_header_bytes}"
         )
 
 
@@ -265,7 +195,7 @@ def _quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
 def _log_to_stderr(level: str) -> logging.Handler:
     """The server's own log lines (``fadat.serve``: clients that hang up, requests cancelled at
     shutdown, internal errors) on stderr at ``--log-level``, as uvicorn's (``INFO:  ...``);
-    returns the handler, for :func:`run` to remove when the server stops."""
+    returns the handler, for :func:`serve` to remove when the server stops."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(levelname)s:  %(message)s"))
     logger = logging.getLogger("fadat.serve")
@@ -275,9 +205,67 @@ def _log_to_stderr(level: str) -> logging.Handler:
     return handler
 
 
-def run(args: argparse.Namespace) -> int:
-    """``fadat serve``: load the model, bind, serve until SIGTERM/Ctrl-C; returns 0."""
-    check_arguments(args)
+def serve(
+    model: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    device: str = "cpu",
+    engine: str = DEFAULT_ENGINE,
+    threads: int = 0,
+    max_batch_tokens: int = 4096,
+    max_wait_ms: float = 5.0,
+    max_tokens: int = 512,
+    limits: Limits | None = None,
+    connections: ConnectionLimits | None = None,
+    graceful_timeout: float = 60.0,
+    log_level: str = "info",
+    force: bool = False,
+) -> None:
+    """Serve ``model`` over HTTP until SIGTERM or Ctrl-C (``fadat serve``); blocks, as
+    ``uvicorn.run`` does, and like it runs in the main thread (it installs a SIGTERM handler).
+    See the module docstring for the address, the shutdown and the connection rules; the
+    endpoints are :func:`fadat.serve.app.create_app`'s (an ASGI application to run otherwise).
+
+    Args:
+        model: a DAT or AT model directory, or with ``engine="onnxruntime"`` an export of
+            ``fadat export --format onnx``.
+        host: the address to bind; any but a loopback address gets a warning on stderr (the
+            server has no authentication).
+        port: the port (0: any free port; the first line on stderr names it).
+        device: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        engine: ``torch`` or ``onnxruntime`` (:data:`fadat.engine.ENGINES`).
+        threads: torch intra-op threads (0 = torch's default); above the cores needs ``force``.
+        max_batch_tokens: dynamic batching budget: sentences x largest graph size (DAT) or
+            source length (AT) per batch; 0 = no batching.
+        max_wait_ms: how long a request waits for others to share its batch, in ms.
+        max_tokens: padded positions per model batch (a batch's sentences sorted by length).
+        limits: request size limits and the body timeout (default
+            :class:`fadat.serve.app.Limits`).
+        connections: header timeout, connection cap and header size (default
+            :class:`fadat.serve.protocol.ConnectionLimits`); the cap is lowered to fit the
+            file-descriptor limit (:func:`connection_cap`).
+        graceful_timeout: on SIGTERM, seconds to wait for the requests in flight.
+        log_level: one of :data:`LOG_LEVELS` (uvicorn's and the server's own log on stderr).
+        force: allow ``threads`` above the cores this process may use.
+
+    Raises:
+        InputError: an option out of range (:func:`check_options`), the ``serve`` extra
+            missing, a model directory that cannot be loaded, an address that cannot be bound.
+    """
+    check_options(
+        port=port,
+        threads=threads,
+        force=force,
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
+        max_tokens=max_tokens,
+        graceful_timeout=graceful_timeout,
+        limits=limits,
+        connections=connections,
+    )
+    if log_level not in LOG_LEVELS:
+        raise InputError(f"log_level must be one of {', '.join(LOG_LEVELS)}, got {log_level!r}")
     try:
         import uvicorn
 
@@ -292,45 +280,44 @@ def run(args: argparse.Namespace) -> int:
 
     from fadat.serve.engine import Engine
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    engine = Engine.from_directory(args.model, args.device, args.engine, intra_threads=args.threads)
-    limits = Limits(
-        max_sentences=args.max_sentences, max_chars=args.max_chars, body_timeout=args.body_timeout
-    )
+    limits = limits or Limits()
+    connections = connections or ConnectionLimits()
+    if threads:
+        torch.set_num_threads(threads)
+    loaded = Engine.from_directory(model, device, engine, intra_threads=threads)
     app = create_app(
-        engine,
-        max_batch_tokens=args.max_batch_tokens,
-        max_wait_ms=args.max_wait_ms,
-        model_batch_tokens=args.max_tokens,
-        threads=args.threads,
+        loaded,
+        max_batch_tokens=max_batch_tokens,
+        max_wait_ms=max_wait_ms,
+        model_batch_tokens=max_tokens,
+        threads=threads,
         limits=limits,
     )
-    sock = bind(args.host, args.port)
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
-    print(f"fadat: serving {args.model} on http://{shown}:{port}", file=sys.stderr, flush=True)
-    if not is_loopback(host):
+    sock = bind(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    print(f"fadat: serving {model} on http://{shown}:{bound_port}", file=sys.stderr, flush=True)
+    if not is_loopback(bound_host):
         where = (
-            "every interface of this machine" if ipaddress.ip_address(host).is_unspecified else host
+            "every interface of this machine"
+            if ipaddress.ip_address(bound_host).is_unspecified
+            else bound_host
         )
         print(
             f"fadat: warning: listening on {where}: the server has no authentication, anyone "
-            f"who can reach port {port} can use it (the default --host 127.0.0.1 serves this "
-            "machine only)",
+            f"who can reach port {bound_port} can use it (the default --host 127.0.0.1 serves "
+            "this machine only)",
             file=sys.stderr,
             flush=True,
         )
-    connections = ConnectionLimits(
-        header_timeout=args.header_timeout,
-        max_connections=connection_cap(args.max_connections),
-        max_header_bytes=args.max_header_bytes,
+    connections = dataclasses.replace(
+        connections, max_connections=connection_cap(connections.max_connections)
     )
     config = uvicorn.Config(
         app,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=args.graceful_timeout,
-        access_log=args.log_level == "debug",
+        log_level=log_level,
+        timeout_graceful_shutdown=graceful_timeout,
+        access_log=log_level == "debug",
         backlog=ACCEPT_BATCH,
         **uvicorn_settings(connections),
     )
@@ -344,7 +331,7 @@ def run(args: argparse.Namespace) -> int:
     # uvicorn shuts down gracefully on SIGTERM and then raises the signal again for the handler
     # that was installed before it; this one ignores it, so the process exits 0.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    handler = _log_to_stderr(args.log_level)
+    handler = _log_to_stderr(log_level)
     try:
         server.run(sockets=[sock])
     finally:
@@ -353,4 +340,3 @@ def run(args: argparse.Namespace) -> int:
         logger = logging.getLogger("fadat.serve")
         logger.removeHandler(handler)
         logger.propagate = True
-    return 0

@@ -1,8 +1,9 @@
-"""What the ``fadat`` verbs share on their command-line side: reading input lines (file or
-stdin, UTF-8 errors named by line), writing an output all-or-nothing, warnings on stderr, the
-decoding-option flags of every strategy and their value types, and ``--device`` / ``--threads`` /
-``--max-tokens`` / ``--upsample-ratio``. The argument parser and exit codes are
-:mod:`fadat.cli`'s.
+"""What the ``fadat`` verbs share on their command-line side: ``--force``, checking and writing
+``--output`` (a file written all-or-nothing, or stdout), warnings on stderr, the decoding-option
+flags of every strategy and their help, and ``--device`` / ``--threads`` / ``--max-tokens`` /
+``--upsample-ratio``. The argument parser and exit codes are :mod:`fadat.cli`'s; what the library
+needs as well lives there (reading input lines: :func:`fadat.data.text.read_lines`; torch's
+thread count: :func:`fadat.process.apply_threads`; output files: :mod:`fadat.outputs`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-import torch
 from torch import nn
 
 from fadat import outputs
 from fadat.errors import InputError
 from fadat.options import (
     DECODING_OPTIONS,
-    check_threads,
     nonnegative_int,
     positive_float,
     probability,
@@ -32,7 +31,7 @@ from fadat.translation.pipeline import DEFAULT_MAX_TOKENS, Warn
 def add_force_argument(parser: argparse.ArgumentParser) -> None:
     """``--force`` (``args.force``), once per parser whichever helper asks for it first: it
     replaces an existing output file that fadat did not write, and lets ``--threads`` above the
-    machine's cores through (:func:`apply_threads`)."""
+    machine's cores through (:func:`fadat.process.apply_threads`)."""
     if "--force" not in parser._option_string_actions:  # argparse's own table of flags
         parser.add_argument(
             "--force",
@@ -220,7 +219,8 @@ def add_head_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_threads_argument(parser: argparse.ArgumentParser, default: int = 0) -> None:
-    """``--threads N`` (torch's intra-op threads, :func:`apply_threads`) and ``--force``."""
+    """``--threads N`` (torch's intra-op threads, :func:`fadat.process.apply_threads`) and
+    ``--force``."""
     parser.add_argument(
         "--threads",
         type=thread_count,
@@ -243,18 +243,3 @@ def add_common_arguments(parser: argparse.ArgumentParser) -> None:
         help="batch budget in padded graph vertices (DAT) or source tokens (AT); "
         f"default {DEFAULT_MAX_TOKENS}",
     )
-
-
-def apply_threads(threads: int, force: bool = False) -> None:
-    """``torch.set_num_threads`` when ``threads > 0``, after :func:`fadat.options.check_threads`
-    (a warning on stderr when ``force`` lets more threads than cores through).
-
-    Raises:
-        InputError: ``threads`` negative or above :data:`fadat.options.MAX_THREADS`, or above the
-            machine's cores without ``force``.
-    """
-    warning = check_threads(threads, force)
-    if warning:
-        print(f"fadat: warning: {warning}", file=sys.stderr)
-    if threads:
-        torch.set_num_threads(threads)

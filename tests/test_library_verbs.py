@@ -1,0 +1,316 @@
+"""The library entry points of ``fadat average``, ``shortlist``, ``export`` and ``serve`` called
+from Python, without argparse: each writes what the verb writes on the same input (the verb's
+module in fadat.cli only maps its flags onto them), and refuses bad keyword values with the
+verb's messages before any work. ``fadat.translation.distill.distill``: tests/test_distill.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_translate import random_models
+
+from fadat import cli
+from fadat.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> dict[str, Path]:
+    """Random tiny DAT and AT model directories (:func:`test_translate.random_models`), a data
+    directory holding their sentencepiece model, and parallel text in their vocabulary."""
+    root = tmp_path_factory.mktemp("library-verbs")
+    models = random_models(str(root / "random"))
+    data = root / "data"
+    data.mkdir()
+    shutil.copyfile(models["spm"], data / "spm.model")
+    src, tgt = root / "train.src", root / "train.tgt"
+    src.write_text("ab cd ef\ngh ij\nab gh\ncd ef gh\n", encoding="utf-8")
+    tgt.write_text("ab cd\ngh ij ef\nab\nef gh\n", encoding="utf-8")
+    return {**models, "data": data, "src": src, "tgt": tgt, "root": root}
+
+
+def _main(argv: list[str], capsys) -> str:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# average
+
+
+def _checkpoint(model_dir: Path, path: Path, scale: float, bleu: float) -> Path:
+    """A training checkpoint holding ``model_dir``'s weights times ``scale``."""
+    from fadat.models.directory import load_pretrained
+    from fadat.training.checkpoints import CHECKPOINT_FORMAT
+
+    model = load_pretrained(model_dir)
+    state = {k: v * scale if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    checkpoint = {"format": CHECKPOINT_FORMAT, "model": state, "bleu": bleu}
+    torch.save({**checkpoint, "model_config": model.config.to_dict()}, path)
+    return path
+
+
+def _same_model(a: Path, b: Path) -> None:
+    """Two model directories hold the same files, config and tensors (safetensors writes its
+    metadata keys in no fixed order, so the weights file is compared by content)."""
+    from safetensors import safe_open
+
+    assert sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir())
+    for name in ("config.json", "spm.model"):
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    with (
+        safe_open(a / "model.safetensors", "pt") as x,
+        safe_open(b / "model.safetensors", "pt") as y,
+    ):
+        assert x.metadata() == y.metadata() and sorted(x.keys()) == sorted(y.keys())
+        for key in x.keys():
+            assert torch.equal(x.get_tensor(key), y.get_tensor(key)), key
+
+
+def test_average_from_python_equals_the_verb(tiny, tmp_path, capsys):
+    from fadat.models.directory import load_pretrained
+    from fadat.training.average import average
+
+    run = tmp_path / "run"
+    run.mkdir()
+    files, best = [], []
+    for update, (scale, bleu) in enumerate(((1.0, 3.0), (0.5, 5.0), (3.0, 1.0)), start=1):
+        files.append(_checkpoint(tiny["dat"], run / f"best_{update}.pt", scale, bleu))
+        best.append({"file": files[-1].name, "bleu": bleu, "update": update})
+    (run / "best.json").write_text(json.dumps({"checkpoints": best}))
+    (run / "config.yaml").write_text(f"data: {tiny['data']}\n")
+
+    # The run's two best (BLEU 5 and 3): weights 0.5·w and w, so their mean is 0.75·w.
+    out = average(run, tmp_path / "py", best=2, dtype="float32")
+    assert out == tmp_path / "py"
+    argv = ["average", "--run", str(run), "--best", "2", "--output", str(tmp_path / "cli")]
+    assert _main(argv, capsys) == f"averaged 2 checkpoints into {tmp_path / 'cli'}\n"
+    _same_model(out, tmp_path / "cli")
+    original = load_pretrained(tiny["dat"]).state_dict()
+    averaged = load_pretrained(out).state_dict()
+    for key, value in original.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(averaged[key], 0.75 * value, rtol=1e-6, atol=1e-7)
+    assert json.loads((out / "config.json").read_text())["training"]["averaged"] == [
+        "best_2.pt",
+        "best_1.pt",
+    ]
+
+    # Checkpoint files instead of a run, stored in float16.
+    listed = [str(f) for f in files[:2]]
+    out = average(listed, tmp_path / "py16", data=tiny["data"], dtype="float16")
+    argv = ["average", "--checkpoints", *listed, "--data", str(tiny["data"]), "--dtype", "float16"]
+    _main([*argv, "--output", str(tmp_path / "cli16")], capsys)
+    _same_model(out, tmp_path / "cli16")
+
+    # The verb's checks, before any checkpoint is read.
+    with pytest.raises(InputError, match="an existing model directory; pass --force"):
+        average(run, out, best=2)
+    assert average(run, out, best=2, force=True) == out  # replaced as a whole
+    for kwargs, message in (
+        ({"best": 0}, "--best must be >= 1"),
+        ({"dtype": "int8"}, "dtype must be one of float32, float16, bfloat16, got 'int8'"),
+    ):
+        with pytest.raises(InputError, match=message):
+            average(run, tmp_path / "none", **kwargs)
+    with pytest.raises(InputError, match="no checkpoints to average"):
+        average([], tmp_path / "none")
+    with pytest.raises(InputError, match="lies inside the --run"):
+        average(run, run / "model", best=2)
+    assert not (tmp_path / "none").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# shortlist
+
+
+def test_shortlist_from_python_equals_the_verb(tiny, tmp_path, capsys):
+    from fadat.models.shortlist import SHORTLIST_NAME, load_shortlist, shortlist
+
+    text = {"source": tiny["src"], "target": tiny["tgt"], "top_k": 2, "frequent": 1}
+    out = shortlist(tiny["dat"], None, tmp_path / "py.safetensors", **text)
+    assert out == tmp_path / "py.safetensors"
+    argv = ["shortlist", "--model", str(tiny["dat"]), "--source", str(tiny["src"])]
+    argv += ["--target", str(tiny["tgt"]), "--top-k", "2", "--frequent", "1"]
+    printed = _main([*argv, "--output", str(tmp_path / "cli.safetensors")], capsys)
+    summary = {"pairs": "4", "top_k": "2", "frequent": "1"}
+    assert printed == f"wrote {tmp_path / 'cli.safetensors'}: {json.dumps(summary)}\n"
+    ours, theirs = load_shortlist(out, 16), load_shortlist(tmp_path / "cli.safetensors", 16)
+    assert np.array_equal(ours.table, theirs.table)
+    assert np.array_equal(ours.frequent, theirs.frequent)
+    assert ours.metadata == theirs.metadata and ours.metadata["pairs"] == "4"
+
+    # By default into the model directory, which then names it as its own file.
+    model = tmp_path / "dat"
+    shutil.copytree(tiny["dat"], model)
+    written = shortlist(model, **text)
+    assert written == model / SHORTLIST_NAME
+    assert np.array_equal(load_shortlist(model, 16).table, ours.table)
+    # an existing --output file that fadat did not write needs force
+    (tmp_path / "mine.safetensors").write_bytes(b"my own file")
+    with pytest.raises(InputError, match="did not write"):
+        shortlist(tiny["dat"], None, tmp_path / "mine.safetensors", **text)
+    shortlist(tiny["dat"], None, tmp_path / "mine.safetensors", force=True, **text)
+    assert load_shortlist(tmp_path / "mine.safetensors", 16).metadata == ours.metadata
+
+    for kwargs, message in (
+        ({}, "give either --data DIR or --source FILE --target FILE"),
+        ({"source": tiny["src"]}, "--source and --target go together"),
+        ({**text, "top_k": -1}, "top_k and frequent must be >= 0"),
+    ):
+        with pytest.raises(InputError, match=message):
+            shortlist(tiny["dat"], None, tmp_path / "none.safetensors", **kwargs)
+    assert not (tmp_path / "none.safetensors").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# export
+
+
+def test_export_ctranslate2_from_python_equals_the_verb(tiny, tmp_path, capsys):
+    pytest.importorskip("ctranslate2")
+    from fadat.models.shortlist import shortlist
+    from fadat.translation.export import export
+
+    model = tmp_path / "at"
+    shutil.copytree(tiny["at"], model)
+    shortlist(model, source=tiny["src"], target=tiny["tgt"], top_k=2, frequent=1)
+    out = export(model, tmp_path / "py", format="ctranslate2", shortlist=True)
+    assert out == tmp_path / "py"
+    argv = ["export", "--format", "ctranslate2", "--model", str(model), "--shortlist"]
+    printed = _main([*argv, "--output", str(tmp_path / "cli")], capsys)
+    assert printed.endswith("(ctranslate2, float32, vmap.txt from the shortlist)\n")
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    assert "vmap.txt" in names and "model.bin" in names
+    for name in names:
+        ours, theirs = (out / name).read_bytes(), (tmp_path / "cli" / name).read_bytes()
+        if name.endswith(".json"):  # the shortlist's metadata keys come in no fixed order
+            ours, theirs = json.loads(ours), json.loads(theirs)
+        assert ours == theirs, name
+
+    for kwargs, message in (
+        ({"format": "ctranslate2", "precision": "int8"}, "--precision is for --format onnx"),
+        ({"format": "onnx", "shortlist": True}, "--shortlist and --quantization are for"),
+        ({"format": "onnx", "quantization": "int8"}, "--shortlist and --quantization are for"),
+        ({"format": "tflite"}, "format must be one of ctranslate2, onnx, got 'tflite'"),
+    ):
+        with pytest.raises(InputError, match=message):
+            export(model, tmp_path / "none", **kwargs)
+    with pytest.raises(InputError, match="pass --force"):
+        export(model, out, format="ctranslate2")
+    assert not (tmp_path / "none").exists()
+
+
+@pytest.mark.slow
+def test_export_onnx_from_python_equals_the_verb(tiny, tmp_path, capsys):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from fadat.engine.runtime import OnnxDAT
+    from fadat.translation.export import export
+
+    out = export(tiny["dat"], tmp_path / "py", format="onnx")
+    argv = ["export", "--format", "onnx", "--model", str(tiny["dat"])]
+    printed = _main([*argv, "--output", str(tmp_path / "cli")], capsys)
+    assert printed == f"exported {tiny['dat']} to {tmp_path / 'cli'} (onnx, fp32)\n"
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    for name in names:
+        if name != "dat.onnx":
+            assert (out / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
+    # The graphs compute the same numbers (their bytes may differ in the exporter's names).
+    source = np.array([[5, 6, 7, 2], [8, 9, 2, 1]], dtype=np.int64)  # x </s>, PAD-padded
+    ours, theirs = OnnxDAT(out), OnnxDAT(tmp_path / "cli")
+    for a, b in zip(ours.run(source), theirs.run(source), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# serve
+
+
+def test_serve_checks_its_options_before_loading_the_model(tiny, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("fastapi")
+    from fadat.serve import serve
+    from fadat.serve.app import Limits
+    from fadat.serve.protocol import ConnectionLimits
+
+    missing = tmp_path / "missing"  # never read: each option is refused first
+    for kwargs, message in (
+        ({"port": 70000}, r"--port must be in \[0, 65535\], got 70000"),
+        ({"max_batch_tokens": -1}, "--max-batch-tokens must be >= 0, got -1"),
+        ({"max_tokens": 0}, "--max-tokens must be >= 1, got 0"),
+        ({"max_wait_ms": float("nan")}, r"--max-wait-ms must be in \[0, 10000\], got nan"),
+        ({"graceful_timeout": float("inf")}, "--graceful-timeout must be a finite number"),
+        ({"limits": Limits(max_sentences=0)}, "--max-sentences must be >= 1, got 0"),
+        ({"limits": Limits(body_timeout=0.0)}, r"--body-timeout must be in \(0, 3600\]"),
+        ({"connections": ConnectionLimits(max_connections=0)}, "--max-connections must be >= 1"),
+        ({"connections": ConnectionLimits(max_header_bytes=10)}, "--max-header-bytes must be in"),
+        ({"threads": -1}, r"--threads must be in \[0, 1024\], got -1"),
+        ({"log_level": "loud"}, "log_level must be one of critical, error"),
+    ):
+        with pytest.raises(InputError, match=message):
+            serve(missing, **kwargs)
+    monkeypatch.setattr("fadat.options.usable_cores", lambda: 1)
+    with pytest.raises(InputError, match="--threads 2 is more than the 1 CPU core"):
+        serve(missing, threads=2)
+    with pytest.raises(InputError, match="missing"):  # forced: a warning, then the model
+        serve(missing, threads=2, force=True)
+    assert "fadat: warning: --threads 2 is more than the 1 CPU core" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_serve_from_python_answers_and_stops_on_sigterm(tiny):
+    """``fadat.serve.serve`` in a process of its own (it blocks and owns SIGTERM, as
+    ``fadat serve`` does): it names its address on stderr, translates as the server of the verb
+    does, and exits 0 on SIGTERM."""
+    pytest.importorskip("fastapi")
+    import httpx
+
+    code = (
+        "import sys; from fadat.serve import serve; "
+        "serve(sys.argv[1], port=0, max_wait_ms=0.0, log_level='warning')"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(tiny["dat"])],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        first = proc.stderr.readline()
+        assert first.startswith(f"fadat: serving {tiny['dat']} on http://127.0.0.1:"), first
+        url = first.split(" on ")[1].strip()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                answer = httpx.post(f"{url}/v1/translate", json={"text": ["ab cd"]})
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server did not answer"
+                time.sleep(0.2)
+        assert answer.status_code == 200, answer.text
+        from fadat.translation.translator import Translator
+
+        expected = Translator.from_pretrained(tiny["dat"]).translate(["ab cd"])
+        assert [t["text"] for t in answer.json()["translations"]] == expected
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.stderr.close()
