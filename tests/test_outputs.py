@@ -50,6 +50,18 @@ def no_work(monkeypatch, module, *names: str) -> None:
         monkeypatch.setattr(module, name, called)
 
 
+def no_corpus_work(monkeypatch, module, record: str) -> None:
+    """Make the corpus record ``module.record`` fail the test if it makes its corpus or looks
+    for its input files (the corpora's registry reads the record from its module)."""
+    import dataclasses
+
+    def called(*args, **kwargs):
+        raise AssertionError(f"{record} was read before the output was checked")
+
+    spec = getattr(module, record)
+    monkeypatch.setattr(module, record, dataclasses.replace(spec, make=called, inputs=called))
+
+
 # ----------------------------------------------------------------------------------------------
 # The module
 
@@ -207,11 +219,13 @@ def corpus_files(tmp_path: Path) -> list[str]:
 
 @pytest.mark.parametrize("force", [[], ["--force"]])
 def test_prepare_never_replaces_a_foreign_folder_or_file(tmp_path, capsys, monkeypatch, force):
+    import fadat.data.bible as bible
     import fadat.data.prepare as prepare
 
     argv = corpus_files(tmp_path)
     folder = foreign_dir(tmp_path / "folder")
-    no_work(monkeypatch, prepare, "build", "bible_corpus")
+    no_work(monkeypatch, prepare, "build")
+    no_corpus_work(monkeypatch, bible, "BIBLE_EN_ES")
     fails_with_one_line([*argv, "--output", str(folder), *force], capsys, "did not create")
     assert sorted(p.name for p in folder.iterdir()) == ["thesis.txt"]
     assert (folder / "thesis.txt").read_text() == "years of work\n"
@@ -219,9 +233,6 @@ def test_prepare_never_replaces_a_foreign_folder_or_file(tmp_path, capsys, monke
     fails_with_one_line([*argv, "--output", str(f), *force], capsys, "not a directory")
     assert f.read_text() == "a user's file\n"
     # A built-in corpus: the output is checked before its input files are looked at.
-    import fadat.data.corpora as corpora
-
-    no_work(monkeypatch, corpora, "bible_files")
     fails_with_one_line(
         ["prepare", "bible-en-es", "--output", str(folder), *force], capsys, "did not create"
     )
@@ -229,9 +240,11 @@ def test_prepare_never_replaces_a_foreign_folder_or_file(tmp_path, capsys, monke
 
 
 def test_prepare_unwritable_output_refused_before_work(tmp_path, capsys, monkeypatch):
+    import fadat.data.corpora as corpora
     import fadat.data.prepare as prepare
 
-    no_work(monkeypatch, prepare, "build", "generic_corpus")
+    no_work(monkeypatch, prepare, "build")
+    no_corpus_work(monkeypatch, corpora, "PARALLEL_TEXT_CORPUS")
     blocker = user_file(tmp_path / "blocker")
     argv = corpus_files(tmp_path)
     fails_with_one_line([*argv, "--output", str(blocker / "data")], capsys, "is a file")

@@ -25,7 +25,7 @@ from fadat.process import terminate_as_interrupt, tune_memory
 # verb -> (module, one-line help). Only the module of the verb that runs is imported.
 VERBS: dict[str, tuple[str, str]] = {
     "prepare": (
-        "fadat.data.prepare",
+        "fadat.cli.prepare",
         "build a dataset from parallel text or a built-in corpus",
     ),
     "train": (

@@ -28,6 +28,7 @@ pitfall of /work/shared/reference/corpora.md §1 is handled in :func:`clean_osis
   with the KJV's in the same verse and its neighbours, and dropped, like empty verses.
 
 The split is by whole book (no adjacent-verse leakage), see :data:`TEST_BOOKS`, :data:`VALID_BOOKS`.
+The corpus record of ``fadat prepare bible-en-es`` is :data:`BIBLE_EN_ES` (:func:`bible_corpus`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fadat.data.corpora import (
+    DIRECTION,
+    SPLITS,
+    Corpus,
+    CorpusOption,
+    CorpusSpec,
+    SplitText,
+    direction_of,
+)
 from fadat.errors import InputError
 
 DEFAULT_SWORD_DIR = Path("/usr/share/sword")
@@ -471,3 +481,85 @@ def _recase_rv1909(ids: list[str], rv: list[str]) -> None:
     for i in sorted(scope):
         psalm119 = ids[i].startswith("Ps.119.")
         rv[i] = recase_opening(rv[i], best, keep | HEBREW_LETTERS if psalm119 else keep)
+
+
+# ----------------------------------------------------------------------------------------------
+# The corpus record (fadat.data.corpora.REGISTRY)
+
+
+def bible_files(sword_dir: str | Path = DEFAULT_SWORD_DIR) -> list[Path]:
+    """The SWORD module files bible-en-es is read from (their sha256 go into meta.json).
+
+    Raises:
+        InputError: a Debian package is missing (:func:`check_sword_dir`).
+    """
+    sword = Path(sword_dir)
+    check_sword_dir(sword)
+    return sorted(
+        {
+            p
+            for module in MODULES
+            for p in [sword / "mods.d" / f"{module}.conf"]
+            + sorted((sword / "modules" / "texts" / "ztext" / module.lower()).glob("*"))
+            + sorted((sword / "modules" / "texts" / "ztext" / module).glob("*"))
+            if p.is_file()
+        }
+    )
+
+
+def bible_corpus(direction: str | None = None, sword_dir: str | Path | None = None) -> Corpus:
+    """bible-en-es as a :class:`~fadat.data.corpora.Corpus`: verse pairs split by book, the KJV
+    as the second reference of valid/test when the target is English.
+
+    Args:
+        direction: ``"en-es"`` (default) or ``"es-en"``.
+        sword_dir: the SWORD modules (default :data:`DEFAULT_SWORD_DIR`).
+
+    Raises:
+        InputError: another direction, or a missing Debian package.
+    """
+    src_lang, tgt_lang = direction_of(direction, "en", "es")
+    sword = Path(sword_dir or DEFAULT_SWORD_DIR)
+    corpus = build_bible(sword)
+    files = bible_files(sword)
+    text = {"en": corpus.english, "es": corpus.spanish}
+    splits = {s: SplitText() for s in SPLITS}
+    for i, osis in enumerate(corpus.ids):
+        part = splits[split_of(osis)]
+        part.source.append(text[src_lang][i])
+        part.target.append(text[tgt_lang][i])
+        part.where.append(osis)
+        if tgt_lang == "en":
+            if not part.extra_refs:
+                part.extra_refs = [[]]
+            part.extra_refs[0].append(corpus.kjv[i])
+    splits["train"].extra_refs = []  # the KJV is a reference for evaluation only
+    return Corpus(
+        name="bible-en-es",
+        source_lang=src_lang,
+        target_lang=tgt_lang,
+        splits=splits,
+        source_files=files,
+        licence=LICENCE,
+        attribution=ATTRIBUTION,
+        extra={
+            "verse_slots": corpus.slots,
+            "dropped_verses": {k: {"count": len(v), "ids": v} for k, v in corpus.dropped.items()},
+            "split_books": {"test": sorted(TEST_BOOKS), "valid": sorted(VALID_BOOKS)},
+            "ref2": "King James Version" if tgt_lang == "en" else None,
+        },
+    )
+
+
+BIBLE_EN_ES = CorpusSpec(
+    name="bible-en-es",
+    help="verse pairs of the World English Bible and the Reina-Valera 1909 (SWORD modules)",
+    make=bible_corpus,
+    options=(
+        DIRECTION,
+        CorpusOption(
+            "sword_dir", str, None, f"bible-en-es: SWORD modules ({DEFAULT_SWORD_DIR})", path="dir"
+        ),
+    ),
+    inputs=lambda direction, sword_dir: bible_files(sword_dir or DEFAULT_SWORD_DIR),
+)

@@ -1,26 +1,26 @@
 """The build of a dataset directory (``fadat prepare``'s work once the corpus is chosen): check
 and filter the pairs, train or reuse the sentencepiece model, encode and append the ids to the
 split's ``.npy`` files, the raw valid/test text to ``raw/``; the fingerprint of everything the
-output depends on. Steps: :func:`build`; the command line and ``meta.json``:
-:mod:`fadat.data.prepare`.
+output depends on. Steps: :func:`build`, with the generic options of :class:`BuildOptions`;
+the output directory, the corpus and ``meta.json``: :func:`fadat.data.prepare.prepare`.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
 from fadat.data import binarized, spm
 from fadat.data.contract import BOS_ID, EOS_ID, UNK_ID
-from fadat.data.corpora import Corpus, PairSource, SplitText, synth_config
+from fadat.data.corpora import Corpus, PairSource, SplitText
 from fadat.errors import InputError
 
 if TYPE_CHECKING:
@@ -29,6 +29,74 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 1
 MAX_POSITIONS_SHOWN = 10
 SPM_SAMPLE_SEED = 20260101
+VOCAB_SIZE = 8000  # joint sentencepiece vocabulary
+MODEL_TYPES = ("bpe", "unigram", "char", "word")  # sentencepiece's model types
+MAX_POSITIONS = 1024  # longest source (x </s>) and target (<s> y </s>) kept
+CHUNK_PAIRS = 20_000  # pairs encoded at a time: about 50 MB of Python objects
+SPM_SAMPLE_PAIRS = 1_000_000  # sentencepiece training sample (2M lines)
+#: The modules whose code decides every dataset's bytes (a corpus's own module is added).
+BUILD_MODULES = ("prepare", "corpora", "build", "text", "spm", "binarized", "contract")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """The options of a build that do not depend on the corpus (``fadat prepare``'s
+    "sentencepiece and filtering" flags but ``--force``).
+
+    Attributes:
+        spm_model: reuse this sentencepiece model (a file) instead of training one; ``None``:
+            train one.
+        vocab_size: the joint vocabulary of a trained model (>= 5).
+        model_type: sentencepiece's model type, one of :data:`MODEL_TYPES`.
+        spm_sample_pairs: train sentencepiece on this many training pairs drawn at random with
+            a fixed seed (:func:`spm_sample`); 0: all pairs.
+        max_source_positions: drop (``strict``: refuse) pairs whose source ``x </s>`` is
+            longer, in tokens (>= 2).
+        max_target_positions: the same for the target ``<s> y </s>`` (>= 3).
+        strict: empty or over-long pairs are errors instead of being dropped.
+        chunk_pairs: pairs encoded and written at a time (memory only; the output is the same).
+        threads: sentencepiece encoding threads (speed only; 0 counts as 1).
+    """
+
+    spm_model: str | None = None
+    vocab_size: int = VOCAB_SIZE
+    model_type: str = "bpe"
+    spm_sample_pairs: int = SPM_SAMPLE_PAIRS
+    max_source_positions: int = MAX_POSITIONS
+    max_target_positions: int = MAX_POSITIONS
+    strict: bool = False
+    chunk_pairs: int = CHUNK_PAIRS
+    threads: int = 1
+
+    def check(self) -> None:
+        """Values and combinations, checked before any file is touched.
+
+        Raises:
+            InputError: naming the flag and the problem (a value out of range, a
+                ``spm_model`` that is not a file).
+        """
+        if self.vocab_size < 5 and not self.spm_model:
+            raise InputError(f"--vocab-size must be at least 5, got {self.vocab_size}")
+        if self.model_type not in MODEL_TYPES:
+            raise InputError(
+                f"--model-type must be one of {', '.join(MODEL_TYPES)}, got {self.model_type!r}"
+            )
+        if self.chunk_pairs < 1:
+            raise InputError(f"--chunk-pairs must be at least 1, got {self.chunk_pairs}")
+        if self.spm_sample_pairs < 0:
+            raise InputError(f"--spm-sample-pairs must be >= 0, got {self.spm_sample_pairs}")
+        # A source holds at least x </s>, a target <s> y </s>.
+        for flag, value, least in (
+            ("--max-source-positions", self.max_source_positions, 2),
+            ("--max-target-positions", self.max_target_positions, 3),
+        ):
+            if value < least:
+                raise InputError(f"{flag} must be >= {least} (room for one token), got {value}")
+        if self.spm_model and not Path(self.spm_model).is_file():
+            what = "is a directory" if Path(self.spm_model).is_dir() else "does not exist"
+            raise InputError(
+                f"--spm-model {self.spm_model}: {what}, expected a sentencepiece model"
+            )
 
 
 def sha256_file(path: Path) -> str:
@@ -47,41 +115,42 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def fingerprint(args: argparse.Namespace, corpus_name: str, files: list[dict]) -> str:
-    """sha256 of everything the output depends on (inputs, options, format version); not the
-    options that change only speed and memory (``--chunk-pairs``, ``--threads``)."""
-    spm_sha = sha256_file(Path(args.spm_model)) if args.spm_model else None
+def fingerprint(
+    settings: BuildOptions,
+    corpus_name: str,
+    corpus_options: Mapping[str, Any],
+    files: list[dict],
+    code: Iterable[Path] = (),
+) -> str:
+    """sha256 of everything the output depends on: the corpus, its options (``corpus_options``:
+    the values, not the paths, whose files are in ``files``), the input files' sha256, the
+    generic options but those that change only speed and memory (``chunk_pairs``,
+    ``threads``), the format version, and the code that builds the data (the modules of
+    :data:`BUILD_MODULES` and the ``code`` files, the corpus's own module).
+
+    Raises:
+        InputError: an unreadable ``settings.spm_model``.
+    """
+    spm_sha = sha256_file(Path(settings.spm_model)) if settings.spm_model else None
     # The code that builds the data is an input too: a changed cleaner must not be "up to date".
-    code = hashlib.sha256()
-    modules = (
-        "prepare",
-        "corpora",
-        "build",
-        "bible",
-        "lohelp",
-        "synth",
-        "spm",
-        "binarized",
-        "contract",
-    )
-    for module in modules:
-        code.update((Path(__file__).parent / f"{module}.py").read_bytes())
+    digest = hashlib.sha256()
+    here = Path(__file__).parent
+    paths = [here / f"{module}.py" for module in BUILD_MODULES] + [Path(p) for p in code]
+    for path in dict.fromkeys(p.resolve() for p in paths):  # each once
+        digest.update(path.read_bytes())
     key = {
         "format": FORMAT_VERSION,
-        "code": code.hexdigest(),
+        "code": digest.hexdigest(),
         "corpus": corpus_name,
-        "direction": args.direction,
-        "langs": [args.source_lang, args.target_lang] if corpus_name == "parallel-text" else None,
+        "options": dict(corpus_options),
         "files": [f["sha256"] for f in files],
         "spm_model": spm_sha,
-        "vocab_size": args.vocab_size,
-        "model_type": args.model_type,
-        "spm_sample_pairs": None if args.spm_model else args.spm_sample_pairs,
-        "max_positions": [args.max_source_positions, args.max_target_positions],
-        "strict": args.strict,
+        "vocab_size": settings.vocab_size,
+        "model_type": settings.model_type,
+        "spm_sample_pairs": None if settings.spm_model else settings.spm_sample_pairs,
+        "max_positions": [settings.max_source_positions, settings.max_target_positions],
+        "strict": settings.strict,
     }
-    if corpus_name == "synth-multimodal":
-        key["synth"] = synth_config(args).__dict__
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -188,7 +257,7 @@ class _SplitOutput:
 
 
 def _encode_chunk(
-    sp, chunk: SplitText, args: argparse.Namespace, drops: _Drops, dest: _SplitOutput, threads: int
+    sp, chunk: SplitText, settings: BuildOptions, drops: _Drops, dest: _SplitOutput, threads: int
 ) -> None:
     keep = _nonempty(chunk)
     if not keep:
@@ -198,16 +267,18 @@ def _encode_chunk(
     dtype = dest.writer.dtype
     src_flat, src_len = binarized.flatten(src_ids, dtype)
     tgt_flat, tgt_len = binarized.flatten(tgt_ids, dtype)
-    too_long_src = src_len + 1 > args.max_source_positions  # (n,)
-    too_long_tgt = tgt_len + 2 > args.max_target_positions  # (n,)
+    too_long_src = src_len + 1 > settings.max_source_positions  # (n,)
+    too_long_tgt = tgt_len + 2 > settings.max_target_positions  # (n,)
     bad = too_long_src | too_long_tgt
     for j in np.flatnonzero(bad):
         where = chunk.where[keep[j]]
         if too_long_src[j]:
-            n, flag, limit = src_len[j] + 1, "--max-source-positions", args.max_source_positions
+            n, flag = src_len[j] + 1, "--max-source-positions"
+            limit = settings.max_source_positions
             drops.add("too_long", where, f"source has {n} tokens > {flag} {limit}")
         else:
-            n, flag, limit = tgt_len[j] + 2, "--max-target-positions", args.max_target_positions
+            n, flag = tgt_len[j] + 2, "--max-target-positions"
+            limit = settings.max_target_positions
             drops.add("too_long", where, f"target has {n} tokens > {flag} {limit}")
     if bad.any():
         ok = np.flatnonzero(~bad)
@@ -236,29 +307,38 @@ def _word_counts(lines: Sequence[str]) -> np.ndarray:
     return np.fromiter((len(x.split()) for x in lines), dtype=np.int32, count=len(lines))
 
 
-def build(args: argparse.Namespace, corpus: Corpus, out: Path) -> dict:
+def build(settings: BuildOptions, corpus: Corpus, out: Path) -> dict:
     """Check, filter, tokenize and write ``corpus`` into the (empty) directory ``out``, chunk by
-    chunk (``args.chunk_pairs`` pairs); return the part of meta.json it measured.
+    chunk (``settings.chunk_pairs`` pairs); return the part of meta.json it measured.
 
     Three passes over the text: (1) check every split (UTF-8, line counts, columns; empty pairs
     are dropped and counted), (2) train sentencepiece on a seeded sample of the non-empty
-    training pairs (:func:`spm_sample`), (3) encode each chunk with ``args.threads``
+    training pairs (:func:`spm_sample`), (3) encode each chunk with ``settings.threads``
     sentencepiece threads, drop over-long pairs and append the rest to the ``.npy`` files. The
     output does not depend on the chunk size or the thread count.
+
+    Returns:
+        ``vocab_size``, ``ids_dtype``, ``splits`` (per split: pairs, references, token and word
+        statistics, ``<unk>`` count), ``dropped`` (per reason: count and first positions),
+        ``spm_seconds``, ``encode_seconds`` and ``spm_sample`` (None for a reused model).
+
+    Raises:
+        InputError: a bad input line, an empty or over-long pair with ``strict``, no training
+            pair left, a sentencepiece model that cannot be trained or used.
     """
-    drops = _Drops(args.strict)
+    drops = _Drops(settings.strict)
     # 1. Check everything before the long work; count the non-empty pairs.
-    nonempty = _check_splits(corpus, drops, args.chunk_pairs)
+    nonempty = _check_splits(corpus, drops, settings.chunk_pairs)
     # 2. Sentencepiece.
     t0 = time.time()
-    sp, sample = _sentencepiece(args, corpus, out, nonempty["train"])
+    sp, sample = _sentencepiece(settings, corpus, out, nonempty["train"])
     spm_seconds = time.time() - t0
     vocab_size = sp.get_piece_size()
     # 3. Encode, drop over-long pairs, write.
     t0 = time.time()
     splits_meta: dict[str, dict] = {}
     for split, part in corpus.splits.items():
-        stats = _encode_split(sp, split, part, args, drops, out)
+        stats = _encode_split(sp, split, part, settings, drops, out)
         if stats is not None:
             splits_meta[split] = stats
     return {
@@ -273,7 +353,7 @@ def build(args: argparse.Namespace, corpus: Corpus, out: Path) -> dict:
             "of": nonempty["train"],
             "seed": SPM_SAMPLE_SEED,
         }
-        if not args.spm_model
+        if not settings.spm_model
         else None,
     }
 
@@ -295,24 +375,24 @@ def _check_splits(corpus: Corpus, drops: _Drops, chunk_pairs: int) -> dict[str, 
 
 
 def _sentencepiece(
-    args: argparse.Namespace, corpus: Corpus, out: Path, train_pairs: int
+    settings: BuildOptions, corpus: Corpus, out: Path, train_pairs: int
 ) -> tuple[SentencePieceProcessor, np.ndarray | None]:
-    """``(model, sample)``: ``--spm-model`` copied into ``out`` (with its ``.vocab`` when there
-    is one), or a model trained into ``out/spm.{model,vocab}`` on the sample of the
+    """``(model, sample)``: ``settings.spm_model`` copied into ``out`` (with its ``.vocab`` when
+    there is one), or a model trained into ``out/spm.{model,vocab}`` on the sample of the
     ``train_pairs`` non-empty training pairs (:func:`spm_sample`; None: all of them)."""
-    if args.spm_model:
-        sp = spm.load_sentencepiece(args.spm_model)
-        shutil.copyfile(args.spm_model, out / "spm.model")
-        vocab_file = Path(args.spm_model).with_suffix(".vocab")
+    if settings.spm_model:
+        sp = spm.load_sentencepiece(settings.spm_model)
+        shutil.copyfile(settings.spm_model, out / "spm.model")
+        vocab_file = Path(settings.spm_model).with_suffix(".vocab")
         if vocab_file.is_file():
             shutil.copyfile(vocab_file, out / "spm.vocab")
         return sp, None
-    sample = spm_sample(train_pairs, args.spm_sample_pairs)
+    sample = spm_sample(train_pairs, settings.spm_sample_pairs)
     sp = spm.train_sentencepiece(
-        _training_lines(corpus.splits["train"], sample, args.chunk_pairs),
+        _training_lines(corpus.splits["train"], sample, settings.chunk_pairs),
         out / "spm",
-        args.vocab_size,
-        args.model_type,
+        settings.vocab_size,
+        settings.model_type,
     )
     return sp, sample
 
@@ -321,7 +401,7 @@ def _encode_split(
     sp: SentencePieceProcessor,
     split: str,
     part: PairSource,
-    args: argparse.Namespace,
+    settings: BuildOptions,
     drops: _Drops,
     out: Path,
 ) -> dict | None:
@@ -336,11 +416,11 @@ def _encode_split(
     n_refs = 0
     dest = None
     try:
-        for chunk in part.chunks(args.chunk_pairs):
+        for chunk in part.chunks(settings.chunk_pairs):
             if dest is None:
                 n_refs = len(chunk.extra_refs)
                 dest = _SplitOutput(out, split, sp.get_piece_size(), n_refs)
-            _encode_chunk(sp, chunk, args, drops, dest, max(1, args.threads))
+            _encode_chunk(sp, chunk, settings, drops, dest, max(1, settings.threads))
     finally:
         if dest is not None:
             dest.close()
@@ -367,15 +447,3 @@ def _write_lines(f: TextIO, lines: Sequence[str]) -> None:
         # A raw line must stay one line: newlines inside TSV fields cannot occur, but a
         # stray carriage return or line separator would shift every later line.
         f.write(" ".join(line.splitlines()) + "\n")
-
-
-def _write_valid_sets(out: Path, built: dict, valid_sets: dict, seed: int) -> None:
-    """``raw/{split}.validset.jsonl`` of a generated corpus, aligned with ``raw/{split}.*.txt``."""
-    from fadat.data import synth
-
-    for k, (split, sets) in enumerate(valid_sets.items()):
-        if len(sets) != built["splits"][split]["pairs"]:
-            raise InputError(f"{split}: pairs were dropped, the valid sets no longer align")
-        rng = np.random.default_rng([seed, 10 + k])
-        path = out / "raw" / f"{split}.{synth.VALIDSET_SUFFIX}"
-        synth.write_valid_sets(path, sets, synth.SynthConfig.max_listed, rng)

@@ -1,23 +1,48 @@
-"""The corpora ``fadat prepare`` reads: raw pairs by split (:class:`SplitText`, read chunk by
-chunk from :class:`ParallelFiles` or a :class:`TsvFile`) and the adapters that turn the
-command line's choice into a :class:`Corpus`: parallel text given as files
-(:func:`generic_corpus`) and the built-in corpora (bible-en-es, lohelp-en-de/es,
-synth-multimodal). Reading the text files themselves is :mod:`fadat.data.text`'s.
+"""The corpora :func:`fadat.data.prepare.prepare` reads, one record each, in one registry.
+
+- What a built corpus is: raw pairs by split (:class:`SplitText`, read chunk by chunk from
+  :class:`ParallelFiles` or a :class:`TsvFile`; reading the text files themselves is
+  :mod:`fadat.data.text`'s) with its languages, input files and licence (:class:`Corpus`).
+- What a kind of corpus is: a :class:`CorpusSpec` (its name, its options as
+  :class:`CorpusOption` records, the generic options that do not apply to it, the function that
+  builds its :class:`Corpus`), registered by one line in :data:`REGISTRY`. ``fadat prepare``'s
+  flags, the refusal of an option given with a corpus that does not read it
+  (:func:`corpus_options`) and the dispatch (:data:`CORPORA`) are derived from the records; no
+  other module knows a corpus's quirks.
+
+The records: ``parallel-text`` (the user's text files, :data:`PARALLEL_TEXT_CORPUS`, here),
+``bible-en-es`` (:mod:`fadat.data.bible`), ``lohelp-en-de`` / ``lohelp-en-es``
+(:mod:`fadat.data.lohelp`), ``synth-multimodal`` (:mod:`fadat.data.synth`). To add a corpus: its
+module with a record and one line in :data:`REGISTRY` (docs/extending.md, "A new corpus").
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
+import importlib.util
 import itertools
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fadat.data.text import iter_lines
 from fadat.errors import InputError
 
-BUILTIN = ("bible-en-es", "lohelp-en-de", "lohelp-en-es", "synth-multimodal")
 SPLITS = ("train", "valid", "test")
+#: The corpus of the user's own text files: ``fadat prepare`` without a corpus name.
+PARALLEL_TEXT = "parallel-text"
+
+#: name → ``"module:attribute"`` of its :class:`CorpusSpec`: one line per corpus, imported only
+#: when :data:`CORPORA` is asked for it. The order is the order of messages that list corpora.
+REGISTRY: dict[str, str] = {
+    "bible-en-es": "fadat.data.bible:BIBLE_EN_ES",
+    "lohelp-en-de": "fadat.data.lohelp:LOHELP_EN_DE",
+    "lohelp-en-es": "fadat.data.lohelp:LOHELP_EN_ES",
+    "synth-multimodal": "fadat.data.synth:SYNTH_MULTIMODAL",
+    PARALLEL_TEXT: "fadat.data.corpora:PARALLEL_TEXT_CORPUS",
+}
 
 
 @dataclass
@@ -61,7 +86,25 @@ class LinePositions(Sequence[str]):
 
 @dataclass
 class Corpus:
-    """Everything ``prepare`` needs besides the options."""
+    """A corpus ready to build: everything :func:`fadat.data.build.build` needs besides the
+    generic options (:class:`fadat.data.build.BuildOptions`).
+
+    Attributes:
+        name: the registry name (``meta.json``'s ``"corpus"``).
+        source_lang, target_lang: language codes.
+        splits: ``"train"`` (required), ``"valid"``, ``"test"`` → its pairs.
+        source_files: the files it is read from (their sha256 go into ``meta.json`` and the
+            fingerprint); ``[]`` for a generated corpus.
+        licence, attribution: for ``meta.json``.
+        extra: more facts for ``meta.json`` (``"corpus_details"``).
+        model_type, vocab_size: the sentencepiece model type and vocabulary size the corpus
+            fixes (synth-multimodal: one piece per word); ``None``: the options'.
+        write_files: ``(directory, measured)`` → writes the corpus's own files into the dataset
+            directory after the build (``measured``: :func:`fadat.data.build.build`'s result);
+            ``None``: none.
+        timings: ``meta.json`` records the build's seconds; ``False`` for a generated corpus, so
+            that the same options give a byte-identical dataset.
+    """
 
     name: str
     source_lang: str
@@ -71,6 +114,10 @@ class Corpus:
     licence: str
     attribution: str
     extra: dict = field(default_factory=dict)
+    model_type: str | None = None
+    vocab_size: int | None = None
+    write_files: Callable[[Path, dict], None] | None = None
+    timings: bool = True
 
 
 class ParallelFiles:
@@ -146,38 +193,349 @@ class TsvFile:
 PairSource = SplitText | ParallelFiles | TsvFile  # anything with .chunks(size)
 
 
-def generic_corpus(args: argparse.Namespace) -> Corpus:
-    """The corpus given as files on the command line."""
-    if not args.source_lang or not args.target_lang:
-        raise InputError("--source-lang and --target-lang are required for parallel text")
-    splits: dict[str, PairSource] = {}
-    files: list[Path] = []
+# ----------------------------------------------------------------------------------------------
+# The records
+
+
+@dataclass(frozen=True)
+class CorpusOption:
+    """One option of a corpus: a keyword of :func:`fadat.data.prepare.prepare` and of the
+    corpus's ``make``, and a ``fadat prepare`` flag (``--swap-prob`` for ``swap_prob``).
+
+    Attributes:
+        name: the keyword.
+        type: ``str``, ``int`` or ``float``: what the flag converts its value to.
+        default: what ``make`` receives when the option is not given (``None``: not set, e.g.
+            a default location).
+        help: the flag's help text.
+        path: ``"file"``: an input file (never the output; its bytes, not its name, are
+            fingerprinted); ``"dir"``: a directory the corpus is read or downloaded into (not
+            fingerprinted: the files read from it are); ``""``: a value, part of the dataset's
+            fingerprint.
+        repeatable: a list of values (``--valid-extra-ref`` given several times).
+        refusal: the message when the option is given with a corpus that does not read it
+            (``{corpus}`` is that corpus); ``""``: "``FLAG`` applies to ..., not to ...".
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    path: str = ""
+    repeatable: bool = False
+    refusal: str = ""
+
+    @property
+    def flag(self) -> str:
+        """``--swap-prob``."""
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """A kind of corpus, registered by name in :data:`REGISTRY`.
+
+    Attributes:
+        name: the registry key: ``fadat prepare NAME``, ``prepare(NAME, ...)``, ``meta.json``'s
+            ``"corpus"``.
+        help: one line: what the corpus is.
+        make: ``make(**options) -> Corpus``, called with every option of ``options`` (the
+            defaults filled in); raises :class:`~fadat.errors.InputError` for bad input.
+        options: its own options (:class:`CorpusOption`), in ``--help`` order. Two corpora that
+            take one option (``direction``) declare it identically.
+        inputs: ``inputs(**options) -> list[Path]``: the files the corpus will be read from,
+            known before it is built (the fingerprint of an up-to-date dataset needs no build);
+            ``None``: ``make(**options).source_files`` (a corpus that is cheap to make).
+        check: ``check(**options)``: raises :class:`~fadat.errors.InputError` for bad option
+            values, before the output is touched; ``None``: none.
+        excludes: the generic options (keywords of :func:`fadat.data.prepare.prepare`) that do
+            not apply to it, refused when given a value other than their default ...
+        excludes_reason: ... with the message "NAME has REASON: FLAGS do not apply".
+        instead: other corpora's options that callers give to this one by mistake → the message
+            that points to this corpus's own (parallel text: ``direction`` → "use
+            --source-lang/--target-lang").
+        title: how messages name it ("" = ``name``); ``usage``: how to choose it, added after
+            the title where a message says what was chosen ("" = nothing).
+        group: the title of its flags' group in ``fadat prepare --help`` ("" = ``name``).
+    """
+
+    name: str
+    help: str
+    make: Callable[..., Corpus]
+    options: tuple[CorpusOption, ...] = ()
+    inputs: Callable[..., list[Path]] | None = None
+    check: Callable[..., None] | None = None
+    excludes: tuple[str, ...] = ()
+    excludes_reason: str = ""
+    instead: Mapping[str, str] = field(default_factory=dict)
+    title: str = ""
+    usage: str = ""
+    group: str = ""
+
+    def option_names(self) -> tuple[str, ...]:
+        """The keywords of its options, in order."""
+        return tuple(o.name for o in self.options)
+
+    def defaults(self) -> dict[str, Any]:
+        """``{option: default}`` of its options (repeatable ones as ``[]``)."""
+        return {o.name: list(o.default or ()) if o.repeatable else o.default for o in self.options}
+
+    def described(self, chosen: bool = False) -> str:
+        """``title``, with ``usage`` after it when ``chosen`` (what a refusal names)."""
+        title = self.title or self.name
+        return f"{title} ({self.usage})" if chosen and self.usage else title
+
+
+class _LazyCorpora(Mapping[str, CorpusSpec]):
+    """:data:`REGISTRY` as ``name → CorpusSpec``, importing a corpus's module when it is asked
+    for (its names and their order need no import). Looked up on every access, so that a test
+    may replace a record in its module."""
+
+    def __init__(self, registry: dict[str, str]) -> None:
+        self._registry = registry
+
+    def __getitem__(self, name: str) -> CorpusSpec:
+        module, attribute = self._registry[name].split(":")  # KeyError: unknown name
+        spec = getattr(importlib.import_module(module), attribute)
+        if spec.name != name:
+            raise ValueError(f"REGISTRY[{name!r}] is the corpus {spec.name!r}")
+        return spec
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._registry)
+
+    def __len__(self) -> int:
+        return len(self._registry)
+
+
+#: name → corpus record (a read-only mapping over :data:`REGISTRY`, loaded lazily).
+CORPORA: Mapping[str, CorpusSpec] = _LazyCorpora(REGISTRY)
+
+
+def builtin() -> tuple[str, ...]:
+    """The corpora named on the command line (``fadat prepare CORPUS``): all but parallel
+    text, in registry order."""
+    return tuple(name for name in REGISTRY if name != PARALLEL_TEXT)
+
+
+def corpus_spec(name: str) -> CorpusSpec:
+    """The record of the corpus ``name``.
+
+    Raises:
+        InputError: no such corpus (naming the registered ones).
+    """
+    if name not in REGISTRY:
+        raise InputError(f"unknown corpus {name!r}: the corpora are {', '.join(REGISTRY)}")
+    return CORPORA[name]
+
+
+def corpus_module_file(name: str) -> Path:
+    """The source file of the module that defines the corpus ``name`` (its code is part of a
+    dataset's fingerprint)."""
+    origin = importlib.util.find_spec(REGISTRY[name].split(":")[0]).origin
+    return Path(origin)
+
+
+def all_options() -> tuple[CorpusOption, ...]:
+    """The options of every registered corpus, each once, in registry order.
+
+    Raises:
+        ValueError: two corpora declare one name differently.
+    """
+    seen: dict[str, CorpusOption] = {}
+    for spec in CORPORA.values():
+        for option in spec.options:
+            if seen.setdefault(option.name, option) != option:
+                raise ValueError(f"two corpora declare different options {option.name!r}")
+    return tuple(seen.values())
+
+
+def readers(name: str) -> list[CorpusSpec]:
+    """The corpora that take the option ``name``, in registry order."""
+    return [spec for spec in CORPORA.values() if name in spec.option_names()]
+
+
+def _given(value: Any) -> bool:
+    """Whether an option was given: ``None`` and an empty list mean "not given" (a flag left
+    out)."""
+    return value is not None and not (isinstance(value, list | tuple) and not value)
+
+
+def _and(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def corpus_options(
+    spec: CorpusSpec, given: Mapping[str, Any], generic: Mapping[str, bool] | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of ``spec.make``: its options' defaults, updated with the given
+    ones, after checking that every given option applies to it.
+
+    Args:
+        spec: the chosen corpus.
+        given: option → value, of any corpus; ``None`` and ``[]`` count as not given.
+        generic: generic option (a keyword of :func:`fadat.data.prepare.prepare`) → whether it
+            was set to something other than its default (for ``spec.excludes``).
+
+    Returns:
+        ``{option: value}`` for every option of ``spec``; a path as ``str``, a repeatable
+        option as a list.
+
+    Raises:
+        TypeError: an option that no registered corpus takes.
+        InputError: an option of another corpus (its ``refusal``, or ``spec.instead``'s message,
+            or "FLAG applies to A and B, not to CHOSEN"; the first in registry order), a generic
+            option in ``spec.excludes``, or a bad value (``spec.check``).
+    """
+    options = all_options()
+    known = {o.name for o in options}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise TypeError(
+            f"unknown corpus option {unknown[0]!r}: the options of {spec.name} are "
+            f"{', '.join(spec.option_names()) or 'none'}"
+        )
+    own = set(spec.option_names())
+    foreign = [o for o in options if o.name not in own and _given(given.get(o.name))]
+    for option in foreign:  # the messages that say what to do instead come first
+        if option.refusal:
+            raise InputError(option.refusal.format(corpus=spec.described()))
+        if option.name in spec.instead:
+            raise InputError(spec.instead[option.name])
+    for option in foreign:
+        names = " and ".join(r.described() for r in readers(option.name))
+        raise InputError(f"{option.flag} applies to {names}, not to {spec.described(True)}")
+    excluded = [name for name in spec.excludes if (generic or {}).get(name)]
+    if excluded:
+        flags = _and(["--" + name.replace("_", "-") for name in spec.excludes])
+        raise InputError(f"{spec.name} has {spec.excludes_reason}: {flags} do not apply")
+    values = spec.defaults()
+    for option in spec.options:
+        value = given.get(option.name)
+        if not _given(value):
+            continue
+        if option.repeatable:
+            value = [os.fspath(v) if option.path else v for v in value]
+        elif option.path:
+            value = os.fspath(value)
+        values[option.name] = value
+    if spec.check is not None:
+        spec.check(**values)
+    return values
+
+
+# ----------------------------------------------------------------------------------------------
+# Parallel text: the user's files
+
+
+#: The refusal of an input file given with a built-in corpus.
+EITHER = "give either the built-in corpus {corpus} or input files, not both"
+
+
+def _text_options() -> tuple[CorpusOption, ...]:
+    """The input files of every split, then the languages (the "parallel text" group)."""
+    found = []
     for split in SPLITS:
         prefix = "" if split == "train" else f"{split}_"
-        src = getattr(args, f"{prefix}source_file")
-        tgt = getattr(args, f"{prefix}target_file")
-        tsv = getattr(args, f"{prefix}tsv")
-        extra = getattr(args, f"{split}_extra_ref", []) if split != "train" else []
+        found += [
+            CorpusOption(
+                f"{prefix}source_file",
+                str,
+                None,
+                f"{split} source text, one line per sentence",
+                path="file",
+                refusal=EITHER,
+            ),
+            CorpusOption(
+                f"{prefix}target_file",
+                str,
+                None,
+                f"{split} target text",
+                path="file",
+                refusal=EITHER,
+            ),
+            CorpusOption(
+                f"{prefix}tsv",
+                str,
+                None,
+                f"{split} pairs as TSV: source, target, extra refs",
+                path="file",
+                refusal=EITHER,
+            ),
+        ]
+        if split != "train":
+            found.append(
+                CorpusOption(
+                    f"{split}_extra_ref",
+                    str,
+                    None,
+                    f"an extra {split} reference file (ref2, ref3, … in order); repeatable",
+                    path="file",
+                    repeatable=True,
+                    refusal=EITHER,
+                )
+            )
+    found += [
+        CorpusOption("source_lang", str, None, "source language code"),
+        CorpusOption("target_lang", str, None, "target language code"),
+    ]
+    return tuple(found)
+
+
+def parallel_text_corpus(
+    source_file: str | Path | None = None,
+    target_file: str | Path | None = None,
+    tsv: str | Path | None = None,
+    valid_source_file: str | Path | None = None,
+    valid_target_file: str | Path | None = None,
+    valid_tsv: str | Path | None = None,
+    valid_extra_ref: Sequence[str | Path] | None = None,
+    test_source_file: str | Path | None = None,
+    test_target_file: str | Path | None = None,
+    test_tsv: str | Path | None = None,
+    test_extra_ref: Sequence[str | Path] | None = None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+) -> Corpus:
+    """The corpus of the user's text files: per split, line-aligned source and target files
+    (with extra references of valid/test, ref2, ref3, …) or one TSV file (columns: source,
+    target, extra references); nothing is read yet.
+
+    Raises:
+        InputError: no training input, a missing language code, a TSV together with text files
+            of one split, a source file without its target file (or the reverse).
+    """
+    if not source_lang or not target_lang:
+        raise InputError("--source-lang and --target-lang are required for parallel text")
+    inputs = {
+        "train": (source_file, target_file, tsv, ()),
+        "valid": (valid_source_file, valid_target_file, valid_tsv, valid_extra_ref or ()),
+        "test": (test_source_file, test_target_file, test_tsv, test_extra_ref or ()),
+    }
+    splits: dict[str, PairSource] = {}
+    files: list[Path] = []
+    for split, (src, tgt, tsv_file, extra_refs) in inputs.items():
+        extra = [os.fspath(f) for f in extra_refs]
         flag = "" if split == "train" else f"{split}-"
-        if tsv and (src or tgt):
+        if tsv_file and (src or tgt):
             raise InputError(f"give either --{flag}tsv or --{flag}source-file/--{flag}target-file")
-        if tsv:
-            splits[split] = TsvFile(tsv)
-            files.append(Path(tsv))
+        if tsv_file:
+            splits[split] = TsvFile(os.fspath(tsv_file))
+            files.append(Path(tsv_file))
         elif src or tgt:
             if not (src and tgt):
                 raise InputError(f"--{flag}source-file and --{flag}target-file go together")
-            splits[split] = ParallelFiles(src, tgt, extra)
+            splits[split] = ParallelFiles(os.fspath(src), os.fspath(tgt), extra)
             files += [Path(src), Path(tgt)] + [Path(f) for f in extra]
         elif split == "train":
             raise InputError(
-                "no input: give a built-in corpus (" + ", ".join(BUILTIN) + ") or "
+                "no input: give a built-in corpus (" + ", ".join(builtin()) + ") or "
                 "--source-file/--target-file (or --tsv)"
             )
     return Corpus(
-        name="parallel-text",
-        source_lang=args.source_lang,
-        target_lang=args.target_lang,
+        name=PARALLEL_TEXT,
+        source_lang=source_lang,
+        target_lang=target_lang,
         splits=splits,
         source_files=files,
         licence="unknown (user-supplied text)",
@@ -185,160 +543,34 @@ def generic_corpus(args: argparse.Namespace) -> Corpus:
     )
 
 
-def _direction(args: argparse.Namespace, a: str, b: str) -> tuple[str, str]:
-    direction = args.direction or f"{a}-{b}"
+PARALLEL_TEXT_CORPUS = CorpusSpec(
+    name=PARALLEL_TEXT,
+    help="your own parallel text: line-aligned files or TSV, per split",
+    make=parallel_text_corpus,
+    options=_text_options(),
+    instead={"direction": "--direction is for built-in corpora; use --source-lang/--target-lang"},
+    title="parallel text",
+    usage="--source-file/--target-file, --tsv",
+    group="parallel text",
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# What the built-in corpora share
+
+#: The translation direction of a built-in corpus of two languages (bible, lohelp).
+DIRECTION = CorpusOption("direction", str, None, "built-in corpora: e.g. en-es or es-en")
+
+
+def direction_of(direction: str | None, a: str, b: str) -> tuple[str, str]:
+    """``(source, target)`` language of ``direction`` (``"a-b"`` or ``"b-a"``; ``None``:
+    ``a-b``).
+
+    Raises:
+        InputError: another direction.
+    """
+    direction = direction or f"{a}-{b}"
     if direction not in (f"{a}-{b}", f"{b}-{a}"):
         raise InputError(f"--direction must be {a}-{b} or {b}-{a}, got {direction}")
     src, tgt = direction.split("-")
     return src, tgt
-
-
-def bible_corpus(args: argparse.Namespace) -> Corpus:
-    """bible-en-es from Debian's SWORD modules (see :mod:`fadat.data.bible`)."""
-    from fadat.data import bible
-
-    src_lang, tgt_lang = _direction(args, "en", "es")
-    sword = Path(args.sword_dir or SWORD_DIR)
-    corpus = bible.build_bible(sword)
-    files = bible_files(sword)
-    text = {"en": corpus.english, "es": corpus.spanish}
-    splits = {s: SplitText() for s in SPLITS}
-    for i, osis in enumerate(corpus.ids):
-        part = splits[bible.split_of(osis)]
-        part.source.append(text[src_lang][i])
-        part.target.append(text[tgt_lang][i])
-        part.where.append(osis)
-        if tgt_lang == "en":
-            if not part.extra_refs:
-                part.extra_refs = [[]]
-            part.extra_refs[0].append(corpus.kjv[i])
-    splits["train"].extra_refs = []  # the KJV is a reference for evaluation only
-    return Corpus(
-        name="bible-en-es",
-        source_lang=src_lang,
-        target_lang=tgt_lang,
-        splits=splits,
-        source_files=files,
-        licence=bible.LICENCE,
-        attribution=bible.ATTRIBUTION,
-        extra={
-            "verse_slots": corpus.slots,
-            "dropped_verses": {k: {"count": len(v), "ids": v} for k, v in corpus.dropped.items()},
-            "split_books": {"test": sorted(bible.TEST_BOOKS), "valid": sorted(bible.VALID_BOOKS)},
-            "ref2": "King James Version" if tgt_lang == "en" else None,
-        },
-    )
-
-
-def bible_files(sword: Path) -> list[Path]:
-    """The SWORD module files bible-en-es is read from (their sha256 go into meta.json)."""
-    from fadat.data import bible
-
-    bible.check_sword_dir(sword)
-    return sorted(
-        {
-            p
-            for module in bible.MODULES
-            for p in [sword / "mods.d" / f"{module}.conf"]
-            + sorted((sword / "modules" / "texts" / "ztext" / module.lower()).glob("*"))
-            + sorted((sword / "modules" / "texts" / "ztext" / module).glob("*"))
-            if p.is_file()
-        }
-    )
-
-
-def source_files(args: argparse.Namespace) -> list[Path] | None:
-    """Input files of a built-in corpus, known before it is built (None for parallel text)."""
-    if args.corpus == "bible-en-es":
-        return bible_files(Path(args.sword_dir or SWORD_DIR))
-    if args.corpus in ("lohelp-en-de", "lohelp-en-es"):
-        from fadat.data import lohelp
-
-        langs = ["en", args.corpus.rsplit("-", 1)[1]]
-        cache = Path(args.cache_dir) if args.cache_dir else lohelp.DEFAULT_CACHE
-        lohelp.fetch_packages(langs, cache)
-        return lohelp.deb_files(langs, cache)
-    if args.corpus == "synth-multimodal":
-        return []  # generated: the options (in the fingerprint) are the whole input
-    return None
-
-
-def lohelp_corpus(args: argparse.Namespace, other: str) -> Corpus:
-    """lohelp-en-<other> from Debian's LibreOffice help packages (see :mod:`fadat.data.lohelp`)."""
-    from fadat.data import lohelp
-
-    src_lang, tgt_lang = _direction(args, "en", other)
-    cache = Path(args.cache_dir) if args.cache_dir else lohelp.DEFAULT_CACHE
-    corpus = lohelp.build_help(other, cache)
-    text = {"en": corpus.english, other: corpus.other}
-    splits = {s: SplitText() for s in SPLITS}
-    for i, key in enumerate(corpus.keys):
-        part = splits[lohelp.split_of(corpus.files[i])]
-        part.source.append(text[src_lang][i])
-        part.target.append(text[tgt_lang][i])
-        part.where.append(key)
-    packages = [lohelp.PACKAGES["en"], lohelp.PACKAGES[other]]
-    return Corpus(
-        name=f"lohelp-en-{other}",
-        source_lang=src_lang,
-        target_lang=tgt_lang,
-        splits=splits,
-        source_files=lohelp.deb_files(["en", other], cache),
-        licence=lohelp.LICENCE,
-        attribution=lohelp.ATTRIBUTION.format(packages=", ".join(packages)),
-        extra={"pairing": corpus.counts},
-    )
-
-
-SWORD_DIR = "/usr/share/sword"
-
-
-def synth_config(args: argparse.Namespace):
-    """The :class:`~fadat.data.synth.SynthConfig` of the command line (checked); options not
-    given keep SynthConfig's defaults."""
-    from fadat.data.synth import SynthConfig
-
-    names = ("seed", "swap_prob", "synonym_prob", "source_types", "min_words", "max_words")
-    names += tuple(f"{split}_size" for split in SPLITS)
-    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-    cfg = SynthConfig(**given)
-    cfg.check()
-    return cfg
-
-
-def synth_corpus(args: argparse.Namespace) -> Corpus:
-    """synth-multimodal (see :mod:`fadat.data.synth`); its valid sets go into ``extra``."""
-    from fadat.data import synth
-
-    if args.vocab_size != 8000 or args.model_type != "bpe" or args.spm_model:
-        raise InputError(
-            "synth-multimodal has a word-level vocabulary of its own: "
-            "--vocab-size, --model-type and --spm-model do not apply"
-        )
-    cfg = synth_config(args)
-    lex, generated = synth.generate(cfg)
-    splits = {}
-    for split, part in generated.items():
-        splits[split] = SplitText(
-            list(part.sources),
-            list(part.targets),
-            [],
-            [f"{split}:{i + 1}" for i in range(len(part.sources))],
-        )
-    # One piece per word: every word of the training text, plus the 4 special pieces.
-    train = generated["train"]
-    args.model_type = "word"
-    args.vocab_size = len({w for line in train.sources + train.targets for w in line.split()}) + 4
-    return Corpus(
-        name=synth.NAME,
-        source_lang="src",
-        target_lang="tgt",
-        splits=splits,
-        source_files=[],
-        licence="generated (no third-party text)",
-        attribution="synthetic corpus generated by fadat.data.synth",
-        extra={
-            "synth": synth.corpus_stats(lex, generated, cfg),
-            "valid_sets": {s: generated[s].valid_sets for s in ("valid", "test")},
-        },
-    )

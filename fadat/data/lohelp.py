@@ -10,11 +10,13 @@ skipped), pairs de-duplicated, untranslated pairs (same text) dropped.
 
 Split by a stable hash of the help-file path: ``sha1(path) mod 1000`` below
 :data:`TEST_PER_MILLE` is test, below :data:`VALID_PER_MILLE` valid (Python's ``hash()`` is salted
-per process, so it is never used).
+per process, so it is never used). The corpus records of ``fadat prepare lohelp-en-de`` /
+``lohelp-en-es`` are :data:`LOHELP_EN_DE`, :data:`LOHELP_EN_ES` (:func:`lohelp_corpus`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shutil
 import subprocess
@@ -22,6 +24,15 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 
+from fadat.data.corpora import (
+    DIRECTION,
+    SPLITS,
+    Corpus,
+    CorpusOption,
+    CorpusSpec,
+    SplitText,
+    direction_of,
+)
 from fadat.errors import InputError
 
 LANG_DIRS = {"en": "en-US", "de": "de", "es": "es"}
@@ -231,3 +242,79 @@ def build_help(other: str, cache_dir: Path = DEFAULT_CACHE) -> HelpCorpus:
                 corpus.other.append(t)
                 corpus.files.append(rel)
     return corpus
+
+
+# ----------------------------------------------------------------------------------------------
+# The corpus records (fadat.data.corpora.REGISTRY)
+
+
+def lohelp_files(other: str, cache_dir: str | Path | None = None) -> list[Path]:
+    """The .deb files lohelp-en-``other`` is read from, downloaded and unpacked first if they are
+    not in ``cache_dir`` (default :data:`DEFAULT_CACHE`) yet.
+
+    Raises:
+        InputError: from :func:`fetch_packages`.
+    """
+    cache = Path(cache_dir) if cache_dir else DEFAULT_CACHE
+    fetch_packages(["en", other], cache)
+    return deb_files(["en", other], cache)
+
+
+def lohelp_corpus(
+    other: str, direction: str | None = None, cache_dir: str | Path | None = None
+) -> Corpus:
+    """lohelp-en-``other`` as a :class:`~fadat.data.corpora.Corpus`: paired help paragraphs
+    split by help file.
+
+    Args:
+        other: ``"de"`` or ``"es"``.
+        direction: ``"en-<other>"`` (default) or ``"<other>-en"``.
+        cache_dir: where the .deb files are downloaded (default :data:`DEFAULT_CACHE`).
+
+    Raises:
+        InputError: another direction, or a package that cannot be obtained.
+    """
+    src_lang, tgt_lang = direction_of(direction, "en", other)
+    cache = Path(cache_dir) if cache_dir else DEFAULT_CACHE
+    corpus = build_help(other, cache)
+    text = {"en": corpus.english, other: corpus.other}
+    splits = {s: SplitText() for s in SPLITS}
+    for i, key in enumerate(corpus.keys):
+        part = splits[split_of(corpus.files[i])]
+        part.source.append(text[src_lang][i])
+        part.target.append(text[tgt_lang][i])
+        part.where.append(key)
+    packages = [PACKAGES["en"], PACKAGES[other]]
+    return Corpus(
+        name=f"lohelp-en-{other}",
+        source_lang=src_lang,
+        target_lang=tgt_lang,
+        splits=splits,
+        source_files=deb_files(["en", other], cache),
+        licence=LICENCE,
+        attribution=ATTRIBUTION.format(packages=", ".join(packages)),
+        extra={"pairing": corpus.counts},
+    )
+
+
+_CACHE_DIR = CorpusOption(
+    "cache_dir",
+    str,
+    None,
+    "lohelp: where .deb files are downloaded (default ~/.cache/fadat/debs)",
+    path="dir",
+)
+LOHELP_EN_DE = CorpusSpec(
+    name="lohelp-en-de",
+    help="LibreOffice help paragraphs, English-German (Debian's libreoffice-help packages)",
+    make=functools.partial(lohelp_corpus, "de"),
+    options=(DIRECTION, _CACHE_DIR),
+    inputs=lambda direction, cache_dir: lohelp_files("de", cache_dir),
+)
+LOHELP_EN_ES = CorpusSpec(
+    name="lohelp-en-es",
+    help="LibreOffice help paragraphs, English-Spanish (Debian's libreoffice-help packages)",
+    make=functools.partial(lohelp_corpus, "es"),
+    options=(DIRECTION, _CACHE_DIR),
+    inputs=lambda direction, cache_dir: lohelp_files("es", cache_dir),
+)

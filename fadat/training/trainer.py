@@ -633,6 +633,17 @@ class Trainer:
 
 def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
     """Run (or resume) training as configured; returns the summary (stop reason, update, best).
+    ``fadat train`` (:mod:`fadat.cli.train`) resolves its flags and YAML into ``cfg`` and calls
+    this; from Python::
+
+        import fadat
+        fadat.train(fadat.TrainConfig(data="data/mine", run_dir="runs/mine", preset="cpu-small"))
+
+    Args:
+        cfg: the configuration (:class:`fadat.training.config.TrainConfig`; its defaults are
+            the flags').
+        resume: continue the run in ``cfg.run_dir`` from its ``checkpoint_last.pt`` (model,
+            optimizer, schedule, data order and random state).
 
     The run directory has one trainer at a time: before anything is written, rank 0 takes its
     lock (:func:`fadat.outputs.directory_lock`, held until the process ends) and then removes

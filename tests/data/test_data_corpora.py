@@ -139,13 +139,8 @@ def test_no_words_glued_by_removed_markup(corpus, raw):
 
 
 def test_es_en_has_kjv_second_reference(corpus, monkeypatch, tmp_path):
-    import argparse
-
-    from fadat.data import corpora
-
     monkeypatch.setattr(bible, "build_bible", lambda sword: corpus)
-    args = argparse.Namespace(direction="es-en", sword_dir=str(bible.DEFAULT_SWORD_DIR))
-    c = corpora.bible_corpus(args)
+    c = bible.bible_corpus(direction="es-en", sword_dir=str(bible.DEFAULT_SWORD_DIR))
     test = c.splits["test"]
     i = test.where.index("John.3.16")
     assert test.extra_refs[0][i].startswith("For God so loved the world")
