@@ -9,8 +9,10 @@ inside a function (a deferred import is still a dependency) or under ``if TYPE_C
 run, but a type named in a signature is a design dependency all the same; the circles are also
 reported without these, as "at run time"). ``fadat.cli`` is the CLI layer: the argument parser,
 the exit codes and the verb modules of the ``fadat.cli`` package. Exits with 1 when there is an
-import circle or a library module (one outside ``fadat.cli``) imports ``fadat.cli`` or one of its
-modules, else 0 (``tests/test_structure.py`` runs it).
+import circle, a library module (one outside ``fadat.cli``) imports ``fadat.cli`` or one of its
+modules, or a library module other than the option table (:data:`ARGPARSE_ALLOWED`) imports
+``argparse`` (the command line is a layer: the library takes keyword arguments), else 0
+(``tests/test_structure.py`` runs it).
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = "fadat.cli"
+#: library modules allowed to import ``argparse`` besides ``fadat.cli``'s: the option table
+#: (its value types raise ``argparse.ArgumentTypeError``, which argparse prints as given).
+ARGPARSE_ALLOWED = frozenset({"fadat.options"})
 
 
 def read_sources(rev: str | None) -> dict[str, str]:
@@ -169,6 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"library modules importing {CLI}: {len(cli_users)}")
     for m in cli_users:
         print(f"  {m}")
+    parsers = argparse_users(trees)
+    print(
+        f"library modules importing argparse (outside {CLI} and the option table): {len(parsers)}"
+    )
+    for m in parsers:
+        print(f"  {m}")
     sizes = sorted(((len(t.splitlines()), m) for m, t in sources.items()), reverse=True)
     total = sum(n for n, _ in sizes)
     print(f"\nlines per module (total {total}; > 600: {sum(n > 600 for n, _ in sizes)}):")
@@ -182,7 +193,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nlongest classes, top {min(args.top, 5)}:")
     for n, name in [d for d in defs if _is_class(d[1], trees)][:5]:
         print(f"  {n:5d}  {name}")
-    return 1 if found or cli_users else 0
+    return 1 if found or cli_users or parsers else 0
+
+
+def argparse_users(trees: dict[str, ast.Module]) -> list[str]:
+    """Library modules (outside ``fadat.cli`` and :data:`ARGPARSE_ALLOWED`) with an ``import
+    argparse`` or ``from argparse import …`` anywhere: module level, in a function or under
+    ``if TYPE_CHECKING:`` (a ``Namespace`` in a signature is a dependency on the command line)."""
+    found = []
+    for module, tree in sorted(trees.items()):
+        if _in_cli(module) or module in ARGPARSE_ALLOWED:
+            continue
+        for node in ast.walk(tree):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            if any(n == "argparse" or n.startswith("argparse.") for n in names):
+                found.append(module)
+                break
+    return found
 
 
 def _in_cli(module: str) -> bool:

@@ -22,6 +22,27 @@ def test_no_import_circles_and_no_cli_imports(capsys):
     out = capsys.readouterr().out
     assert "import circles: 0 (type-only imports included; 0 at run time)" in out
     assert "importing fadat.cli: 0" in out
+    assert "importing argparse (outside fadat.cli and the option table): 0" in out
+
+
+def test_argparse_rule_finds_every_form_of_import():
+    """``import argparse``, ``from argparse import Namespace``, a deferred import and one under
+    ``if TYPE_CHECKING:`` all break the rule outside the command-line layer; inside
+    ``fadat.cli`` and in the option table they do not."""
+    import ast
+
+    structure = _load()
+    sources = {
+        "fadat.a": "import argparse\n",
+        "fadat.b": "from argparse import Namespace\n",
+        "fadat.c": "def f():\n    import argparse.x\n",
+        "fadat.d": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import argparse\n",
+        "fadat.e": "import argparsex\nfrom .argparse import y\n",
+        "fadat.cli.verb": "import argparse\n",
+        "fadat.options": "import argparse\n",
+    }
+    trees = {m: ast.parse(t) for m, t in sources.items()}
+    assert structure.argparse_users(trees) == ["fadat.a", "fadat.b", "fadat.c", "fadat.d"]
 
 
 def test_circle_finder_finds_a_circle():
