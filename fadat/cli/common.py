@@ -20,6 +20,7 @@ from fadat import outputs
 from fadat.errors import InputError
 from fadat.options import (
     DECODING_OPTIONS,
+    decoding_keywords,
     nonnegative_int,
     positive_float,
     probability,
@@ -172,15 +173,12 @@ def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
 
 def decoding_options(args: argparse.Namespace, model: nn.Module, strategy: str) -> dict[str, Any]:
     """The strategy options the user set on the command line, as decoder keywords."""
-    options = {
-        name: getattr(args, name)
+    given = {
+        name: getattr(args, name, None)
         for name, option in DECODING_OPTIONS.items()
-        if option.help is not None and getattr(args, name, None) is not None
+        if option.help is not None
     }
-    for flag, keyword in model.flag_aliases.get(strategy, {}).items():
-        if flag in options:
-            options[keyword] = options.pop(flag)
-    return options
+    return decoding_keywords(given, model.flag_aliases.get(strategy))
 
 
 def add_upsample_argument(parser: argparse.ArgumentParser) -> None:
