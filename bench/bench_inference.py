@@ -486,16 +486,13 @@ def profile_row(
         print(f"{row.name} ({label}), batch 1, {len(picked)} sentences: {wall:.2f} ms/sentence")
         print(table.table(sort_by="self_cpu_time_total", row_limit=25))
         return {"setting": label, "ms_per_sentence": wall, "ops_ms": by_op}
-    import onnxruntime as ort
+    from fadat.engine.runtime import create_session
 
     engine = ort_engine(row.dat["onnx"], threads)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.enable_profiling = True
-    options.profile_file_prefix = str(work / "ort-profile")
-    session = ort.InferenceSession(
-        str(Path(row.dat["onnx"]) / engine.metadata["graph"]), options, ["CPUExecutionProvider"]
+    session = create_session(
+        Path(row.dat["onnx"]) / engine.metadata["graph"],
+        intra_threads=threads,
+        profile_prefix=str(work / "ort-profile"),
     )
     plain, engine.session = engine.session, session
     inside = 0.0

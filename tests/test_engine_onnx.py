@@ -27,7 +27,12 @@ from fadat.data.contract import EOS_ID, PAD_ID  # noqa: E402
 from fadat.engine.runtime import OnnxDAT  # noqa: E402
 from fadat.models.directory import load_pretrained  # noqa: E402
 from fadat.models.inference import graph_top1  # noqa: E402
-from fadat.translation.onnx_export import export_onnx, quantize_export  # noqa: E402
+from fadat.translation.onnx_export import (  # noqa: E402
+    decompose_logsumexp,
+    export_onnx,
+    fold_transposed_weights,
+    quantize_export,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ROOT / "models" / "bible-en-es-fadat-cpu-small"
@@ -148,8 +153,88 @@ def test_export_directory_metadata_and_dynamic_axes(model, exports):
     }
     int8 = json.loads((exports["int8"] / "metadata.json").read_text(encoding="utf-8"))
     assert int8["precision"] == "int8" and "quantize_dynamic" in int8["quantization"]
-    ops = {n.op_type for n in onnx.load(str(exports["int8"] / "dat.onnx")).graph.node}
+    assert "ReduceLogSumExp" not in {n.op_type for n in proto.graph.node}  # rewritten
+    int8_graph = onnx.load(str(exports["int8"] / "dat.onnx")).graph
+    ops = {n.op_type for n in int8_graph.node}
     assert "DynamicQuantizeLinear" in ops and "MatMulInteger" in ops
+    # Every fp32 MatMul left with a weight (an initializer, or a Transpose of one) is the links
+    # head's: the token head's shared weight was folded and quantized.
+    inits = {i.name for i in int8_graph.initializer}
+    producer = {o: n for n in int8_graph.node for o in n.output}
+
+    def is_weight(name: str) -> bool:
+        node = producer.get(name)
+        return name in inits or (
+            node is not None and node.op_type == "Transpose" and node.input[0] in inits
+        )
+
+    def scope(node) -> str:
+        return " ".join(
+            p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.name_scopes"
+        )
+
+    fp32_weighted = [n for n in int8_graph.node if n.op_type == "MatMul" and is_weight(n.input[1])]
+    assert fp32_weighted and all("links_head" in scope(n) for n in fp32_weighted)
+
+
+def _run_graph(proto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(proto.SerializeToString(), options).run(None, feeds)
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_logsumexp_rewrite_equals_the_reduction(keepdims):
+    """decompose_logsumexp computes what ReduceLogSumExp does (float32, inputs spanning
+    ±60 so that exp without the max shift would overflow): 2 ulps of values of size ≤ 60."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 5, 5])
+    y = helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [2, 1, 5, 5] if keepdims else [2, 5, 5]
+    )
+    axes = numpy_helper.from_array(np.array([1], dtype=np.int64), "axes")
+    node = helper.make_node("ReduceLogSumExp", ["x", "axes"], ["y"], keepdims=keepdims)
+    graph = helper.make_graph([node], "g", [x], [y], initializer=[axes])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    feeds = {"x": np.random.default_rng(0).uniform(-60, 60, (2, 4, 5, 5)).astype(np.float32)}
+    (want,) = _run_graph(proto, feeds)
+    assert decompose_logsumexp(proto) == 1
+    onnx.checker.check_model(proto)
+    assert "ReduceLogSumExp" not in {n.op_type for n in proto.graph.node}
+    (got,) = _run_graph(proto, feeds)
+    assert got.shape == want.shape
+    ref = np.logaddexp.reduce(feeds["x"].astype(np.float64), axis=1, keepdims=bool(keepdims))
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
+def test_fold_transposed_weights_keeps_the_product():
+    """y = x @ Transpose(W) with W an initializer becomes y = x @ W' with W' = Wᵀ stored; the
+    product is the same float32 computation (bit-equal), the Transpose is gone."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=(7, 3)).astype(np.float32)  # (V, d): an embedding
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7])
+    nodes = [
+        helper.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "Wt"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [x], [y], initializer=[numpy_helper.from_array(w, "W")])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    feeds = {"x": rng.normal(size=(2, 3)).astype(np.float32)}
+    (want,) = _run_graph(proto, feeds)
+    assert fold_transposed_weights(proto) == 1
+    onnx.checker.check_model(proto)
+    assert [n.op_type for n in proto.graph.node] == ["MatMul"]
+    (got,) = _run_graph(proto, feeds)
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize(
