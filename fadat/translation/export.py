@@ -400,6 +400,10 @@ class CTranslate2AT:
             if len(target_lengths) != len(sources) or min(target_lengths, default=0) < 0:
                 raise ValueError("target_lengths must give one length >= 0 per sentence")
             out: list[list[int]] = [[] for _ in sources]
+            # Each length is one call; they are submitted asynchronously so that the
+            # inter_threads replicas translate different lengths at once (synchronous calls of
+            # groups smaller than max_batch_size kept one replica busy and the others idle).
+            pending = []
             for n in sorted(set(target_lengths)):
                 rows = [i for i, m in enumerate(target_lengths) if m == n]
                 tokens = [self._pieces(sources[i]) for i in rows]
@@ -413,9 +417,12 @@ class CTranslate2AT:
                     max_input_length=0,
                     use_vmap=use_vmap,
                     suppress_sequences=[[SPECIAL_PIECES[BOS_ID]], [SPECIAL_PIECES[PAD_ID]]],
+                    asynchronous=True,
                 )
+                pending.append((n, rows, results))
+            for n, rows, results in pending:
                 for i, result in zip(rows, results, strict=True):
-                    out[i] = [self.ids[p] for p in result.hypotheses[0]][:n]
+                    out[i] = [self.ids[p] for p in result.result().hypotheses[0]][:n]
             return out
         tokens, limits = [], []
         for ids in sources:
