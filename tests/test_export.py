@@ -272,5 +272,15 @@ def test_vocabulary_map_and_forced_lengths(tmp_path):
     assert np.array_equal(
         forced[2][:3], engine.translate_ids(sources[2:], 1, target_lengths=[3])[0]
     )
+    # Two replicas share the per-length calls (submitted asynchronously): same outputs, in
+    # the sentences' order, whatever replica finishes first.
+    lengths = [3, 0, 5, 3, 1, 5]
+    two = CTranslate2AT(out, "float32", inter_threads=2)
+    for beam in (1, 2):
+        want = engine.translate_ids(sources * 2, beam_size=beam, target_lengths=lengths)
+        got = two.translate_ids(
+            sources * 2, beam_size=beam, max_batch_size=1, target_lengths=lengths
+        )
+        assert got == want and [len(y) for y in got] == lengths
     with pytest.raises(ValueError, match="target_lengths"):
         engine.translate_ids(sources, target_lengths=[1])
