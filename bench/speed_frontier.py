@@ -448,15 +448,20 @@ def main(argv: list[str] | None = None) -> int:
         designs = dict(parse_design(v) for v in args.design)
         if len(designs) != len(args.design):
             raise SystemExit("--design: a name is given twice")
-        result = valid_bleu(
-            designs,
-            data=args.data,
-            ratios=args.ratios,
-            strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
-            split=args.split,
-            subset=args.subset,
-            threads=args.threads,
-        )
+        from fadat.errors import InputError
+
+        try:
+            result = valid_bleu(
+                designs,
+                data=args.data,
+                ratios=args.ratios,
+                strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
+                split=args.split,
+                subset=args.subset,
+                threads=args.threads,
+            )
+        except InputError as err:
+            raise SystemExit(f"speed_frontier.py bleu: {err}") from None
         atomic_write(args.json, json.dumps(result, indent=1) + "\n")
         for q in result["points"]:
             print(f"{q['design']} λ={q['lambda']:g} {q['strategy']}: {q['tok_bleu']:.2f}")
