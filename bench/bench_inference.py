@@ -26,7 +26,7 @@ for three repeats (bf16 rows left out on a CPU without bf16 units: ≈ 25 min); 
 
 Usage::
 
-    python bench/bench_inference.py --dat DAT_DIR --at AT_DIR|random \\
+    python bench/bench_inference.py --dat [NAME=]DAT_DIR [--dat NAME=DIR ...] --at AT_DIR|random \\
         --data data/bible-en-es [--threads 1 2] [--repeats 3] [--latency-sentences 100] \\
         [--batch-sentences 512] [--batch-size 64] [--test-sentences 0] \\
         [--precisions fp32 bf16 int8] [--upsample-ratios 4 3] [--prune-thresholds 1e-2] \\
@@ -34,6 +34,35 @@ Usage::
         [--onnx-precisions fp32 int8] [--memory-batches 2] \\
         [--only REGEX] [--profile ROW|fastest] [--json out.json]
     python bench/bench_inference.py --smoke --dat DAT --at AT --src SRC --ref REF   # seconds
+
+Several DATs in one run (the speed sweep's frontier, docs/speed-sweep.md): ``--dat NAME=DIR``
+once per design. Every design's rows (``--precisions``, ``--upsample-ratios``, ONNX Runtime
+exports, each design's own ``shortlist.safetensors`` or ``--shortlist`` for all) and the
+CTranslate2 rows are timed in one interleaved run on the same sentences (each design encodes
+them with its own sentencepiece model); their names start with the design's (``5x1-range: DAT
+lookahead int8 λ=3``). A single bare ``--dat DIR`` names its rows as before (``DAT lookahead
+int8 λ=3``); bare and named values do not mix. ``--at random`` builds the AT of the first
+design's shape; ``+vmap`` without ``--at-shortlist`` uses the first design's shortlist;
+``--onnx-dir DIR`` holds a named design's exports in ``DIR/NAME/PRECISION``. Designs may differ
+in depth, width and trained λ (range): a row without ``λ=`` decodes at its model's own
+``decoding_upsample_ratio``. Duration at one thread: about 15 s per row and repeat on the
+2-core AMD of docs/results/cpu-speed.md (its 23-row one-thread table, ≈ 5–6 min per repeat);
+more for λ = 6, less for λ = 2 and for a one-layer decoder.
+
+``--json FILE``: per row (the row's name is the key) its ``command``; what it measures:
+``design`` (the name; ``None`` for a bare ``--dat`` and the CTranslate2 rows), ``model`` (the
+directory it loads, ``AT_RANDOM`` for ``--at random``), ``system`` (``torch``, ``onnxruntime``,
+``ctranslate2``), ``strategy`` (``greedy``, ``lookahead``, ``joint-viterbi``; CTranslate2
+``greedy``, ``beam5``), ``precision`` (CTranslate2: its compute type), ``upsample_ratio`` (the
+λ asked for, ``None`` = the model's), ``lambda`` (the λ decoded with; ``None`` for
+CTranslate2), ``shortlist``, ``prune`` (τ or ``None``), ``vmap``, ``forced`` (``=ref len``);
+at the first thread count (``threads``) ``latency_ms`` and ``sent_s`` (median, min, max over
+repeats) of the setting with the best median (``latency_setting``, ``throughput_setting``),
+and ``tok_bleu``, ``bleu`` (rows with BLEU); per thread count (key ``"T"``) every setting's
+times; ``same_as_full``, ``cover``, ``disk_mib``, ``memory``, ``profile`` where measured.
+``machine``: the CPU and versions; ``run``: ``designs`` (name → directory), ``at``,
+``source``, ``test_sentences``, ``latency_sentences``, ``threads``, ``repeats``.
+bench/speed_frontier.py turns such files into the frontier's table and picture.
 
 Rows (``--only REGEX`` keeps the rows whose name matches):
 
@@ -147,6 +176,66 @@ class Row:
     dat: dict = field(default_factory=dict)  # model, strategy, shortlist, prune (for "cover")
     probe: dict = field(default_factory=dict)  # what bench/rss_probe.py loads (peak memory)
     disk: Path | None = None  # the directory the system is loaded from (its size on disk)
+    design: Design | None = None  # the DAT of a "dat" or "ort" row (its sources, its vocabulary)
+    info: dict = field(default_factory=dict)  # what the row measures (the JSON; module docstring)
+
+
+#: A design's name in ``--dat NAME=DIR``: a word of letters, digits and ``_ . + -``.
+DESIGN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+@dataclass(eq=False)
+class Design:
+    """One DAT of the run (``--dat [NAME=]DIR``) and what is loaded for it in :func:`main`.
+
+    ``name`` is ``None`` for a single bare ``--dat DIR``: its rows keep the names they had
+    before several DATs could be given (``DAT lookahead int8``); a named design's rows carry
+    the name (``5x1-range: DAT lookahead int8``).
+    """
+
+    name: str | None
+    directory: Path
+    model: Any = None  # the fp32 model (fadat.models.directory.load_model)
+    sp: Any = None  # its sentencepiece processor
+    sources: list[list[int]] = field(default_factory=list)  # the test sources in its vocabulary
+    shortlist_path: Path | None = None
+    shortlist: Any = None  # the loaded shortlist, or None: no +sl rows
+    onnx_dirs: dict[str, Path] = field(default_factory=dict)  # precision -> export directory
+
+    @property
+    def prefix(self) -> str:
+        """What its rows' names start with: ``"NAME: "``, or ``""`` for a bare ``--dat``."""
+        return "" if self.name is None else f"{self.name}: "
+
+
+def parse_designs(values: Sequence[str]) -> list[Design]:
+    """The designs of ``--dat`` values, in order: ``NAME=DIR`` (named) or ``DIR`` (bare; the
+    value is a directory, or has no ``=``, or what stands before its first ``=`` is no
+    :data:`DESIGN_NAME`).
+
+    Raises:
+        SystemExit: several values and one of them bare, an empty directory, or a name given
+            twice.
+    """
+    designs = []
+    for value in values:
+        name, sep, directory = value.partition("=")
+        if sep and not Path(value).is_dir() and DESIGN_NAME.fullmatch(name):
+            if not directory:
+                raise SystemExit(f"--dat {value}: NAME=DIR needs a directory after '='")
+            designs.append(Design(name, Path(directory)))
+        else:
+            designs.append(Design(None, Path(value)))
+    if len(designs) > 1 and any(d.name is None for d in designs):
+        bare = next(str(d.directory) for d in designs if d.name is None)
+        raise SystemExit(
+            f"--dat given {len(designs)} times: name every DAT (NAME=DIR), {bare} has no name"
+        )
+    names = [d.name for d in designs]
+    for name in names:
+        if names.count(name) > 1:
+            raise SystemExit(f"--dat: the name {name!r} is given twice")
+    return designs
 
 
 def dat_translate(
@@ -451,6 +540,142 @@ def peak_memory(spec: dict, work: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def design_rows(
+    design: Design,
+    ratios: Sequence[float | None],
+    precisions: Sequence[str],
+    prune_thresholds: Sequence[float],
+    replicas: Callable[[Design, int], Replicas],
+) -> list[Row]:
+    """The torch (``DAT``) and ONNX Runtime (``ORT``) rows of one design (its model, shortlist
+    and exports loaded by :func:`main`), in the table's order: torch rows by λ, precision,
+    strategy, shortlist, pruning; then ONNX Runtime rows by export, λ, strategy. Their names
+    start with :attr:`Design.prefix`. ``replicas(design, t)``: the design's pool of ``t``
+    one-thread workers (``inter t``), started when a setting first needs it."""
+    rows: list[Row] = []
+    directory, shortlist, shortlist_path = design.directory, design.shortlist, design.shortlist_path
+    models = {}
+    for ratio in ratios:
+        for precision in precisions:
+            models[ratio, precision] = with_precision(design.model, precision)
+
+    def info(system: str, strategy: str, precision: str, ratio: float | None, **extra) -> dict:
+        lam = design.model.config.decoding_upsample_ratio if ratio is None else ratio
+        return {
+            "design": design.name,
+            "model": str(directory),
+            "system": system,
+            "strategy": strategy,
+            "precision": precision,
+            "upsample_ratio": ratio,
+            "lambda": float(lam),
+            **extra,
+        }
+
+    for (ratio, precision), model in models.items():
+        lam = "" if ratio is None else f" λ={ratio:g}"
+        for strategy in DAT_STRATEGIES:
+            prunes = [None] + ([] if strategy == "greedy" else list(prune_thresholds))
+            for use_sl in (False, True) if shortlist is not None else (False,):
+                for prune in prunes:
+                    name = f"{design.prefix}DAT {strategy} {precision}{lam}"
+                    base_name = name
+                    name += " +sl" if use_sl else ""
+                    name += f" +prune {prune:g}" if prune is not None else ""
+                    command = (
+                        f"fadat translate --model {directory} --strategy {strategy} "
+                        f"--precision {precision}"
+                        + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
+                        + (f" --shortlist {shortlist_path}" if use_sl else "")
+                        + (f" --prune-threshold {prune:g}" if prune is not None else "")
+                    )
+                    sl = shortlist if use_sl else None
+                    sl_file = str(shortlist_path) if use_sl else None
+
+                    def settings(
+                        t, m=model, s=strategy, sl=sl, pr=prune, r=ratio, p=precision, f=sl_file
+                    ):
+                        own = [(f"torch {t}", lambda: dat_translate(m, s, sl, pr, r))]
+                        if t == 1:
+                            return own
+                        return own + [
+                            (f"inter {t}", lambda: replicas(design, t).translate(p, s, f, pr, r))
+                        ]
+
+                    rows.append(
+                        Row(
+                            name,
+                            "dat",
+                            command + " --threads T",
+                            settings,
+                            baseline=base_name if name != base_name else None,
+                            dat={
+                                "model": model,
+                                "strategy": strategy,
+                                "sl": sl,
+                                "prune": prune,
+                                "ratio": ratio,
+                                "precision": precision,
+                            },
+                            probe={
+                                "kind": "torch",
+                                "dat": str(directory),
+                                "precision": precision,
+                                "strategy": strategy,
+                                "shortlist": sl_file,
+                                "prune": prune,
+                                "ratio": ratio,
+                            },
+                            disk=directory,
+                            design=design,
+                            info=info(
+                                "torch", strategy, precision, ratio, shortlist=use_sl, prune=prune
+                            ),
+                        )
+                    )
+    for precision, export in design.onnx_dirs.items():
+        for ratio in ratios:
+            lam = "" if ratio is None else f" λ={ratio:g}"
+            for strategy in DAT_STRATEGIES:
+                command = (
+                    f"fadat export --format onnx --precision {precision} --model {directory} "
+                    f"--output DIR; fadat translate --engine onnxruntime --model DIR "
+                    f"--strategy {strategy}"
+                    + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
+                    + " --threads T"
+                )
+
+                def settings(t, d=str(export), s=strategy, r=ratio):
+                    own = [(f"intra {t}", lambda: ort_translate(ort_engine(d, t), s, r))]
+                    if t == 1:
+                        return own
+                    return own + [
+                        (f"inter {t}", lambda: replicas(design, t).translate_onnx(d, s, r))
+                    ]
+
+                rows.append(
+                    Row(
+                        f"{design.prefix}ORT {strategy} {precision}{lam}",
+                        "ort",
+                        command,
+                        settings,
+                        dat={"onnx": str(export)},
+                        probe={
+                            "kind": "onnx",
+                            "directory": str(export),
+                            "strategy": strategy,
+                            "ratio": ratio,
+                        },
+                        disk=export,
+                        design=design,
+                        info=info(
+                            "onnxruntime", strategy, precision, ratio, shortlist=False, prune=None
+                        ),
+                    )
+                )
+    return rows
+
+
 # ----------------------------------------------------------------------------- profiles
 
 
@@ -555,7 +780,14 @@ def main(argv: list[str] | None = None) -> dict:
     ``command``, per thread count its settings' ``ms`` and ``sent_s`` as (median, min, max),
     and at the first thread count its batched ``outputs``, BLEU, ``same_as_full``, ``cover``)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--dat", required=True, help="DAT model directory")
+    p.add_argument(
+        "--dat",
+        required=True,
+        action="append",
+        metavar="[NAME=]DIR",
+        help="DAT model directory; several DATs measured in one run: --dat NAME=DIR once each "
+        "(rows named 'NAME: DAT ...')",
+    )
     p.add_argument(
         "--at",
         required=True,
@@ -615,6 +847,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--smoke", action="store_true", help="a few sentences, one repeat: seconds")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
+    designs = parse_designs(args.dat)
     print(f"CPU: {describe_cpu()}", flush=True)
     if args.precisions is None:
         args.precisions = [p for p in PRECISIONS if p != "bf16" or native_bf16("cpu")]
@@ -647,29 +880,36 @@ def main(argv: list[str] | None = None) -> dict:
         lines, refs = lines[: args.test_sentences], refs[: args.test_sentences]
     n_test = len(lines)
     latency_count = min(args.latency_sentences, n_test)
-    target_lang = (read_model_metadata(args.dat).get("data") or {}).get("target_lang", "es")
+    target_lang = (read_model_metadata(designs[0].directory).get("data") or {}).get(
+        "target_lang", "es"
+    )
 
-    dat, sp_dat = load_model(args.dat, "cpu")
-    dat_models = {None: dat}  # λ → model: one model, λ passed to each call
-    for ratio in args.upsample_ratios:
-        dat_models[ratio] = dat
+    # λ of the DAT rows: the model's, then the extra ones
+    ratios = list(dict.fromkeys([None, *args.upsample_ratios]))
+    for design in designs:
+        design.model, design.sp = load_model(design.directory, "cpu")
+        design.sources = [encode_source(design.sp, x) for x in lines]
     work = Path(tempfile.mkdtemp(prefix="bench-inference-"))
     random_at = args.at == "random"
-    at_dir = build_random_at(args.dat, work / "at-random") if random_at else Path(args.at)
+    first = designs[0]
+    at_dir = build_random_at(first.directory, work / "at-random") if random_at else Path(args.at)
     sp_at = spm.SentencePieceProcessor(model_file=str(spm_model_path(at_dir)))
-    src_dat = [encode_source(sp_dat, x) for x in lines]
     src_at = [encode_source(sp_at, x) for x in lines]
     ref_lengths = [len(sp_at.encode(y)) for y in refs]
-    shortlist_path = Path(args.shortlist or Path(args.dat) / SHORTLIST_NAME)
-    shortlist = None
-    if shortlist_path.is_file():
-        shortlist = load_shortlist(shortlist_path, dat.config.vocab_size)
-    else:
-        print(f"no shortlist at {shortlist_path}: rows with +sl/+vmap left out", flush=True)
+    for design in designs:
+        design.shortlist_path = Path(args.shortlist or design.directory / SHORTLIST_NAME)
+        if design.shortlist_path.is_file():
+            design.shortlist = load_shortlist(design.shortlist_path, design.model.config.vocab_size)
+        else:
+            print(
+                f"no shortlist at {design.shortlist_path}: rows with +sl/+vmap left out",
+                flush=True,
+            )
+    shortlist_path, shortlist = first.shortlist_path, first.shortlist
 
     export_ctranslate2(at_dir, work / "at-ct2")
     same_vocab = [sp_at.id_to_piece(i) for i in range(sp_at.get_piece_size())] == [
-        sp_dat.id_to_piece(i) for i in range(sp_dat.get_piece_size())
+        first.sp.id_to_piece(i) for i in range(first.sp.get_piece_size())
     ]
     at_shortlist_path = Path(args.at_shortlist or at_dir / SHORTLIST_NAME)
     vmap_from = None  # the shortlist CTranslate2's vocabulary map (+vmap) is written from
@@ -688,121 +928,43 @@ def main(argv: list[str] | None = None) -> dict:
         vmap_command = f"fadat export --shortlist {vmap_from}"
 
     at_name = "AT_RANDOM" if random_at else args.at
-    onnx_dirs: dict[str, Path] = {}  # precision -> export directory
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
         if args.onnx_precisions:
             print("onnxruntime is not installed: ONNX Runtime rows left out", flush=True)
         args.onnx_precisions = []
-    for precision in args.onnx_precisions:
-        onnx_dirs[precision] = onnx_export_dir(args.dat, precision, args.onnx_dir, work)
-
-    pools: dict[int, Replicas] = {}
-    pooled: dict[str, set] = {"precisions": set(), "onnx": set()}  # what the replicas hold
-
-    def replicas(t: int) -> Replicas:
-        if t not in pools:
-            shortlists = [str(shortlist_path)] if shortlist is not None else []
-            pools[t] = Replicas(
-                args.dat, t, sorted(pooled["precisions"]), shortlists, sorted(pooled["onnx"])
+    for design in designs:  # a named design's exports: ONNX_DIR/NAME/PRECISION, work/NAME/...
+        sub = "" if design.name is None else design.name
+        onnx_dir = None if args.onnx_dir is None else str(Path(args.onnx_dir) / sub)
+        (work / sub).mkdir(exist_ok=True)
+        for precision in args.onnx_precisions:
+            design.onnx_dirs[precision] = onnx_export_dir(
+                str(design.directory), precision, onnx_dir, work / sub
             )
-        return pools[t]
+
+    pools: dict[tuple[Design, int], Replicas] = {}
+    # what each design's replicas hold
+    pooled: dict[Design, dict[str, set]] = {
+        d: {"precisions": set(), "onnx": set()} for d in designs
+    }
+
+    def replicas(design: Design, t: int) -> Replicas:
+        if (design, t) not in pools:
+            shortlists = [str(design.shortlist_path)] if design.shortlist is not None else []
+            held = pooled[design]
+            pools[design, t] = Replicas(
+                str(design.directory),
+                t,
+                sorted(held["precisions"]),
+                shortlists,
+                sorted(held["onnx"]),
+            )
+        return pools[design, t]
 
     rows: list[Row] = []
-    models = {}
-    for ratio, base in dat_models.items():
-        for precision in args.precisions:
-            models[ratio, precision] = with_precision(base, precision)
-    for (ratio, precision), model in models.items():
-        lam = "" if ratio is None else f" λ={ratio:g}"
-        for strategy in DAT_STRATEGIES:
-            prunes = [None] + ([] if strategy == "greedy" else list(args.prune_thresholds))
-            for use_sl in (False, True) if shortlist is not None else (False,):
-                for prune in prunes:
-                    name = f"DAT {strategy} {precision}{lam}"
-                    base_name = name
-                    name += " +sl" if use_sl else ""
-                    name += f" +prune {prune:g}" if prune is not None else ""
-                    command = (
-                        f"fadat translate --model {args.dat} --strategy {strategy} "
-                        f"--precision {precision}"
-                        + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
-                        + (f" --shortlist {shortlist_path}" if use_sl else "")
-                        + (f" --prune-threshold {prune:g}" if prune is not None else "")
-                    )
-                    sl = shortlist if use_sl else None
-                    sl_file = str(shortlist_path) if use_sl else None
-
-                    def settings(
-                        t, m=model, s=strategy, sl=sl, pr=prune, r=ratio, p=precision, f=sl_file
-                    ):
-                        own = [(f"torch {t}", lambda: dat_translate(m, s, sl, pr, r))]
-                        if t == 1:
-                            return own
-                        return own + [(f"inter {t}", lambda: replicas(t).translate(p, s, f, pr, r))]
-
-                    rows.append(
-                        Row(
-                            name,
-                            "dat",
-                            command + " --threads T",
-                            settings,
-                            baseline=base_name if name != base_name else None,
-                            dat={
-                                "model": model,
-                                "strategy": strategy,
-                                "sl": sl,
-                                "prune": prune,
-                                "ratio": ratio,
-                                "precision": precision,
-                            },
-                            probe={
-                                "kind": "torch",
-                                "dat": str(args.dat),
-                                "precision": precision,
-                                "strategy": strategy,
-                                "shortlist": sl_file,
-                                "prune": prune,
-                                "ratio": ratio,
-                            },
-                            disk=Path(args.dat),
-                        )
-                    )
-    for precision, directory in onnx_dirs.items():
-        for ratio in dat_models:
-            lam = "" if ratio is None else f" λ={ratio:g}"
-            for strategy in DAT_STRATEGIES:
-                command = (
-                    f"fadat export --format onnx --precision {precision} --model {args.dat} "
-                    f"--output DIR; fadat translate --engine onnxruntime --model DIR "
-                    f"--strategy {strategy}"
-                    + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
-                    + " --threads T"
-                )
-
-                def settings(t, d=str(directory), s=strategy, r=ratio):
-                    own = [(f"intra {t}", lambda: ort_translate(ort_engine(d, t), s, r))]
-                    if t == 1:
-                        return own
-                    return own + [(f"inter {t}", lambda: replicas(t).translate_onnx(d, s, r))]
-
-                rows.append(
-                    Row(
-                        f"ORT {strategy} {precision}{lam}",
-                        "ort",
-                        command,
-                        settings,
-                        dat={"onnx": str(directory)},
-                        probe={
-                            "kind": "onnx",
-                            "directory": str(directory),
-                            "strategy": strategy,
-                            "ratio": ratio,
-                        },
-                        disk=directory,
-                    )
-                )
+    for design in designs:
+        rows += design_rows(design, ratios, args.precisions, args.prune_thresholds, replicas)
     ct2_variants = [("", {}, True), (" =ref len", {"forced": True}, False)]
     if (work / "at-ct2-vmap").is_dir():
         ct2_variants.insert(1, (" +vmap", {"vmap": True}, True))
@@ -861,9 +1023,25 @@ def main(argv: list[str] | None = None) -> dict:
                             "forced": bool(variant.get("forced")),
                         },
                         disk=directory,
+                        info={
+                            "design": None,
+                            "model": str(at_name),
+                            "system": "ctranslate2",
+                            "strategy": "greedy" if beam == 1 else "beam5",
+                            "precision": compute,
+                            "upsample_ratio": None,
+                            "lambda": None,
+                            "shortlist": False,
+                            "prune": None,
+                            "vmap": bool(variant.get("vmap")),
+                            "forced": bool(variant.get("forced")),
+                        },
                     )
                 )
-    sources_of = {"dat": src_dat, "ort": src_dat, "at": src_at}
+
+    def sources_of(row: Row) -> list[list[int]]:
+        """The test sources in the row's vocabulary: its design's, or the AT's."""
+        return src_at if row.design is None else row.design.sources
 
     if args.profile and args.profile != "fastest":
         chosen = [r for r in rows if r.name == args.profile]
@@ -872,7 +1050,7 @@ def main(argv: list[str] | None = None) -> dict:
             raise SystemExit(f"--profile {args.profile!r}: no such row; rows: {names}")
         torch.set_num_threads(args.threads[0])
         result = profile_row(
-            chosen[0], sources_of[chosen[0].kind], latency_count, args.warmup, args.threads[0], work
+            chosen[0], sources_of(chosen[0]), latency_count, args.warmup, args.threads[0], work
         )
         shutil.rmtree(work, ignore_errors=True)
         return {chosen[0].name: result}
@@ -881,17 +1059,17 @@ def main(argv: list[str] | None = None) -> dict:
         rows = [r for r in rows if re.search(args.only, r.name)]
     for r in rows:  # what ``inter t`` replicas must hold
         if r.kind == "dat":
-            pooled["precisions"].add(r.dat["precision"])
+            pooled[r.design]["precisions"].add(r.dat["precision"])
         elif r.kind == "ort":
-            pooled["onnx"].add(r.dat["onnx"])
+            pooled[r.design]["onnx"].add(r.dat["onnx"])
 
-    results: dict[str, dict] = {r.name: {"command": r.command} for r in rows}
+    results: dict[str, dict] = {r.name: {"command": r.command, **r.info} for r in rows}
     for t_index, threads in enumerate(args.threads):
         torch.set_num_threads(threads)
         runs = {}
         for r in rows:
             for label, factory in r.settings(threads):
-                runs[r.name, label] = (factory(), sources_of[r.kind])
+                runs[r.name, label] = (factory(), sources_of(r))
         count = n_test if t_index == 0 else min(args.batch_sentences, n_test)
         lat, rate, outs = measure(
             runs, latency_count, count, args.batch_size, args.repeats, args.warmup
@@ -909,10 +1087,17 @@ def main(argv: list[str] | None = None) -> dict:
                 "best_throughput": best_rate,
             }
             if t_index == 0:
+                results[r.name].update(
+                    threads=threads,
+                    latency_ms=per[best_ms]["ms"],
+                    latency_setting=best_ms,
+                    sent_s=per[best_rate]["sent_s"],
+                    throughput_setting=best_rate,
+                )
                 outputs = outs[r.name, r.settings(threads)[0][0]]
                 results[r.name]["outputs"] = outputs
                 if r.bleu:
-                    sp = sp_at if r.kind == "at" else sp_dat
+                    sp = sp_at if r.design is None else r.design.sp
                     scores = corpus_scores([sp.decode(y) for y in outputs], [refs], target_lang)
                     results[r.name]["tok_bleu"] = round(scores["tok_bleu"], 2)
                     results[r.name]["bleu"] = round(scores["bleu"], 2)
@@ -927,19 +1112,21 @@ def main(argv: list[str] | None = None) -> dict:
             results[r.name]["same_as_full"] = same / len(mine)
             d = r.dat
             results[r.name]["cover"] = coverage(
-                d["model"], d["strategy"], d["sl"], d["prune"], src_dat, args.batch_size, d["ratio"]
+                d["model"],
+                d["strategy"],
+                d["sl"],
+                d["prune"],
+                sources_of(r),
+                args.batch_size,
+                d["ratio"],
             )
         if r.disk is not None:
             results[r.name]["disk_mib"] = disk_mib(r.disk)
     if args.memory_batches > 0:
-        plans = {
-            kind: longest_batches(sources, args.batch_size, args.memory_batches)
-            for kind, sources in (("dat", src_dat), ("at", src_at))
-        }
         forced = {tuple(s): n for s, n in zip(src_at, ref_lengths, strict=True)}
         for r in rows:
             spec = dict(r.probe)
-            spec["batches"] = plans["at" if r.kind == "at" else "dat"]
+            spec["batches"] = longest_batches(sources_of(r), args.batch_size, args.memory_batches)
             if spec.pop("forced", False):
                 spec["lengths"] = [[forced[tuple(s)] for s in b] for b in spec["batches"]]
             results[r.name]["memory"] = peak_memory(spec, work)
@@ -979,7 +1166,7 @@ def main(argv: list[str] | None = None) -> dict:
             "references' lengths"
         )
     versions = f"torch {torch.__version__}, ctranslate2 {__import__('ctranslate2').__version__}"
-    if onnx_dirs:
+    if any(d.onnx_dirs for d in designs):
         versions += f", onnxruntime {__import__('onnxruntime').__version__}"
     print(
         f"\n{n_test} test sentences (BLEU, and throughput at {args.threads[0]} thread(s)); "
@@ -1010,13 +1197,22 @@ def main(argv: list[str] | None = None) -> dict:
             best = min(candidates, key=batch1_ms)
             print(f"\nprofile of the fastest DAT row at batch 1, {t} thread(s): {best.name}")
             results[best.name]["profile"] = profile_row(
-                best, sources_of[best.kind], latency_count, args.warmup, t, work
+                best, sources_of(best), latency_count, args.warmup, t, work
             )
     if args.json:
         saved = {
             name: {k: v for k, v in x.items() if k != "outputs"} for name, x in results.items()
         }
         saved["machine"] = {"cpu": describe_cpu(), "versions": versions}
+        saved["run"] = {
+            "designs": {d.name: str(d.directory) for d in designs if d.name is not None},
+            "at": str(at_name),
+            "source": str(src_path),
+            "test_sentences": n_test,
+            "latency_sentences": latency_count,
+            "threads": args.threads,
+            "repeats": args.repeats,
+        }
         Path(args.json).write_text(json.dumps(saved, indent=1, default=str), encoding="utf-8")
     shutil.rmtree(work, ignore_errors=True)
     return results

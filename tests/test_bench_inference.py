@@ -251,6 +251,152 @@ def test_profiles_and_random_at(tmp_path, onnx_dir):
         assert [len(y) for y in x["outputs"]] == lengths
 
 
+def two_designs(tmp_path):
+    """The tiny random DAT (1 + 1 layers, λ = 4) and a deeper one of the same vocabulary (2
+    encoder + 2 decoder layers, trained λ range [2, 6], decoding λ 3), ``PAIRS`` in src.txt /
+    ref.txt. Returns (``{"tiny": dir, "deep": dir}``, src, ref)."""
+    from test_translate import random_models
+
+    from fadat.models.config import make_config
+    from fadat.models.dat import DATModel
+
+    models = random_models(str(tmp_path / "random"))
+    import torch
+
+    torch.manual_seed(1)
+    config = make_config(
+        "tiny",
+        16,
+        encoder_layers=2,
+        decoder_layers=2,
+        max_source_positions=8,
+        init_std=0.5,
+        dropout=0.0,
+        upsample_ratio_range=[2.0, 6.0],
+        decode_upsample_ratio=3.0,
+    )
+    DATModel(config).save_pretrained(tmp_path / "deep", spm_model=models["spm"])
+    src, ref = tmp_path / "src.txt", tmp_path / "ref.txt"
+    src.write_text("".join(x + "\n" for x, _ in PAIRS), encoding="utf-8")
+    ref.write_text("".join(y + "\n" for _, y in PAIRS), encoding="utf-8")
+    return {"tiny": models["dat"], "deep": tmp_path / "deep"}, src, ref
+
+
+@needs_ct2
+def test_several_named_dats_in_one_run(tmp_path):
+    """Two named designs of different depths and the random AT in one smoke run: every DAT row
+    of both designs at every λ, named after its design, decoded by its own model at its λ (the
+    outputs equal the torch path's on the design's sources); the JSON says what each row is."""
+    import json
+
+    from fadat.data.spm import encode_source
+    from fadat.models.inference import with_precision
+
+    bench = load_bench()
+    dats, src, ref = two_designs(tmp_path)
+    out = tmp_path / "out.json"
+    results = bench.main(
+        ["--smoke", "--dat", f"deep={dats['deep']}", "--dat", f"tiny={dats['tiny']}"]
+        + ["--at", "random", "--src", str(src), "--ref", str(ref), "--precisions", "int8"]
+        + ["--upsample-ratios", "2", "6", "--prune-thresholds", "--onnx-precisions"]
+        + ["--memory-batches", "0", "--json", str(out)]
+    )
+    strategies = ("greedy", "lookahead", "joint-viterbi")
+    lams = ("", " λ=2", " λ=6")
+    expected = {f"{d}: DAT {s} int8{lam}" for d in dats for s in strategies for lam in lams}
+    expected |= {"CT2 greedy int8 =ref len", "CT2 beam5 int8 =ref len"}
+    assert set(results) == expected
+    names = list(results)  # the table's order: design by design, then CTranslate2
+    assert names[0].startswith("deep: ") and names[-1].startswith("CT2")
+
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert saved["run"]["designs"] == {"deep": str(dats["deep"]), "tiny": str(dats["tiny"])}
+    assert saved["run"]["at"] == "AT_RANDOM" and saved["run"]["test_sentences"] == len(PAIRS)
+    own = {"tiny": 4.0, "deep": 3.0}  # each model's decoding λ
+    lines = src.read_text(encoding="utf-8").splitlines()
+    for design, directory in dats.items():
+        model, sp = bench.load_model(directory, "cpu")
+        model = with_precision(model, "int8")
+        sources = [encode_source(sp, x) for x in lines]
+        order = sorted(range(len(sources)), key=lambda i, s=sources: len(s[i]))
+        batches = [order[k : k + 2] for k in range(0, len(order), 2)]  # --smoke: batches of 2
+        for ratio, lam in ((None, ""), (2.0, " λ=2"), (6.0, " λ=6")):
+            for strategy in strategies:
+                name = f"{design}: DAT {strategy} int8{lam}"
+                row = saved[name]
+                assert row["design"] == design and row["model"] == str(directory)
+                assert (row["system"], row["strategy"], row["precision"]) == (
+                    "torch",
+                    strategy,
+                    "int8",
+                )
+                assert row["upsample_ratio"] == ratio
+                assert row["lambda"] == (own[design] if ratio is None else ratio)
+                low = row["latency_ms"][1]
+                assert 0 < low <= row["latency_ms"][0] <= row["latency_ms"][2], name
+                assert row["sent_s"][0] > 0 and row["threads"] == 1
+                assert 0 <= row["tok_bleu"] <= 100, name
+                run = bench.dat_translate(model, strategy, None, None, ratio)
+                here = [None] * len(sources)
+                for batch in batches:  # as the bench batches (int8 scales per batch)
+                    for i, y in zip(batch, run([sources[i] for i in batch]), strict=True):
+                        here[i] = y
+                assert results[name]["outputs"] == here, name
+    for beam in ("greedy", "beam5"):
+        row = saved[f"CT2 {beam} int8 =ref len"]
+        assert row["design"] is None and row["system"] == "ctranslate2" and row["forced"]
+        assert row["strategy"] == beam and "tok_bleu" not in row and row["latency_ms"][0] > 0
+
+
+@needs_ct2
+def test_a_bare_dat_keeps_the_row_names(tmp_path):
+    """``--dat DIR`` (no name): the rows are named as before several DATs could be given, and
+    the JSON's ``design`` is null."""
+    import json
+
+    bench = load_bench()
+    dats, src, ref = two_designs(tmp_path)
+    out = tmp_path / "out.json"
+    results = bench.main(
+        ["--smoke", "--dat", str(dats["tiny"]), "--at", "random", "--src", str(src)]
+        + ["--ref", str(ref), "--precisions", "int8", "--upsample-ratios", "3"]
+        + ["--prune-thresholds", "--onnx-precisions", "--memory-batches", "0"]
+        + ["--only", "^DAT lookahead|^CT2 beam5", "--json", str(out)]
+    )
+    assert list(results) == [
+        "DAT lookahead int8",
+        "DAT lookahead int8 λ=3",
+        "CT2 beam5 int8 =ref len",
+    ]
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert saved["DAT lookahead int8"]["design"] is None
+    assert saved["DAT lookahead int8 λ=3"]["lambda"] == 3.0
+    assert saved["run"]["designs"] == {}
+
+
+def test_dat_values_name_designs(tmp_path):
+    """``--dat`` values: ``NAME=DIR`` names a design; a bare directory (also one whose name
+    holds '=') does not; several values must all be named, each name once."""
+    bench = load_bench()
+    odd = tmp_path / "a=b"
+    odd.mkdir()
+    [d] = bench.parse_designs([str(odd)])
+    assert (d.name, d.directory, d.prefix) == (None, odd, "")
+    [d] = bench.parse_designs(["runs/x/model"])
+    assert (d.name, d.directory) == (None, Path("runs/x/model"))
+    designs = bench.parse_designs(["5x1-range=runs/m/5x1-range-s1", "base=runs/m/base-s1"])
+    assert [(d.name, str(d.directory), d.prefix) for d in designs] == [
+        ("5x1-range", "runs/m/5x1-range-s1", "5x1-range: "),
+        ("base", "runs/m/base-s1", "base: "),
+    ]
+    with pytest.raises(SystemExit, match="name every DAT"):
+        bench.parse_designs(["base=runs/a", "runs/b"])
+    with pytest.raises(SystemExit, match="given twice"):
+        bench.parse_designs(["base=runs/a", "base=runs/b"])
+    with pytest.raises(SystemExit, match="needs a directory"):
+        bench.parse_designs(["base="])
+
+
 def _as_tuple(value):
     """A profile's per-op entry: torch gives (ms, calls), ORT gives ms."""
     return value if isinstance(value, (tuple, list)) else (value,)

@@ -1,0 +1,494 @@
+"""The speed sweep's frontier (docs/speed-sweep.md): BLEU against batch-1 latency, one curve per
+design through its decoding λ values, CTranslate2 beam 5 and greedy beside them.
+
+Two steps, after the designs are trained (``RUNS/models/STAGE-s1``, recipes/experiment.py)::
+
+    # valid BLEU per design × λ × strategy (fadat.evaluate; fp32, the models as trained)
+    python bench/speed_frontier.py bleu --design base=runs/sweep/.../models/base-s1 \\
+        --design 5x1-range=runs/sweep/.../models/5x1-range-s1 [--design NAME=DIR ...] \\
+        --data data/bible-en-es-4k --ratios 2 3 4 6 [--strategies lookahead,joint-viterbi] \\
+        [--split valid] [--subset 0] [--threads 1] --json valid-bleu.json
+    # test BLEU and batch-1 latency come from one bench/bench_inference.py run with the same
+    # names (--dat NAME=DIR ...; --json bench.json); then the table and the picture:
+    python bench/speed_frontier.py table --bench bench.json [more.json ...] \\
+        [--bleu valid-bleu.json] [--precision int8] [--markdown frontier.md] [--png frontier.png]
+
+``bleu`` runs :func:`fadat.evaluation.evaluate.evaluate` once per design and λ (no latency, no
+bootstrap) and writes, per design, λ and strategy, the tokenized BLEU (the NAT papers' number,
+the bench's ``tok_bleu``) and sacreBLEU of the split (:func:`valid_bleu`).
+
+``table`` reads the bench's JSON files (their per-row fields: bench/bench_inference.py,
+"--json") and the BLEU file. A point is a torch row of the bench (``system`` ``torch``) at
+``--precision``, without shortlist or pruning, of a named design (a bare ``--dat`` row takes
+its model directory's name); where a design has two rows of one strategy at one λ (its own λ
+and the same λ asked for), the one asked for is kept. Each point's speed-ups are against the
+CTranslate2 rows of the same bench file (CTranslate2's batch-1 ms / the point's; > 1: the DAT
+is faster): beam 5 and greedy at the CTranslate2 compute type ``--ct2-compute`` (default: the
+same as ``--precision``), without ``+vmap``; the rows forced to the references' lengths
+(``=ref len``, from ``--at random``) where the AT's own rows are missing — those have no BLEU,
+and the picture draws them as vertical lines at their latency. Writes a Markdown table
+(:func:`markdown_table`, also printed) and a PNG (:func:`frontier_figure`), each atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: A design's name in ``--design NAME=DIR`` (bench/bench_inference.py's ``--dat NAME=DIR``).
+DESIGN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
+
+
+# ----------------------------------------------------------------------------- valid BLEU
+
+
+def valid_bleu(
+    designs: Mapping[str, str | Path],
+    *,
+    data: str | Path,
+    ratios: Sequence[float],
+    strategies: Sequence[str] = ("lookahead", "joint-viterbi"),
+    split: str = "valid",
+    subset: int = 0,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """BLEU of every design at every decoding λ and strategy on one split, through
+    :func:`fadat.evaluation.evaluate.evaluate` (one call per design and λ; no latency, no
+    bootstrap; the model directories as stored, i.e. fp32 weights).
+
+    Args:
+        designs: design name → DAT model directory, in the order of the table.
+        data: a dataset directory written by ``fadat prepare``.
+        ratios: the decoding λ values (``upsample_ratio``).
+        strategies: the DAT strategies.
+        split: the split (``valid``; ``test`` for the fp32 test BLEU).
+        subset: the first N sentences only (0 = all).
+        threads: torch's intra-op threads.
+
+    Returns:
+        ``{"data", "split", "sentences", "subset", "designs": {name: directory}, "points":
+        [{"design", "model", "lambda", "strategy", "tok_bleu", "bleu"}, ...]}`` (BLEU rounded
+        to 2 decimals, as the bench's).
+
+    Raises:
+        fadat.errors.InputError: what :func:`~fadat.evaluation.evaluate.evaluate` raises (a bad
+            model or data directory, a strategy the model does not offer, λ ≤ 0).
+    """
+    from fadat.evaluation.evaluate import evaluate
+
+    points, sentences = [], None
+    for name, directory in designs.items():
+        for ratio in ratios:
+            report = evaluate(
+                directory,
+                data=data,
+                split=split,
+                strategies=list(strategies),
+                subset=subset,
+                latency=False,
+                bootstrap=0,
+                threads=threads,
+                upsample_ratio=float(ratio),
+            )
+            sentences = report["data"].get("sentences", sentences)
+            for system in report["systems"]:
+                points.append(
+                    {
+                        "design": name,
+                        "model": str(directory),
+                        "lambda": float(ratio),
+                        "strategy": system["strategy"],
+                        "tok_bleu": round(system["tok_bleu"], 2),
+                        "bleu": round(system["bleu"], 2),
+                    }
+                )
+    return {
+        "data": str(data),
+        "split": split,
+        "sentences": sentences,
+        "subset": subset,
+        "designs": {name: str(d) for name, d in designs.items()},
+        "points": points,
+    }
+
+
+# ----------------------------------------------------------------------------- the frontier
+
+
+@dataclass(frozen=True)
+class Point:
+    """One design × λ × strategy of a bench run: ``latency_ms`` and ``sent_s`` as (median, min,
+    max) over repeats at the run's first thread count; ``test_bleu`` the bench's tokenized BLEU
+    on the test sentences (``None`` if it has none); ``valid_bleu`` from the BLEU file
+    (``None`` if absent); ``speedup_beam5`` / ``speedup_greedy``: CTranslate2's batch-1 ms in
+    the same run / this point's (``None`` without that row); ``run``: the index of its bench
+    file."""
+
+    design: str
+    strategy: str
+    lam: float
+    precision: str
+    latency_ms: tuple[float, float, float]
+    sent_s: tuple[float, float, float] | None
+    test_bleu: float | None
+    valid_bleu: float | None
+    speedup_beam5: float | None
+    speedup_greedy: float | None
+    run: int
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A CTranslate2 row of a bench run (``name`` as in the bench), ``beam`` ``greedy`` or
+    ``beam5``; ``test_bleu`` is ``None`` for the rows forced to the references' lengths."""
+
+    name: str
+    beam: str
+    latency_ms: tuple[float, float, float]
+    sent_s: tuple[float, float, float] | None
+    test_bleu: float | None
+    forced: bool
+    run: int
+
+
+def _rows(bench: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The rows of a bench JSON (the entries with a ``command``; not ``machine``, ``run``)."""
+    return {k: v for k, v in bench.items() if isinstance(v, dict) and "command" in v}
+
+
+def _triple(value: Any) -> tuple[float, float, float] | None:
+    return None if value is None else tuple(float(v) for v in value)
+
+
+def baselines(bench: Mapping[str, Any], compute: str, run: int = 0) -> dict[str, Baseline]:
+    """The CTranslate2 rows of one bench JSON that the points are compared with: per beam
+    (``greedy``, ``beam5``) the row at compute type ``compute`` without ``+vmap``, the AT's
+    own outputs where measured, else the one forced to the references' lengths.
+
+    Raises:
+        ValueError: a row without the fields of today's bench (``system``, ``latency_ms``):
+            a JSON of a bench older than them.
+    """
+    found: dict[str, Baseline] = {}
+    for name, row in _rows(bench).items():
+        if "system" not in row or "latency_ms" not in row:
+            raise ValueError(f"row {name!r} has no 'system'/'latency_ms': an older bench's JSON")
+        if row["system"] != "ctranslate2" or row["precision"] != compute or row.get("vmap"):
+            continue
+        forced = bool(row.get("forced"))
+        if row["strategy"] in found and not found[row["strategy"]].forced:
+            continue  # the AT's own row is there: keep it
+        found[row["strategy"]] = Baseline(
+            name,
+            row["strategy"],
+            _triple(row["latency_ms"]),
+            _triple(row.get("sent_s")),
+            None if forced else row.get("tok_bleu"),
+            forced,
+            run,
+        )
+    return found
+
+
+def frontier_points(
+    benches: Sequence[Mapping[str, Any]],
+    bleu: Mapping[str, Any] | None = None,
+    precision: str = "int8",
+    ct2_compute: str | None = None,
+) -> tuple[list[Point], list[Baseline]]:
+    """The points of the frontier and the CTranslate2 rows they are compared with.
+
+    Args:
+        benches: bench/bench_inference.py JSON files, read (each one run).
+        bleu: a :func:`valid_bleu` result (its points give ``valid_bleu``), or ``None``.
+        precision: the torch rows' precision to take.
+        ct2_compute: the CTranslate2 compute type of the baselines (default ``precision``).
+
+    Returns:
+        ``(points, baselines)``: points ordered by design (first appearance), strategy (first
+        appearance), λ; baselines in file order, beam 5 before greedy.
+
+    Raises:
+        ValueError: a design measured in two files (its speed-ups would mix runs), or a JSON
+            of a bench older than the per-row fields.
+    """
+    compute = ct2_compute or precision
+    valid: dict[tuple[str, str, float], float] = {}
+    for p in (bleu or {}).get("points", []):
+        valid[p["design"], p["strategy"], float(p["lambda"])] = p["tok_bleu"]
+    chosen: dict[tuple[str, str, float], tuple[dict[str, Any], int]] = {}
+    runs_of: dict[str, int] = {}
+    found_baselines: list[Baseline] = []
+    for run, bench in enumerate(benches):
+        base = baselines(bench, compute, run)
+        found_baselines += [base[b] for b in ("beam5", "greedy") if b in base]
+        for row in _rows(bench).values():
+            if row.get("system") != "torch" or row.get("precision") != precision:
+                continue
+            if row.get("shortlist") or row.get("prune") is not None:
+                continue
+            design = row.get("design") or Path(row["model"]).name
+            if runs_of.setdefault(design, run) != run:
+                raise ValueError(
+                    f"design {design!r} is in bench files {runs_of[design]} and {run}: one run "
+                    "per design (its speed-ups are against its own run's CTranslate2 rows)"
+                )
+            key = (design, row["strategy"], float(row["lambda"]))
+            if key in chosen and row.get("upsample_ratio") is None:
+                continue  # the same λ asked for explicitly is already there
+            chosen[key] = (row, run)
+    points = []
+    for (design, strategy, lam), (row, run) in chosen.items():
+        ms = _triple(row["latency_ms"])
+        base = {b.beam: b for b in found_baselines if b.run == run}
+        speedups = [
+            base[b].latency_ms[0] / ms[0] if b in base and ms[0] > 0 else None
+            for b in ("beam5", "greedy")
+        ]
+        points.append(
+            Point(
+                design,
+                strategy,
+                lam,
+                precision,
+                ms,
+                _triple(row.get("sent_s")),
+                row.get("tok_bleu"),
+                valid.get((design, strategy, lam)),
+                *speedups,
+                run,
+            )
+        )
+    designs = list(dict.fromkeys(p.design for p in points))
+    strategies = list(dict.fromkeys(p.strategy for p in points))
+    points.sort(key=lambda p: (designs.index(p.design), strategies.index(p.strategy), p.lam))
+    return points, found_baselines
+
+
+def _cell(value: float | None, fmt: str) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt % value
+
+
+def markdown_table(
+    points: Sequence[Point],
+    found_baselines: Sequence[Baseline],
+    benches: Sequence[Mapping[str, Any]] = (),
+    bleu: Mapping[str, Any] | None = None,
+) -> str:
+    """The frontier as Markdown: a line per bench run (CPU, threads, sentences, repeats), then
+    one row per design × λ × strategy (valid BLEU, test BLEU, batch-1 ms with its min–max over
+    repeats, sentences/s, speed-ups against CTranslate2 beam 5 and greedy of the same run),
+    then the CTranslate2 rows; with several bench runs each row names its run."""
+    lines = []
+    for run, bench in enumerate(benches):
+        info, machine = bench.get("run", {}), bench.get("machine", {})
+        lines.append(
+            f"- run {run}: {machine.get('cpu', '?')}; {info.get('threads', ['?'])[0]} "
+            f"thread(s); test BLEU on {info.get('test_sentences', '?')} sentences, batch-1 "
+            f"latency on the first {info.get('latency_sentences', '?')}, "
+            f"{info.get('repeats', '?')} interleaved repeats (medians, min–max); "
+            f"{machine.get('versions', '')}"
+        )
+    if bleu:
+        lines.append(
+            f"- valid BLEU: `fadat evaluate --split {bleu.get('split', 'valid')}` "
+            f"({bleu.get('sentences', '?')} sentences, fp32 weights) of each design at each λ"
+        )
+    lines.append("- test BLEU: tokenized BLEU of the bench row's own outputs (its precision)")
+    lines.append(
+        "- speed-up: CTranslate2's batch-1 ms in the same run / the row's (> 1: the DAT is faster)"
+    )
+    lines += [
+        "",
+        "| design | λ | strategy | precision | valid BLEU | test BLEU | batch-1 ms (min–max) "
+        "| sent/s | speed-up vs CT2 beam 5 | speed-up vs CT2 greedy |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in points:
+        ms = p.latency_ms
+        run = f" (run {p.run})" if len(benches) > 1 else ""
+        lines.append(
+            f"| {p.design}{run} | {p.lam:g} | {p.strategy} | {p.precision} | "
+            f"{_cell(p.valid_bleu, '%.2f')} | {_cell(p.test_bleu, '%.2f')} | "
+            f"{ms[0]:.2f} ({ms[1]:.2f}–{ms[2]:.2f}) | "
+            f"{_cell(p.sent_s[0] if p.sent_s else None, '%.1f')} | "
+            f"{_cell(p.speedup_beam5, '%.2f×')} | {_cell(p.speedup_greedy, '%.2f×')} |"
+        )
+    for b in found_baselines:
+        ms = b.latency_ms
+        run = f" (run {b.run})" if len(benches) > 1 else ""
+        bleu_cell = (
+            "– (forced to the references' lengths)" if b.forced else _cell(b.test_bleu, "%.2f")
+        )
+        lines.append(
+            f"| {b.name}{run} | – | {b.beam} | – | – | {bleu_cell} | "
+            f"{ms[0]:.2f} ({ms[1]:.2f}–{ms[2]:.2f}) | "
+            f"{_cell(b.sent_s[0] if b.sent_s else None, '%.1f')} | – | – |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]):
+    """BLEU against batch-1 latency (a matplotlib Figure): per design one colour and per
+    strategy one line style and marker, a line through its λ points (in λ order), each point
+    labelled ``λ=x``; CTranslate2 beam 5 (star) and greedy (cross) as single points, or,
+    without BLEU (forced to the references' lengths), as vertical lines at their latency, so
+    labelled in the legend. Points without test BLEU are left out.
+
+    Returns:
+        The figure (close it with ``matplotlib.pyplot.close``); x: the median batch-1 ms, y:
+        the bench's tokenized test BLEU.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 6))
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    designs = list(dict.fromkeys(p.design for p in points))
+    styles = {"lookahead": ("-", "o"), "joint-viterbi": ("--", "s"), "greedy": (":", "^")}
+    for design in designs:
+        colour = colours[designs.index(design) % len(colours)]
+        for strategy in dict.fromkeys(p.strategy for p in points if p.design == design):
+            curve = [
+                p
+                for p in points
+                if p.design == design and p.strategy == strategy and p.test_bleu is not None
+            ]
+            if not curve:
+                continue
+            xs = [p.latency_ms[0] for p in curve]
+            ys = [p.test_bleu for p in curve]
+            ax.plot(
+                xs,
+                ys,
+                linestyle=styles.get(strategy, ("-.", "D"))[0],
+                marker=styles.get(strategy, ("-.", "D"))[1],
+                color=colour,
+                label=f"{design} {strategy}",
+            )
+            for p, x, y in zip(curve, xs, ys, strict=True):
+                ax.annotate(
+                    f"λ={p.lam:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
+                )
+    several = len({b.run for b in found_baselines}) > 1
+    for b in found_baselines:
+        label = f"CTranslate2 {'beam 5' if b.beam == 'beam5' else 'greedy'}"
+        label += f" (run {b.run})" if several else ""
+        if b.test_bleu is None:
+            ax.axvline(
+                b.latency_ms[0],
+                color="black",
+                linestyle="-" if b.beam == "beam5" else ":",
+                linewidth=1,
+                label=f"{label}: latency only (forced to the references' lengths, no BLEU)",
+            )
+        else:
+            ax.plot(
+                [b.latency_ms[0]],
+                [b.test_bleu],
+                marker="*" if b.beam == "beam5" else "X",
+                markersize=12,
+                color="black",
+                linestyle="none",
+                label=label,
+            )
+    ax.set_xlabel("batch-1 latency (ms per sentence, median)")
+    ax.set_ylabel("test BLEU (tokenized)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def parse_design(value: str) -> tuple[str, Path]:
+    """``NAME=DIR`` → (name, directory); raises SystemExit otherwise."""
+    name, sep, directory = value.partition("=")
+    if not sep or not directory or not DESIGN_NAME.fullmatch(name):
+        raise SystemExit(f"--design {value}: give NAME=DIR (NAME of letters, digits, _ . + -)")
+    return name, Path(directory)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``bleu`` and ``table`` (module docstring); returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("bleu", help="valid BLEU per design × λ × strategy (fadat.evaluate)")
+    p.add_argument("--design", action="append", required=True, metavar="NAME=DIR")
+    p.add_argument("--data", required=True, help="prepared data directory")
+    p.add_argument("--ratios", type=float, nargs="+", required=True, help="decoding λ values")
+    p.add_argument("--strategies", default="lookahead,joint-viterbi")
+    p.add_argument("--split", default="valid")
+    p.add_argument("--subset", type=int, default=0, help="first N sentences (0 = all)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--json", required=True, help="write the BLEU here")
+    p = sub.add_parser("table", help="the frontier's Markdown table and PNG")
+    p.add_argument("--bench", nargs="+", required=True, help="bench_inference.py --json files")
+    p.add_argument("--bleu", help="the JSON of the bleu command")
+    p.add_argument("--precision", default="int8", help="the torch rows' precision (int8)")
+    p.add_argument("--ct2-compute", help="CTranslate2's compute type (default: --precision)")
+    p.add_argument("--markdown", help="write the table here (it is printed too)")
+    p.add_argument("--png", help="write the picture here")
+    args = parser.parse_args(argv)
+
+    from fadat.outputs import atomic_path, atomic_write
+
+    if args.command == "bleu":
+        designs = dict(parse_design(v) for v in args.design)
+        if len(designs) != len(args.design):
+            raise SystemExit("--design: a name is given twice")
+        from fadat.errors import InputError
+
+        try:
+            result = valid_bleu(
+                designs,
+                data=args.data,
+                ratios=args.ratios,
+                strategies=[s.strip() for s in args.strategies.split(",") if s.strip()],
+                split=args.split,
+                subset=args.subset,
+                threads=args.threads,
+            )
+        except InputError as err:
+            raise SystemExit(f"speed_frontier.py bleu: {err}") from None
+        atomic_write(args.json, json.dumps(result, indent=1) + "\n")
+        for q in result["points"]:
+            print(f"{q['design']} λ={q['lambda']:g} {q['strategy']}: {q['tok_bleu']:.2f}")
+        return 0
+    benches = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.bench]
+    bleu = json.loads(Path(args.bleu).read_text(encoding="utf-8")) if args.bleu else None
+    try:
+        points, found = frontier_points(benches, bleu, args.precision, args.ct2_compute)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
+    if not points:
+        raise SystemExit(
+            f"no torch {args.precision} rows without shortlist or pruning in {args.bench}"
+        )
+    text = markdown_table(points, found, benches, bleu)
+    print(text, end="")
+    if args.markdown:
+        atomic_write(args.markdown, text)
+    if args.png:
+        import matplotlib.pyplot as plt
+
+        fig = frontier_figure(points, found)
+        with atomic_path(args.png) as tmp:
+            fig.savefig(tmp, dpi=120)
+        plt.close(fig)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

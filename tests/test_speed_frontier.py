@@ -1,0 +1,234 @@
+"""bench/speed_frontier.py: the frontier's points, speed-ups, Markdown table and picture from a
+hand-written bench JSON (numbers checked, not only files), and its valid BLEU against the
+bench's own decoding path on the tiny random DATs of two depths."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "speed_frontier.py"
+
+
+def load_frontier():
+    spec = importlib.util.spec_from_file_location("speed_frontier", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["speed_frontier"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def dat_row(design, strategy, lam, ms, bleu, ratio="same", precision="int8", **extra):
+    """A torch row as bench/bench_inference.py --json writes it (the fields the frontier
+    reads; ``ratio`` = the λ asked for, default ``lam``)."""
+    return {
+        "command": "fadat translate ...",
+        "design": design,
+        "model": f"runs/m/{design}-s1",
+        "system": "torch",
+        "strategy": strategy,
+        "precision": precision,
+        "upsample_ratio": lam if ratio == "same" else ratio,
+        "lambda": lam,
+        "shortlist": False,
+        "prune": None,
+        "threads": 1,
+        "latency_ms": [ms, ms - 1, ms + 1],
+        "sent_s": [1000 / ms, 900 / ms, 1100 / ms],
+        "tok_bleu": bleu,
+        **extra,
+    }
+
+
+def ct2_row(beam, ms, bleu=None, forced=False, vmap=False):
+    row = {
+        "command": "CTranslate2AT(...)",
+        "design": None,
+        "model": "AT_RANDOM",
+        "system": "ctranslate2",
+        "strategy": beam,
+        "precision": "int8",
+        "upsample_ratio": None,
+        "lambda": None,
+        "vmap": vmap,
+        "forced": forced,
+        "latency_ms": [ms, ms - 2, ms + 2],
+        "sent_s": [50.0, 49.0, 51.0],
+    }
+    if bleu is not None:
+        row["tok_bleu"] = bleu
+    return row
+
+
+def bench_json():
+    """Two designs; design a's own λ (4) also asked for as λ=4 (the explicit row must win);
+    rows the frontier must leave out (fp32, shortlist, pruning, +vmap); CTranslate2 beam 5 with
+    BLEU and forced, greedy forced only."""
+    return {
+        "a: DAT lookahead int8": dat_row("a", "lookahead", 4.0, 99.0, 1.0, ratio=None),
+        "a: DAT lookahead int8 λ=2": dat_row("a", "lookahead", 2.0, 10.0, 18.25),
+        "a: DAT lookahead int8 λ=4": dat_row("a", "lookahead", 4.0, 20.0, 19.0),
+        "a: DAT lookahead fp32 λ=2": dat_row("a", "lookahead", 2.0, 30.0, 18.0, precision="fp32"),
+        "a: DAT lookahead int8 λ=2 +sl": dat_row("a", "lookahead", 2.0, 9.0, 18.0, shortlist=True),
+        "a: DAT lookahead int8 λ=2 +prune 0.01": dat_row(
+            "a", "lookahead", 2.0, 9.5, 18.0, prune=0.01
+        ),
+        "b: DAT joint-viterbi int8 λ=3": dat_row("b", "joint-viterbi", 3.0, 8.0, 17.5),
+        "b: DAT lookahead int8 λ=3": dat_row("b", "lookahead", 3.0, 5.0, 17.0),
+        "CT2 greedy int8 =ref len": ct2_row("greedy", 20.0, forced=True),
+        "CT2 beam5 int8": ct2_row("beam5", 40.0, bleu=22.5),
+        "CT2 beam5 int8 =ref len": ct2_row("beam5", 41.0, forced=True),
+        "CT2 beam5 int8 +vmap": ct2_row("beam5", 30.0, bleu=22.4, vmap=True),
+        "machine": {"cpu": "AMD EPYC", "versions": "torch x"},
+        "run": {
+            "designs": {"a": "runs/m/a-s1", "b": "runs/m/b-s1"},
+            "test_sentences": 1516,
+            "latency_sentences": 100,
+            "threads": [1],
+            "repeats": 3,
+        },
+    }
+
+
+BLEU = {
+    "split": "valid",
+    "sentences": 300,
+    "points": [
+        {"design": "a", "lambda": 2.0, "strategy": "lookahead", "tok_bleu": 20.5},
+        {"design": "b", "lambda": 3.0, "strategy": "joint-viterbi", "tok_bleu": 19.75},
+    ],
+}
+
+
+def test_points_speedups_and_table():
+    frontier = load_frontier()
+    points, baselines = frontier.frontier_points([bench_json()], BLEU)
+    got = [
+        (p.design, p.strategy, p.lam, p.latency_ms[0], p.test_bleu, p.valid_bleu) for p in points
+    ]
+    assert got == [
+        ("a", "lookahead", 2.0, 10.0, 18.25, 20.5),
+        ("a", "lookahead", 4.0, 20.0, 19.0, None),  # the λ=4 row asked for, not the own-λ one
+        ("b", "lookahead", 3.0, 5.0, 17.0, None),
+        ("b", "joint-viterbi", 3.0, 8.0, 17.5, 19.75),
+    ]
+    # CTranslate2 beam 5: the AT's own row (40 ms), not the forced (41) or +vmap (30) one
+    assert [(b.name, b.latency_ms[0], b.test_bleu) for b in baselines] == [
+        ("CT2 beam5 int8", 40.0, 22.5),
+        ("CT2 greedy int8 =ref len", 20.0, None),
+    ]
+    speedups = [(p.speedup_beam5, p.speedup_greedy) for p in points]
+    assert speedups == [(4.0, 2.0), (2.0, 1.0), (8.0, 4.0), (5.0, 2.5)]
+
+    text = frontier.markdown_table(points, baselines, [bench_json()], BLEU)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert rows[1:] == [
+        "| a | 2 | lookahead | int8 | 20.50 | 18.25 | 10.00 (9.00–11.00) | 100.0 | 4.00× | 2.00× |",
+        "| a | 4 | lookahead | int8 | – | 19.00 | 20.00 (19.00–21.00) | 50.0 | 2.00× | 1.00× |",
+        "| b | 3 | lookahead | int8 | – | 17.00 | 5.00 (4.00–6.00) | 200.0 | 8.00× | 4.00× |",
+        "| b | 3 | joint-viterbi | int8 | 19.75 | 17.50 | 8.00 (7.00–9.00) | 125.0 | 5.00× "
+        "| 2.50× |",
+        "| CT2 beam5 int8 | – | beam5 | – | – | 22.50 | 40.00 (38.00–42.00) | 50.0 | – | – |",
+        "| CT2 greedy int8 =ref len | – | greedy | – | – | – (forced to the references' "
+        "lengths) | 20.00 (18.00–22.00) | 50.0 | – | – |",
+    ]
+    assert "1516 sentences" in text and "first 100" in text and "300 sentences" in text
+
+
+def test_picture_draws_the_curves_and_the_baselines():
+    """One line per design and strategy through its λ points in λ order, labelled ``λ=x``;
+    CTranslate2 beam 5 (with BLEU) a point, greedy (forced, no BLEU) a vertical line whose
+    legend entry says so."""
+    import matplotlib.pyplot as plt
+
+    frontier = load_frontier()
+    points, baselines = frontier.frontier_points([bench_json()], BLEU)
+    fig = frontier.frontier_figure(points, baselines)
+    try:
+        ax = fig.axes[0]
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        a = lines["a lookahead"]
+        assert list(a.get_xdata()) == [10.0, 20.0] and list(a.get_ydata()) == [18.25, 19.0]
+        assert list(lines["b joint-viterbi"].get_xdata()) == [8.0]
+        beam = lines["CTranslate2 beam 5"]
+        assert (list(beam.get_xdata()), list(beam.get_ydata())) == ([40.0], [22.5])
+        [greedy] = [k for k in lines if k.startswith("CTranslate2 greedy")]
+        assert "no BLEU" in greedy and list(lines[greedy].get_xdata()) == [20.0, 20.0]
+        labels = sorted(t.get_text() for t in ax.texts)
+        assert labels == ["λ=2", "λ=3", "λ=3", "λ=4"]
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert greedy in legend and "CTranslate2 beam 5" in legend
+    finally:
+        plt.close(fig)
+
+
+def test_table_command_writes_both_files(tmp_path, capsys):
+    frontier = load_frontier()
+    bench, bleu = tmp_path / "bench.json", tmp_path / "bleu.json"
+    bench.write_text(json.dumps(bench_json()), encoding="utf-8")
+    bleu.write_text(json.dumps(BLEU), encoding="utf-8")
+    md, png = tmp_path / "out" / "frontier.md", tmp_path / "out" / "frontier.png"
+    argv = ["table", "--bench", str(bench), "--bleu", str(bleu)]
+    assert frontier.main([*argv, "--markdown", str(md), "--png", str(png)]) == 0
+    points, baselines = frontier.frontier_points([bench_json()], BLEU)
+    expected = frontier.markdown_table(points, baselines, [bench_json()], BLEU)
+    assert md.read_text(encoding="utf-8") == expected
+    assert capsys.readouterr().out == expected
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in md.parent.iterdir()) == ["frontier.md", "frontier.png"]
+    # one design in two bench files: its speed-ups would mix runs
+    with pytest.raises(SystemExit, match="design 'a' is in bench files 0 and 1"):
+        frontier.main(["table", "--bench", str(bench), str(bench)])
+
+
+def test_valid_bleu_is_the_bench_paths_bleu(tmp_path):
+    """``bleu`` through fadat.evaluate gives, per design, λ and strategy, the tokenized BLEU
+    of the bench's own decoding path (fp32) at that λ on the same valid sentences; the
+    references are one design's λ = 2 joint-Viterbi outputs (some of ≥ 4 words), so that point
+    scores 100 and the same design at λ = 3 less: λ reaches the decoder."""
+    from test_bench_inference import load_bench, two_designs
+    from test_translate import random_sentences
+
+    from fadat import cli
+    from fadat.data.spm import encode_source
+    from fadat.evaluation.scoring import corpus_scores
+
+    bench = load_bench()
+    frontier = load_frontier()
+    dats, _, _ = two_designs(tmp_path)
+    sources = random_sentences(12, seed=5, low=5, high=6)
+    model, sp = bench.load_model(dats["tiny"], "cpu")
+    ids = [encode_source(sp, x) for x in sources]
+    refs = [sp.decode(y) for y in bench.dat_translate(model, "joint-viterbi", None, None, 2)(ids)]
+    files = []
+    for split in ("train", "valid"):
+        for side, text in (("src", sources), ("tgt", refs)):
+            path = tmp_path / f"{split}.{side}"
+            path.write_text("\n".join(text) + "\n", encoding="utf-8")
+            prefix = "" if split == "train" else "valid-"
+            files += [f"--{prefix}source-file" if side == "src" else f"--{prefix}target-file"]
+            files += [str(path)]
+    data = tmp_path / "data"
+    argv = ["prepare", *files, "--source-lang", "en", "--target-lang", "en", "--output", str(data)]
+    assert cli.main([*argv, "--spm-model", str(dats["tiny"] / "spm.model")]) == 0
+
+    out = tmp_path / "valid-bleu.json"
+    argv = ["bleu", "--design", f"tiny={dats['tiny']}", "--design", f"deep={dats['deep']}"]
+    argv += ["--data", str(data), "--ratios", "2", "3", "--json", str(out)]
+    assert frontier.main(argv) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    got = {(p["design"], p["lambda"], p["strategy"]): p["tok_bleu"] for p in result["points"]}
+    assert len(got) == 2 * 2 * 2 and result["split"] == "valid"
+    assert got["tiny", 2.0, "joint-viterbi"] == 100.0 > got["tiny", 3.0, "joint-viterbi"]
+    for design, directory in dats.items():
+        model, sp = bench.load_model(directory, "cpu")
+        ids = [encode_source(sp, x) for x in sources]
+        for ratio in (2.0, 3.0):
+            for strategy in ("lookahead", "joint-viterbi"):
+                hyps = bench.dat_translate(model, strategy, None, None, ratio)(ids)
+                scores = corpus_scores([sp.decode(y) for y in hyps], [refs], "en")
+                assert got[design, ratio, strategy] == round(scores["tok_bleu"], 2)
