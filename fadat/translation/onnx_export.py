@@ -184,17 +184,20 @@ def fold_transposed_weights(proto) -> int:
     graph = proto.graph
     inits = {i.name: i for i in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
+    folded: dict[str, str] = {}  # Transpose output -> its stored copy (one per Transpose)
     count = 0
     for node in graph.node:
         t = producer.get(node.input[1]) if node.op_type == "MatMul" else None
         if t is None or t.op_type != "Transpose" or t.input[0] not in inits:
             continue
-        weight = numpy_helper.to_array(inits[t.input[0]])
-        perm = [list(a.ints) for a in t.attribute if a.name == "perm"]
-        folded = weight.transpose(perm[0]) if perm else weight.T
-        name = f"{t.input[0]}_transposed_{count}"
-        graph.initializer.append(numpy_helper.from_array(folded.copy(), name))
-        node.input[1] = name
+        if t.output[0] not in folded:
+            weight = numpy_helper.to_array(inits[t.input[0]])
+            perm = [list(a.ints) for a in t.attribute if a.name == "perm"]
+            name = f"{t.input[0]}_transposed_{len(folded)}"
+            array = (weight.transpose(perm[0]) if perm else weight.T).copy()
+            graph.initializer.append(numpy_helper.from_array(array, name))
+            folded[t.output[0]] = name
+        node.input[1] = folded[t.output[0]]
         count += 1
     used = {i for n in graph.node for i in n.input} | {o.name for o in graph.output}
     dead = [n for n in graph.node if n.op_type == "Transpose" and not (set(n.output) & used)]
