@@ -28,9 +28,12 @@ from fadat.engine.runtime import OnnxDAT  # noqa: E402
 from fadat.models.directory import load_pretrained  # noqa: E402
 from fadat.models.inference import graph_top1  # noqa: E402
 from fadat.translation.onnx_export import (  # noqa: E402
+    FUSED_ATTENTION_OP,
     decompose_logsumexp,
+    export_graph,
     export_onnx,
     fold_transposed_weights,
+    fused_attention,
     quantize_export,
 )
 
@@ -151,6 +154,11 @@ def test_export_directory_metadata_and_dynamic_axes(model, exports):
         "tok": ["batch", "graph_size"],
         "links": ["batch", "graph_size", "graph_size"],
     }
+    assert meta["attention"] == FUSED_ATTENTION_OP
+    ops = [(n.domain, n.op_type) for n in proto.graph.node]
+    layers = model.config.encoder_layers + 2 * model.config.decoder_layers
+    assert ops.count(("com.microsoft", "MultiHeadAttention")) == layers
+    assert ("", "Softmax") not in ops  # the links head's normalisation is a LogSoftmax
     int8 = json.loads((exports["int8"] / "metadata.json").read_text(encoding="utf-8"))
     assert int8["precision"] == "int8" and "quantize_dynamic" in int8["quantization"]
     assert "ReduceLogSumExp" not in {n.op_type for n in proto.graph.node}  # rewritten
@@ -235,6 +243,74 @@ def test_fold_transposed_weights_keeps_the_product():
     assert [n.op_type for n in proto.graph.node] == ["MatMul"]
     (got,) = _run_graph(proto, feeds)
     np.testing.assert_array_equal(got, want)
+
+
+def test_fused_attention_computes_the_models_attention():
+    """Inside fused_attention every attention block goes through key_masked_attention (the op
+    the export turns into MultiHeadAttention): the model's outputs on padded batches are the
+    same to float32 rounding (the same SDPA on differently laid out heads), and the blocks are
+    restored afterwards."""
+    from fadat.models.config import make_config
+    from fadat.models.dat import DATModel
+    from fadat.models.transformer import CrossAttention, SelfAttention
+
+    torch.manual_seed(0)
+    model = DATModel(make_config("tiny", 50)).eval()
+    source = random_source(4, 9, 50, seed=3)
+    lengths = model.graph_lengths(source.ne(PAD_ID).sum(1), True)
+    with torch.inference_mode():
+        want = model(source, lengths)
+        with fused_attention(model):
+            blocks = [m for m in model.modules() if isinstance(m, (SelfAttention, CrossAttention))]
+            assert blocks and all("forward" in vars(m) for m in blocks)
+            got = model(source, lengths)
+        assert not any("forward" in vars(m) for m in model.modules())
+        again = model(source, lengths)
+    for w, g, a in zip(want, got, again, strict=True):
+        finite = torch.isfinite(w)
+        assert torch.equal(finite, torch.isfinite(g))
+        torch.testing.assert_close(g[finite], w[finite], rtol=0, atol=1e-5)
+        assert torch.equal(a, w)
+
+
+def test_fused_and_standard_graphs_agree_on_padded_batches(tmp_path):
+    """The same tiny random DAT exported with ONNX Runtime's MultiHeadAttention and with the
+    standard ops: equal outputs (fp32 rounding) on batches whose rows are padded, so the key
+    padding mask reaches the fused op with the meaning it has in fadat (1 = attend)."""
+    import onnx
+    import onnxruntime as ort
+
+    from fadat.models.config import make_config
+    from fadat.models.dat import DATModel
+
+    torch.manual_seed(1)
+    model = DATModel(make_config("tiny", 60)).eval()
+    paths = {a: tmp_path / f"{a}.onnx" for a in ("fused", "standard")}
+    for attention, path in paths.items():
+        export_graph(model, path, attention=attention)
+    domains = {a: {n.domain for n in onnx.load(str(p)).graph.node} for a, p in paths.items()}
+    assert "com.microsoft" in domains["fused"] and domains["standard"] <= {"", "ai.onnx"}
+    sessions = {a: ort.InferenceSession(str(p)) for a, p in paths.items()}
+    for k, (batch, length) in enumerate([(1, 5), (3, 11), (5, 20)]):
+        source = random_source(batch, length, 60, seed=10 + k)
+        lengths = model.graph_lengths(source.ne(PAD_ID).sum(1), True)
+        feeds = {
+            "source": source.numpy(),
+            "decoder_tokens": model.decoder_input_tokens(lengths).numpy(),
+        }
+        fused, standard = (sessions[a].run(None, feeds) for a in ("fused", "standard"))
+        with torch.inference_mode():
+            top1, _, _ = graph_top1(model, source)
+        for got, want in zip(fused, standard, strict=True):
+            finite = np.isfinite(want)
+            assert (np.isfinite(got) == finite).all()
+            np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=1e-5)
+        np.testing.assert_allclose(fused[0], top1.s.numpy(), rtol=0, atol=1e-5)
+
+
+def test_export_attention_choice_is_checked(tmp_path):
+    with pytest.raises(ValueError, match="attention must be one of"):
+        export_graph(None, tmp_path / "x.onnx", attention="flash")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -225,7 +225,9 @@ def test_export_onnx_from_python_equals_the_verb(tiny, tmp_path, capsys):
     out = export(tiny["dat"], tmp_path / "py", format="onnx")
     argv = ["export", "--format", "onnx", "--model", str(tiny["dat"])]
     printed = _main([*argv, "--output", str(tmp_path / "cli")], capsys)
-    assert printed == f"exported {tiny['dat']} to {tmp_path / 'cli'} (onnx, fp32)\n"
+    assert (
+        printed == f"exported {tiny['dat']} to {tmp_path / 'cli'} (onnx, fp32, fused attention)\n"
+    )
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
     for name in names:

@@ -31,6 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="onnx: fp32 (default) or int8 (ONNX Runtime's dynamic quantization; the links "
         "head stays fp32)",
     )
+    parser.add_argument(
+        "--attention",
+        default="fused",
+        choices=("fused", "standard"),
+        help="onnx: fused (default; one ONNX Runtime MultiHeadAttention op per attention block, "
+        "the graph runs in ONNX Runtime only) or standard (standard ONNX ops, any runtime; "
+        "slower in ONNX Runtime)",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing --output")
     parser.add_argument(
         "--shortlist",
@@ -56,9 +64,11 @@ def run(args: argparse.Namespace) -> int:
         quantization=args.quantization,
         shortlist=shortlist,
         force=args.force,
+        attention=args.attention,
     )
     if args.format == "onnx":
-        print(f"exported {args.model} to {out} (onnx, {args.precision})")
+        what = f"onnx, {args.precision}, {args.attention} attention"
+        print(f"exported {args.model} to {out} ({what})")
         return 0
     extra = ", vmap.txt from the shortlist" if shortlist is not None else ""
     print(f"exported {args.model} to {out} ({args.format}, {args.quantization}{extra})")

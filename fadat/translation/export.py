@@ -178,6 +178,7 @@ def export(
     quantization: str = "float32",
     shortlist: bool | str | Path | None = None,
     force: bool = False,
+    attention: str = "fused",
 ) -> Path:
     """Export a model directory to another inference engine (``fadat export``).
 
@@ -196,14 +197,16 @@ def export(
             ``shortlist.safetensors``, or a shortlist file or the model directory holding one;
             ``None``/``False``: none.
         force: replace an existing export at ``output``.
+        attention: onnx: ``"fused"`` (ONNX Runtime's ``MultiHeadAttention`` contrib op, the
+            graph runs in ONNX Runtime only) or ``"standard"`` (standard ONNX ops).
 
     Returns:
         ``output`` as a Path.
 
     Raises:
         InputError: an unknown ``format``; ``shortlist`` or ``quantization`` with ``onnx``;
-            ``precision`` with ``ctranslate2``; and as :func:`export_ctranslate2` and
-            :func:`~fadat.translation.onnx_export.export_onnx`.
+            ``precision`` or ``attention`` with ``ctranslate2``; and as
+            :func:`export_ctranslate2` and :func:`~fadat.translation.onnx_export.export_onnx`.
     """
     if format not in FORMATS:
         raise InputError(f"format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -214,9 +217,11 @@ def export(
 
         if shortlist is not None or quantization != "float32":
             raise InputError("--shortlist and --quantization are for --format ctranslate2")
-        return export_onnx(model_dir, output, precision=precision, force=force)
+        return export_onnx(model_dir, output, precision=precision, force=force, attention=attention)
     if precision != "fp32":
         raise InputError("--precision is for --format onnx (ctranslate2: --quantization)")
+    if attention != "fused":
+        raise InputError("--attention is for --format onnx")
     return export_ctranslate2(
         model_dir,
         output,
