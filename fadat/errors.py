@@ -1,4 +1,5 @@
-"""The one error type for bad input: every ``fadat`` verb turns it into exit code 2."""
+"""The one error type for bad input (every ``fadat`` verb turns it into exit code 2) and the
+warning category of fadat's own warnings."""
 
 from __future__ import annotations
 
@@ -14,6 +15,18 @@ def shown(value: Any, limit: int = 40) -> str:
         return text
     digits = f" ({len(text)} characters)"
     return f"{text[: limit // 2]}...{text[-8:]}{digits}"
+
+
+class FadatWarning(UserWarning):
+    """A warning of fadat's about a choice that works but is probably not what the user wants
+    (e.g. :class:`EmulatedBF16Warning`). ``fadat``'s command line prints it as one line,
+    ``fadat: warning: <message>``; a Python caller gets a standard :mod:`warnings` warning."""
+
+
+class EmulatedBF16Warning(FadatWarning):
+    """bf16 requested on a CPU without bf16 hardware (neither AVX-512 BF16 nor AMX), where
+    oneDNN emulates bf16 matrix products and they are far slower than fp32
+    (:func:`fadat.process.native_bf16`)."""
 
 
 class InputError(ValueError):

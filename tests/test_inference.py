@@ -113,6 +113,44 @@ def test_translate_verb_and_translator_take_a_precision(tmp_path, capsys):
     assert len(translator.translate(["ab cd"], strategy="sample", seed=1)) == 1  # full path
 
 
+@pytest.mark.parametrize("hardware", [False, True])
+def test_bf16_without_bf16_hardware_warns(tmp_path, capsys, monkeypatch, hardware):
+    """bf16 on a CPU without AVX-512 BF16 or AMX (emulated, slower than fp32) still converts
+    but warns: an EmulatedBF16Warning from the library, one ``fadat: warning:`` line from the
+    command line; nothing on a CPU with bf16 hardware. The CPU is pinned by monkeypatching, so
+    both branches run on every machine."""
+    import warnings
+
+    from test_translate import random_models
+
+    from fadat import cli
+    from fadat.errors import EmulatedBF16Warning
+    from fadat.models import inference
+
+    monkeypatch.setattr(inference, "native_bf16", lambda device_type="cpu": hardware)
+    models = random_models(str(tmp_path / "random"))
+    model = Translator.from_pretrained(models["dat"]).model
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert with_precision(model, "bf16").inference_precision == "bf16"
+        with_precision(model, "int8")
+    emulated = [w for w in caught if issubclass(w.category, EmulatedBF16Warning)]
+    assert len(emulated) == (0 if hardware else 1)
+    if emulated:
+        assert "without bf16 hardware" in str(emulated[0].message)
+        assert emulated[0].filename == __file__  # points at the caller
+    src = tmp_path / "in.txt"
+    src.write_text("ab cd ef\n", encoding="utf-8")
+    argv = ["translate", "--model", str(models["dat"]), "--input", str(src), "--precision"]
+    assert cli.main([*argv, "bf16", "--output", str(tmp_path / "out.txt")]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "bf16 hardware" in line]
+    if hardware:
+        assert lines == []
+    else:
+        assert len(lines) == 1 and lines[0].startswith("fadat: warning: bf16 precision on a CPU ")
+
+
 def test_low_precision_refuses_a_model_off_the_cpu():
     """bf16 (CPU autocast) and int8 (dynamic quantization) copies exist on the CPU only: a model
     on another device (here "meta", as a CUDA one would be) is a clear error, not a copy that

@@ -15,10 +15,11 @@ import argparse
 import errno
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import NoReturn
 
-from fadat.errors import InputError
+from fadat.errors import FadatWarning, InputError
 from fadat.outputs import silence_stdout
 from fadat.process import terminate_as_interrupt, tune_memory
 
@@ -173,6 +174,19 @@ def flush_stdout() -> None:
         raise InputError(f"<stdout>: cannot write ({err.strerror or err})") from None
 
 
+def _fadat_warnings_as_lines(show):
+    """A ``warnings.showwarning`` that prints fadat's own warnings (:class:`FadatWarning`) as
+    ``fadat: warning: <message>`` on stderr and passes the others to ``show``."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, FadatWarning):
+            print(f"fadat: warning: {one_line(str(message))}", file=sys.stderr)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``fadat`` console script; returns the process exit code.
 
@@ -181,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     """
     tune_memory()
     try:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), warnings.catch_warnings():
+            warnings.showwarning = _fadat_warnings_as_lines(warnings.showwarning)
             argv = sys.argv[1:] if argv is None else list(argv)
             refuse_option_before_verb(argv)
             verb = next((a for a in argv if not a.startswith("-")), None)
