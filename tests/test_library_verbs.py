@@ -195,6 +195,16 @@ def test_export_ctranslate2_from_python_equals_the_verb(tiny, tmp_path, capsys):
     assert printed.endswith("(ctranslate2, float32, vmap.txt from the shortlist)\n")
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    # In a process of its own (the exporter's logging and warnings reach the terminal there):
+    # one line on stdout, nothing on stderr.
+    done = subprocess.run(
+        [sys.executable, "-m", "fadat.cli", *argv, "--output", str(tmp_path / "sub")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith("exported ")
     assert "vmap.txt" in names and "model.bin" in names
     for name in names:
         ours, theirs = (out / name).read_bytes(), (tmp_path / "cli" / name).read_bytes()
@@ -207,6 +217,8 @@ def test_export_ctranslate2_from_python_equals_the_verb(tiny, tmp_path, capsys):
         ({"format": "onnx", "shortlist": True}, "--shortlist and --quantization are for"),
         ({"format": "onnx", "quantization": "int8"}, "--shortlist and --quantization are for"),
         ({"format": "tflite"}, "format must be one of ctranslate2, onnx, got 'tflite'"),
+        ({"format": "ctranslate2", "attention": "standard"}, "--attention is for --format onnx"),
+        ({"format": "onnx", "attention": "flash"}, "attention must be one of fused, standard"),
     ):
         with pytest.raises(InputError, match=message):
             export(model, tmp_path / "none", **kwargs)
@@ -230,6 +242,16 @@ def test_export_onnx_from_python_equals_the_verb(tiny, tmp_path, capsys):
     )
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
+    # In a process of its own (the exporter's logging and warnings reach the terminal there):
+    # one line on stdout, nothing on stderr.
+    done = subprocess.run(
+        [sys.executable, "-m", "fadat.cli", *argv, "--output", str(tmp_path / "sub")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith("exported ")
     for name in names:
         if name != "dat.onnx":
             assert (out / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name

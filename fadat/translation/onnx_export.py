@@ -46,9 +46,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import shutil
 import tempfile
 import types
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,10 +133,11 @@ def key_masked_attention(
     query: Tensor, key: Tensor, value: Tensor, keep: Tensor, heads: int
 ) -> Tensor:
     """Multi-head scaled dot-product attention on unsplit heads, the semantics of ONNX Runtime's
-    ``com.microsoft.MultiHeadAttention`` with a 2-D key padding mask (its contrib-op docs:
-    onnxruntime/docs/ContribOperators.md): ``query`` ``(B, T, d)``, ``key`` and ``value``
-    ``(B, S, d)`` fp32 (after their projections), ``keep`` ``(B, S)`` int32 (1 = attend, 0 =
-    padding), ``heads`` dividing ``d``; returns ``(B, T, d)``, scores scaled by ``1/√(d/heads)``.
+    ``com.microsoft.MultiHeadAttention`` with a 2-D key padding mask (ONNX Runtime's contrib-op
+    reference, ContribOperators.md in its repository): ``query`` ``(B, T, d)``, ``key`` and
+    ``value`` ``(B, S, d)`` fp32 (after their projections), ``keep`` ``(B, S)`` int32 (1 =
+    attend, 0 = padding), ``heads`` dividing ``d``; returns ``(B, T, d)``, scores scaled by
+    ``1/√(d/heads)``.
 
     A torch custom op (``torch.ops.fadat.key_masked_attention``) so that the exporter sees one
     node, which :func:`export_graph` translates into the contrib op; in PyTorch it computes the
@@ -346,6 +349,23 @@ def fold_transposed_weights(proto) -> int:
     return count
 
 
+@contextlib.contextmanager
+def _exporter_notices_off() -> Iterator[None]:
+    """Silence the exporter's notices that say nothing about this graph (torch 2.13): its
+    registry logging that torchvision is absent, a pytree deprecation inside ``torch.export``,
+    and that the source and graph axes share the ``batch`` name. Other warnings pass."""
+    registry = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registry.level
+    registry.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", r".*isinstance\(treespec, LeafSpec\)", FutureWarning)
+            warnings.filterwarnings("ignore", r"# The axis name: batch will not", UserWarning)
+            yield
+    finally:
+        registry.setLevel(level)
+
+
 def export_graph(
     model: nn.Module, path: str | Path, opset: int = OPSET, attention: str = "fused"
 ) -> None:
@@ -371,7 +391,7 @@ def export_graph(
     batch = Dim("batch")
     source_length = Dim("source_length", max=model.config.max_source_positions)
     graph_size = Dim("graph_size", min=2, max=model.config.max_target_positions)
-    with fused_attention(model) if fused else contextlib.nullcontext():
+    with fused_attention(model) if fused else contextlib.nullcontext(), _exporter_notices_off():
         program = torch.onnx.export(
             graph,
             example_inputs(model),
