@@ -197,7 +197,8 @@ def test_fine_tune_budget_arithmetic_and_the_experiment_file(tmp_path, monkeypat
     by_key = {s.key: s for s in stages}
     assert list(by_key) == [
         "pretrain-s1", "at-s1", "ft-nll-s1", "ft-nll-s2", "ft-fadat-s1", "ft-fadat-s2",
-        "kd-pretrain-s1", "kd-ft-nll-s1", "kd-ft-fadat-s1", "nat-s1", "glat-s1", "ctc-s1",
+        "kd-pretrain-s1", "kd-ft-nll-s1", "kd-ft-nll-s2", "kd-ft-fadat-s1", "kd-ft-fadat-s2",
+        "nat-s1", "glat-s1", "ctc-s1",
     ]  # fmt: skip
     assert [s.key for s in stages if s.optional] == list(by_key)[6:]
     # the Table 2 baselines: the pre-training's update count, no init_from, the 4k data
