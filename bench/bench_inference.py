@@ -156,6 +156,7 @@ from fadat.decoding import decode
 from fadat.evaluation.scoring import corpus_scores
 from fadat.models.directory import load_model
 from fadat.models.inference import PRECISIONS, graph_top1, kept_vertices, with_precision
+from fadat.outputs import atomic_write
 from fadat.process import describe_cpu, native_bf16
 
 Translate = Callable[[list[list[int]]], list[list[int]]]
@@ -1213,7 +1214,8 @@ def main(argv: list[str] | None = None) -> dict:
             "threads": args.threads,
             "repeats": args.repeats,
         }
-        Path(args.json).write_text(json.dumps(saved, indent=1, default=str), encoding="utf-8")
+        # all or nothing: a benchmark killed while writing leaves the previous file, not half
+        atomic_write(args.json, json.dumps(saved, indent=1, default=str) + "\n", "--json")
     shutil.rmtree(work, ignore_errors=True)
     return results
 
