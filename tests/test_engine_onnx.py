@@ -354,6 +354,17 @@ def test_cli_translate_and_export_choose_the_engine(exports, tmp_path, capsys, s
         assert cli.main([*argv, "--input", str(src), "--output", str(out)]) == 0
         outs[engine] = out.read_text(encoding="utf-8")
     assert outs["onnxruntime"] == outs["torch"]
+    # No --engine (auto): the engine of the directory given, an export's or a model's.
+    for name, model in (("auto-onnx", exports["fp32"]), ("auto-torch", MODEL)):
+        out = tmp_path / f"{name}.es"
+        argv = ["translate", "--model", str(model), "--input", str(src), "--output", str(out)]
+        assert cli.main(argv) == 0
+        assert out.read_text(encoding="utf-8") == outs["torch"]
+    from fadat.translation.engines import OnnxRuntimeModel
+
+    translator = fadat.Translator.from_pretrained(exports["int8"])
+    assert isinstance(translator.model, OnnxRuntimeModel)
+    assert translator.model.engine.precision == "int8"
 
     def fails(argv) -> str:
         assert cli.main(argv) == 2
@@ -362,7 +373,8 @@ def test_cli_translate_and_export_choose_the_engine(exports, tmp_path, capsys, s
     base = ["translate", "--input", str(src), "--output", str(tmp_path / "x")]
     onnx_run = [*base, "--engine", "onnxruntime", "--model", str(exports["fp32"])]
     assert "not available" in fails([*onnx_run, "--strategy", "beam"])
-    assert "--engine onnxruntime" in fails([*base, "--model", str(exports["fp32"])])
+    torch_on_export = [*base, "--engine", "torch", "--model", str(exports["fp32"])]
+    assert "--engine onnxruntime" in fails(torch_on_export)
     assert "int8" in fails([*onnx_run, "--precision", "int8"])
     assert "torch engine" in fails([*onnx_run, "--prune-threshold", "0.1"])
 
@@ -381,7 +393,7 @@ def test_export_refuses_other_architectures_and_existing_outputs(models, exports
 def test_serve_engine_on_onnxruntime(exports, sentences, torch_lookahead):
     from fadat.serve.engine import Engine
 
-    engine = Engine.from_directory(exports["fp32"], engine="onnxruntime")
+    engine = Engine.from_directory(exports["fp32"])  # engine "auto": the export's
     assert not engine.has_graph and "beam" not in engine.strategies
     results = engine.translate(sentences[:4], "lookahead", {})
     assert [r.text for r in results] == torch_lookahead[:4]

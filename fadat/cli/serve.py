@@ -101,8 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine",
         default=DEFAULT_ENGINE,
         choices=ENGINES,
-        help="torch, or onnxruntime for an export of `fadat export --format onnx` (no graph "
-        f"view, no confidence; docs/engine.md; default {DEFAULT_ENGINE})",
+        help="auto (default): onnxruntime for an export of `fadat export --format onnx`, torch "
+        "for a model directory; torch; or onnxruntime (no graph view, no confidence; "
+        "docs/engine.md)",
     )
     parser.add_argument("--log-level", default="info", choices=list(LOG_LEVELS))
     add_force_argument(parser)

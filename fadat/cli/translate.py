@@ -83,9 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine",
         default=DEFAULT_ENGINE,
         choices=ENGINES,
-        help=f"torch: the model in PyTorch; onnxruntime: an export of `fadat export --format "
-        f"onnx` (or a DAT model directory, exported first) run by ONNX Runtime, strategies "
-        f"greedy, lookahead, viterbi, joint-viterbi (docs/engine.md; default {DEFAULT_ENGINE})",
+        help="auto (default): onnxruntime for an export of `fadat export --format onnx`, torch "
+        "for a model directory; torch: the model in PyTorch; onnxruntime: an export (or a DAT "
+        "model directory, exported first) run by ONNX Runtime, strategies greedy, lookahead, "
+        "viterbi, joint-viterbi (docs/engine.md)",
     )
     add_head_arguments(parser)
     add_common_arguments(parser)

@@ -9,13 +9,40 @@ top-1 decoders in numpy.
 
 Nothing in this package imports torch or another fadat package (``import fadat`` is lazy), so
 it runs where only ``onnxruntime``, ``numpy`` and ``sentencepiece`` are installed
-(``pip install --no-deps fadat``; docs/engine.md). Nothing is imported here; the engine choice
-of the front ends is defined here so that their argument parsers need no torch.
+(``pip install --no-deps fadat``; docs/engine.md). Nothing heavy is imported here; the engine
+choice of the front ends is defined here so that their argument parsers need no torch.
 """
 
-#: The engines a DAT translates with (:func:`fadat.translation.engines.load_translation_model`).
-ENGINES = ("torch", "onnxruntime")
+from __future__ import annotations
 
-#: The engine used when none is named. ``torch`` until the benchmark of issue 45 (item 5)
-#: measures which is faster on each CPU kind.
-DEFAULT_ENGINE = "torch"
+from pathlib import Path
+
+#: The engines a DAT translates with (:func:`fadat.translation.engines.load_translation_model`);
+#: ``auto`` is the engine of the directory given (:func:`resolve_engine`).
+ENGINES = ("auto", "torch", "onnxruntime")
+
+#: The engine used when none is named: the directory's own. A model directory is not exported
+#: to ONNX Runtime on its own, although on an AVX2 CPU (AMD Zen 3, one thread, batch 1; docs/
+#: results/cpu-speed.md) the ONNX Runtime engine was faster than torch at the same precision
+#: (fp32 39.7 against 51.1 ms, int8 25.1 against 40.6 ms) and level with it in batches: the
+#: export takes 30–60 s of CPU, more than it saves on a short input, and on CPUs with bf16
+#: hardware (AMX) torch's bf16 has no ONNX Runtime counterpart. Export once
+#: (``fadat export --format onnx``) and pass the export to use it.
+DEFAULT_ENGINE = "auto"
+
+
+def resolve_engine(directory: str | Path, engine: str) -> str:
+    """The engine that translates ``directory``: ``engine`` itself, or for ``auto``
+    ``onnxruntime`` when ``directory`` is an export of ``fadat export --format onnx`` and
+    ``torch`` otherwise (a model directory). Imports no torch.
+
+    Raises:
+        ValueError: ``engine`` not one of :data:`ENGINES`.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine != "auto":
+        return engine
+    from fadat.engine.runtime import is_engine_dir
+
+    return "onnxruntime" if is_engine_dir(directory) else "torch"

@@ -160,10 +160,10 @@ class Engine:
         cls,
         directory: str | Path,
         device: str = "cpu",
-        engine: str = "torch",
+        engine: str = "auto",
         intra_threads: int = 1,
     ) -> Engine:
-        """Load a model directory (or, with ``engine="onnxruntime"``, an ONNX export: see
+        """Load a model directory or an ONNX export (``engine`` ``auto``: the directory's; see
         :func:`fadat.translation.engines.load_translation_model`) and translate
         :data:`PROBE_SENTENCE` once with the default strategy, so that a model whose outputs are
         not finite (corrupt weights, finite ones included) is refused before the server starts

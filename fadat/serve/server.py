@@ -228,13 +228,13 @@ def serve(
     endpoints are :func:`fadat.serve.app.create_app`'s (an ASGI application to run otherwise).
 
     Args:
-        model: a DAT or AT model directory, or with ``engine="onnxruntime"`` an export of
-            ``fadat export --format onnx``.
+        model: a DAT or AT model directory, or an export of ``fadat export --format onnx``.
         host: the address to bind; any but a loopback address gets a warning on stderr (the
             server has no authentication).
         port: the port (0: any free port; the first line on stderr names it).
         device: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        engine: ``torch`` or ``onnxruntime`` (:data:`fadat.engine.ENGINES`).
+        engine: ``auto`` (the directory's: ``onnxruntime`` for an export, else ``torch``),
+            ``torch`` or ``onnxruntime`` (:data:`fadat.engine.ENGINES`).
         threads: torch intra-op threads (0 = torch's default); above the cores needs ``force``.
         max_batch_tokens: dynamic batching budget: sentences x largest graph size (DAT) or
             source length (AT) per batch; 0 = no batching.

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from fadat.decoding.strategies import GRAPH, Strategy, StrategyError, offered
-from fadat.engine import DEFAULT_ENGINE, ENGINES
+from fadat.engine import DEFAULT_ENGINE, ENGINES, resolve_engine
 from fadat.errors import InputError, NonFiniteOutputError
 from fadat.models.architectures import Scored
 
@@ -173,7 +173,8 @@ def load_translation_model(
         directory: ``torch``: a model directory. ``onnxruntime``: an export of ``fadat export
             --format onnx``, or a DAT model directory, which is then exported to a temporary
             directory first (about a minute; export once to skip it).
-        engine: one of :data:`ENGINES`.
+        engine: one of :data:`ENGINES`; ``auto`` (the default): ``onnxruntime`` for an
+            export, ``torch`` for a model directory (:func:`fadat.engine.resolve_engine`).
         device: ``torch``: the device; ``onnxruntime``: must be ``cpu``.
         precision: ``torch``: fp32 (``None``), bf16 or int8 (:func:`.pipeline.apply_precision`);
             ``onnxruntime``: fp32 or int8, checked against an export's ``metadata.json``
@@ -197,6 +198,7 @@ def load_translation_model(
 
     if engine not in ENGINES:
         raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    engine = resolve_engine(directory, engine)
     if engine == "torch":
         from fadat.models.directory import load_model
         from fadat.translation.pipeline import apply_precision

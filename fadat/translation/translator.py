@@ -71,10 +71,11 @@ class Translator:
         the directory's ``shortlist.safetensors``, or a path) and with the token head pruned
         to vertices of passing probability ≥ ``prune_threshold`` (:func:`apply_reduced_head`).
 
-        With ``engine="onnxruntime"`` ``directory`` is an export of ``fadat export --format
-        onnx`` (or a DAT model directory, exported first), run by ONNX Runtime with
-        ``intra_threads`` threads; ``precision`` is the export's (fp32 or int8), and the
-        strategies are greedy, lookahead without n-gram bans, viterbi and joint-viterbi
+        ``engine`` ``"auto"`` (the default) is ``"onnxruntime"`` for an export of ``fadat export
+        --format onnx`` and ``"torch"`` for a model directory. With ``engine="onnxruntime"``
+        ``directory`` is an export (or a DAT model directory, exported first), run by ONNX
+        Runtime with ``intra_threads`` threads; ``precision`` is the export's (fp32 or int8),
+        and the strategies are greedy, lookahead without n-gram bans, viterbi and joint-viterbi
         (:func:`fadat.translation.engines.load_translation_model`, docs/engine.md).
 
         Raises:
