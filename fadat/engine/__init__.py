@@ -22,8 +22,8 @@ from pathlib import Path
 ENGINES = ("auto", "torch", "onnxruntime")
 
 #: The engine used when none is named: the directory's own. A model directory is not exported
-#: to ONNX Runtime on its own, although on an AVX2 CPU (AMD Zen 3, one thread, batch 1; docs/
-#: results/cpu-speed.md) the ONNX Runtime engine was faster than torch at the same precision
+#: to ONNX Runtime on its own, although on an AVX2 CPU (AMD Zen 3, one thread, batch 1;
+#: docs/results/cpu-speed.md) the ONNX Runtime engine was faster than torch at the same precision
 #: (fp32 39.7 against 51.1 ms, int8 25.1 against 40.6 ms) and level with it in batches: the
 #: export takes 30–60 s of CPU, more than it saves on a short input, and on CPUs with bf16
 #: hardware (AMX) torch's bf16 has no ONNX Runtime counterpart. Export once
