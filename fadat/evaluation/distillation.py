@@ -1,0 +1,138 @@
+"""What sequence-level distillation changed in a training set: the statistics a KD dataset
+is reported with (share of pairs changed, length ratio, BLEU of the teacher's targets against
+the references), from the dataset before and after ``fadat distill``.
+
+Kim & Rush (2016) and the NAT papers that train on distilled data (Gu et al. 2018; Zhou et al.
+2020, "Understanding Knowledge Distillation in Non-autoregressive Machine Translation") report
+the distilled targets through these quantities: how many targets the teacher rewrote, whether
+its outputs are shorter than the references, and how far they are from them in BLEU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID
+from fadat.errors import InputError
+
+
+@dataclass(frozen=True)
+class DistillationStatistics:
+    """The distilled training targets against the original ones (one pair per sentence).
+
+    Attributes:
+        pairs: training pairs (the same sources, in the same order, in both datasets).
+        changed: pairs whose target differs from the reference (compared as token ids).
+        changed_share: ``changed / pairs`` (0–1).
+        reference_pieces: sentencepiece pieces of the references, without ``<s>``/``</s>``.
+        distilled_pieces: the same for the distilled targets.
+        length_ratio: ``distilled_pieces / reference_pieces``.
+        bleu: sacreBLEU (13a) of the detokenised distilled targets against the detokenised
+            references, in BLEU points (0–100).
+        tok_bleu: tokenized BLEU (Moses tokenizer; :func:`fadat.evaluation.scoring.corpus_scores`).
+        bleu_signature: sacreBLEU's signature of ``bleu``.
+    """
+
+    pairs: int
+    changed: int
+    changed_share: float
+    reference_pieces: int
+    distilled_pieces: int
+    length_ratio: float
+    bleu: float
+    tok_bleu: float
+    bleu_signature: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON-ready dict."""
+        return asdict(self)
+
+    def summary(self) -> str:
+        """One line: pairs changed, length ratio, BLEU."""
+        return (
+            f"{self.changed:,} of {self.pairs:,} training targets changed "
+            f"({100 * self.changed_share:.1f} %); length ratio {self.length_ratio:.3f} "
+            f"(pieces, distilled / reference); BLEU against the references {self.bleu:.2f} "
+            f"(tokenized {self.tok_bleu:.2f})"
+        )
+
+
+def _body(ids: np.ndarray) -> list[int]:
+    """Target ids without ``<s>``, ``</s>`` and ``<pad>``."""
+    return [int(t) for t in ids if t not in (BOS_ID, EOS_ID, PAD_ID)]
+
+
+def distillation_statistics(
+    original: str | Path, distilled: str | Path, *, target_lang: str | None = None
+) -> DistillationStatistics:
+    """Compare the training split of a prepared dataset with its distilled copy.
+
+    Args:
+        original: the dataset ``fadat distill --data`` read.
+        distilled: the dataset it wrote (``--output``): same sources, targets rewritten.
+        target_lang: ISO code of the target language for BLEU's tokenizers (``None``: the
+            datasets' ``meta.json``).
+
+    Returns:
+        :class:`DistillationStatistics`.
+
+    Raises:
+        InputError: a dataset that does not load or names no languages; the two do not
+            correspond (pair counts, sources or sentencepiece models differ).
+    """
+    import sentencepiece
+
+    from fadat.data.binarized import BinarizedDataset
+    from fadat.evaluation.scoring import corpus_scores, read_languages
+
+    original, distilled = Path(original), Path(distilled)
+    model = original / "spm.model"
+    try:
+        same_model = model.read_bytes() == (distilled / "spm.model").read_bytes()
+    except OSError as err:
+        raise InputError(f"{err.filename}: cannot read the sentencepiece model") from None
+    if not same_model:
+        raise InputError(f"{distilled}: another sentencepiece model than {original}")
+    before = BinarizedDataset(original, "train")
+    after = BinarizedDataset(distilled, "train")
+    if len(before) != len(after):
+        raise InputError(
+            f"{distilled}: {len(after)} training pairs, {original} has {len(before)}: not its "
+            "distilled copy"
+        )
+    if target_lang is None:
+        target_lang = read_languages(original)[1]
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
+    references, hypotheses = [], []
+    changed = reference_pieces = distilled_pieces = 0
+    for i in range(len(before)):
+        source, reference = before[i]
+        source_kd, target = after[i]
+        if not np.array_equal(source, source_kd):
+            raise InputError(
+                f"{distilled}: the source of training pair {i} differs from {original}'s: not "
+                "its distilled copy"
+            )
+        ref, hyp = _body(reference), _body(target)
+        changed += ref != hyp
+        reference_pieces += len(ref)
+        distilled_pieces += len(hyp)
+        references.append(sp.decode(ref))
+        hypotheses.append(sp.decode(hyp))
+    pairs = len(before)
+    scores = corpus_scores(hypotheses, [references], target_lang)
+    return DistillationStatistics(
+        pairs=pairs,
+        changed=changed,
+        changed_share=changed / pairs if pairs else 0.0,
+        reference_pieces=reference_pieces,
+        distilled_pieces=distilled_pieces,
+        length_ratio=distilled_pieces / reference_pieces if reference_pieces else float("nan"),
+        bleu=float(scores["bleu"]),
+        tok_bleu=float(scores["tok_bleu"]),
+        bleu_signature=str(scores["bleu_signature"]),
+    )
