@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: The DAT rows' engines the frontier can take (the bench JSON's ``system`` field).
+ENGINES = ("torch", "onnxruntime")
+
 #: A design's name in ``--design NAME=DIR`` (bench/bench_inference.py's ``--dat NAME=DIR``).
 DESIGN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 
@@ -202,14 +205,18 @@ def frontier_points(
     bleu: Mapping[str, Any] | None = None,
     precision: str = "int8",
     ct2_compute: str | None = None,
+    engine: str = "torch",
 ) -> tuple[list[Point], list[Baseline]]:
     """The points of the frontier and the CTranslate2 rows they are compared with.
 
     Args:
         benches: bench/bench_inference.py JSON files, read (each one run).
         bleu: a :func:`valid_bleu` result (its points give ``valid_bleu``), or ``None``.
-        precision: the torch rows' precision to take.
+        precision: the DAT rows' precision to take.
         ct2_compute: the CTranslate2 compute type of the baselines (default ``precision``).
+        engine: the DAT rows' engine, ``torch`` (``DAT ...`` rows) or ``onnxruntime``
+            (``ORT ...`` rows, the exports of ``--onnx-dir``); the points' ``precision`` then
+            reads ``int8 ORT``.
 
     Returns:
         ``(points, baselines)``: points ordered by design (first appearance), strategy (first
@@ -219,6 +226,8 @@ def frontier_points(
         ValueError: a design measured in two files (its speed-ups would mix runs), or a JSON
             of a bench older than the per-row fields.
     """
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     compute = ct2_compute or precision
     valid: dict[tuple[str, str, float], float] = {}
     for p in (bleu or {}).get("points", []):
@@ -230,7 +239,7 @@ def frontier_points(
         base = baselines(bench, compute, run)
         found_baselines += [base[b] for b in ("beam5", "greedy") if b in base]
         for row in _rows(bench).values():
-            if row.get("system") != "torch" or row.get("precision") != precision:
+            if row.get("system") != engine or row.get("precision") != precision:
                 continue
             if row.get("shortlist") or row.get("prune") is not None:
                 continue
@@ -257,7 +266,7 @@ def frontier_points(
                 design,
                 strategy,
                 lam,
-                precision,
+                precision if engine == "torch" else f"{precision} ORT",
                 ms,
                 _triple(row.get("sent_s")),
                 row.get("tok_bleu"),
@@ -436,7 +445,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("table", help="the frontier's Markdown table and PNG")
     p.add_argument("--bench", nargs="+", required=True, help="bench_inference.py --json files")
     p.add_argument("--bleu", help="the JSON of the bleu command")
-    p.add_argument("--precision", default="int8", help="the torch rows' precision (int8)")
+    p.add_argument("--precision", default="int8", help="the DAT rows' precision (int8)")
+    p.add_argument(
+        "--engine",
+        default="torch",
+        choices=ENGINES,
+        help="the DAT rows' engine: torch (DAT rows, default) or onnxruntime (ORT rows)",
+    )
     p.add_argument("--ct2-compute", help="CTranslate2's compute type (default: --precision)")
     p.add_argument("--markdown", help="write the table here (it is printed too)")
     p.add_argument("--png", help="write the picture here")
@@ -469,7 +484,9 @@ def main(argv: list[str] | None = None) -> int:
     benches = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.bench]
     bleu = json.loads(Path(args.bleu).read_text(encoding="utf-8")) if args.bleu else None
     try:
-        points, found = frontier_points(benches, bleu, args.precision, args.ct2_compute)
+        points, found = frontier_points(
+            benches, bleu, args.precision, args.ct2_compute, args.engine
+        )
     except ValueError as err:
         raise SystemExit(str(err)) from None
     if not points:

@@ -104,6 +104,29 @@ BLEU = {
 }
 
 
+def test_onnxruntime_rows_are_a_frontier_of_their_own():
+    """--engine onnxruntime takes the ORT rows (the bench's system "onnxruntime") and only
+    them, compared with the same run's CTranslate2 rows; an unknown engine is refused."""
+    frontier = load_frontier()
+    bench = bench_json()
+    bench["a: ORT lookahead int8 λ=2"] = dat_row(
+        "a", "lookahead", 2.0, 8.0, 18.5, system="onnxruntime"
+    )
+    bench["a: ORT lookahead fp32 λ=2"] = dat_row(
+        "a", "lookahead", 2.0, 12.0, 18.5, precision="fp32", system="onnxruntime"
+    )
+    points, baselines = frontier.frontier_points([bench], BLEU, engine="onnxruntime")
+    assert [(p.design, p.strategy, p.lam, p.precision) for p in points] == [
+        ("a", "lookahead", 2.0, "int8 ORT")
+    ]
+    assert points[0].speedup_beam5 == pytest.approx(40.0 / 8.0)  # the AT's own beam 5 row
+    assert points[0].valid_bleu == 20.5
+    torch_points, _ = frontier.frontier_points([bench], BLEU)
+    assert all(p.precision == "int8" for p in torch_points) and len(torch_points) == 4
+    with pytest.raises(ValueError, match="engine must be one of"):
+        frontier.frontier_points([bench], BLEU, engine="openvino")
+
+
 def test_points_speedups_and_table():
     frontier = load_frontier()
     points, baselines = frontier.frontier_points([bench_json()], BLEU)
