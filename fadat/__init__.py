@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time see __getattr__
     from fadat.data.prepare import prepare as prepare
+    from fadat.evaluation.analysis import analyze as analyze
     from fadat.evaluation.evaluate import evaluate as evaluate
     from fadat.evaluation.show_graph import show_graph as show_graph
     from fadat.models.shortlist import shortlist as shortlist
@@ -48,6 +49,7 @@ _LAZY: dict[str, str] = {
     "train": "fadat.training.trainer",
     "average": "fadat.training.average",
     "evaluate": "fadat.evaluation.evaluate",
+    "analyze": "fadat.evaluation.analysis",
     "show_graph": "fadat.evaluation.show_graph",
     "distill": "fadat.translation.distill",
     "export": "fadat.translation.export",

@@ -29,6 +29,12 @@ class EmulatedBF16Warning(FadatWarning):
     (:func:`fadat.process.native_bf16`)."""
 
 
+class ThreadsAboveCoresWarning(FadatWarning):
+    """More threads than the cores this process may use, let through because the caller insisted
+    (``force``, the verbs' ``--force``): they share the cores and slow torch down
+    (:func:`fadat.options.check_threads`)."""
+
+
 class InputError(ValueError):
     """Bad input from the user: a file, line, argument or model directory that cannot be used.
 

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,22 +88,26 @@ def _keep_freed_memory() -> bool:
 
 def apply_threads(threads: int, force: bool = False) -> None:
     """``torch.set_num_threads(threads)`` when ``threads > 0``, after
-    :func:`fadat.options.check_threads` (a warning ``fadat: warning: ...`` on stderr when
-    ``force`` lets more threads than cores through).
+    :func:`fadat.options.check_threads`.
 
     Args:
         threads: torch's intra-op threads; 0 leaves torch's default.
         force: allow more threads than the cores this process may use.
 
+    Warns:
+        ThreadsAboveCoresWarning: ``force`` lets more threads than cores through (``fadat``'s
+            command line prints it as one ``fadat: warning: ...`` line).
+
     Raises:
         InputError: ``threads`` negative or above :data:`fadat.options.MAX_THREADS`, or above the
             machine's cores without ``force``.
     """
+    from fadat.errors import ThreadsAboveCoresWarning
     from fadat.options import check_threads
 
     warning = check_threads(threads, force)
     if warning:
-        print(f"fadat: warning: {warning}", file=sys.stderr)
+        warnings.warn(warning, ThreadsAboveCoresWarning, stacklevel=2)
     if threads:
         import torch
 

@@ -24,7 +24,7 @@ from fadat.data.contract import BOS_ID, EOS_ID
 from fadat.errors import InputError
 from fadat.models.at import ATModel
 from fadat.models.config import make_config
-from fadat.translation.distill import PARTIAL, distill
+from fadat.translation.distill import PARTIAL, Distillation, distill
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def reference(gen, tmp_path_factory) -> Path:
     out = tmp_path_factory.getbasetemp() / "distill-ref"
     return distill(
         gen["at"], gen["data"], out, beam=3, batch_size=16, engine="fadat", progress=False
-    )
+    ).output
 
 
 def test_targets_are_the_teachers_beam_outputs(gen, reference):
@@ -112,7 +112,8 @@ def test_targets_are_the_teachers_beam_outputs(gen, reference):
 def test_resume_after_stop_and_torn_line_gives_the_same_files(gen, reference, tmp_path, capsys):
     out = tmp_path / "kd"
     kwargs = dict(beam=3, batch_size=16, engine="fadat", progress=False)
-    distill(gen["at"], gen["data"], out, stop_after=5, **kwargs)
+    stopped = distill(gen["at"], gen["data"], out, stop_after=5, **kwargs)
+    assert stopped == Distillation(out, complete=False)
     lines = (out / PARTIAL).read_text(encoding="utf-8").splitlines()
     assert len(lines) == 1 + 5 and not (out / "meta.json").exists()
     # The unfinished dataset is named as such where it is read (fadat train, evaluate, ...).
@@ -127,18 +128,20 @@ def test_resume_after_stop_and_torn_line_gives_the_same_files(gen, reference, tm
     distill(gen["at"], gen["data"], out, stop_after=3, **kwargs)
     text = (out / PARTIAL).read_text(encoding="utf-8")
     assert text.endswith("\n") and len(text.splitlines()) == 1 + 8
-    distill(gen["at"], gen["data"], out, **kwargs)
+    assert distill(gen["at"], gen["data"], out, **kwargs) == Distillation(out, complete=True)
     assert _files(out) == _files(reference)
     assert _meta(out) == _meta(reference)
     # Once complete, a re-run does nothing.
-    assert distill(gen["at"], gen["data"], out, **kwargs) == out
+    assert distill(gen["at"], gen["data"], out, **kwargs) == Distillation(out, True, reused=True)
 
 
 def test_python_distill_checks_threads_and_locks_its_output(gen, tmp_path, monkeypatch, capsys):
     """What ``fadat distill`` checks around the work, :func:`distill` checks for a Python caller
-    too: threads above the cores only with ``force`` (a warning then), and one writer per
-    output (tests/test_sigkill_and_resume_gives_the_same_files runs the verb against the same
+    too: threads above the cores only with ``force`` (a ThreadsAboveCoresWarning then, printed
+    by the command line only), and one writer per output
+    (tests/test_sigkill_and_resume_gives_the_same_files runs the verb against the same
     reference)."""
+    from fadat.errors import ThreadsAboveCoresWarning
     from fadat.outputs import output_lock
 
     out = tmp_path / "kd"
@@ -151,9 +154,50 @@ def test_python_distill_checks_threads_and_locks_its_output(gen, tmp_path, monke
         distill(gen["at"], gen["data"], out, **kwargs)
     assert not out.exists()
     capsys.readouterr()
-    distill(gen["at"], gen["data"], out, threads=2, force=True, stop_after=1, **kwargs)
-    assert "fadat: warning: --threads 2 is more than the 1 CPU core" in capsys.readouterr().err
+    with pytest.warns(ThreadsAboveCoresWarning, match="--threads 2 is more than the 1 CPU core"):
+        distill(gen["at"], gen["data"], out, threads=2, force=True, stop_after=1, **kwargs)
+    assert capsys.readouterr() == ("", "")
     assert len((out / PARTIAL).read_text(encoding="utf-8").splitlines()) == 1 + 1
+
+
+def test_python_distill_prints_nothing_and_the_verb_prints_as_before(
+    gen, reference, tmp_path, capsys
+):
+    """:func:`distill` returns what ``fadat distill`` prints (the dataset, and whether it was
+    already there) and prints nothing itself; the verb prints ``wrote OUTPUT (N sentences, R
+    sentences/s this run)``, after ``OUTPUT: already distilled with these settings`` when the
+    output was a complete dataset of the same settings."""
+    import shutil
+
+    kwargs = dict(beam=3, batch_size=16, engine="fadat", progress=False)
+    argv = ["distill", "--model", str(gen["at"]), "--data", str(gen["data"]), "--beam", "3"]
+    argv += ["--batch-size", "16", "--engine", "fadat", "--no-progress-bar"]
+    # Two copies of a run stopped before its last batch (19 batches of at most 16 sentences):
+    # one finished from Python, one by the verb.
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    capsys.readouterr()
+    assert distill(gen["at"], gen["data"], ours, stop_after=18, **kwargs).complete is False
+    shutil.copytree(ours, theirs)
+    assert distill(gen["at"], gen["data"], ours, **kwargs) == Distillation(ours, complete=True)
+    assert distill(gen["at"], gen["data"], ours, **kwargs) == Distillation(ours, True, True)
+    assert capsys.readouterr() == ("", "")
+    assert _files(ours) == _files(reference)
+
+    assert cli.main([*argv, "--output", str(theirs)]) == 0
+    rate = read_meta(theirs)["distilled"]["sentences_per_second_this_run"]
+    assert isinstance(rate, float) and rate > 0
+    assert capsys.readouterr() == (
+        f"wrote {theirs} (300 sentences, {rate} sentences/s this run)\n",
+        "",
+    )
+    assert _files(theirs) == _files(reference)
+    # Complete already: the earlier run's numbers, after a line that says so.
+    assert cli.main([*argv, "--output", str(theirs)]) == 0
+    assert capsys.readouterr() == (
+        f"{theirs}: already distilled with these settings\n"
+        f"wrote {theirs} (300 sentences, {rate} sentences/s this run)\n",
+        "",
+    )
 
 
 def test_sigkill_and_resume_gives_the_same_files(gen, reference, tmp_path):
@@ -207,12 +251,15 @@ def test_ctranslate2_engine_gives_the_same_targets(gen, reference, tmp_path):
     theirs = distill(
         gen["at"], gen["data"], tmp_path / "g2", beam=1, engine="ctranslate2", **kwargs
     )
+    ours, theirs = ours.output, theirs.output
     assert _files(ours) == _files(theirs)
     assert not (theirs / "teacher-ctranslate2").exists()
     # Beam: not compared here. This random teacher puts much probability on <s> and <pad>,
     # which CTranslate2 removes before its softmax and fadat after (fadat.translation.export); the
     # beam comparison is tests/test_export.py's, on a trained model. The targets are well formed.
-    theirs = distill(gen["at"], gen["data"], tmp_path / "b", beam=3, engine="ctranslate2", **kwargs)
+    theirs = distill(
+        gen["at"], gen["data"], tmp_path / "b", beam=3, engine="ctranslate2", **kwargs
+    ).output
     kd = BinarizedDataset(theirs, "train")
     assert len(kd) == 300 and all(
         kd[i][1][0] == BOS_ID and kd[i][1][-1] == EOS_ID for i in range(300)

@@ -1,7 +1,8 @@
-"""The library entry points of ``fadat average``, ``shortlist``, ``export`` and ``serve`` called
-from Python, without argparse: each writes what the verb writes on the same input (the verb's
-module in fadat.cli only maps its flags onto them), and refuses bad keyword values with the
-verb's messages before any work. ``fadat.translation.distill.distill``: tests/test_distill.py."""
+"""The library entry points of ``fadat average``, ``shortlist``, ``export``, ``analyze`` and
+``serve`` called from Python, without argparse: each writes what the verb writes on the same
+input (the verb's module in fadat.cli only maps its flags onto them), and refuses bad keyword
+values with the verb's messages before any work. ``fadat.translation.distill.distill``:
+tests/test_distill.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_translate import random_models
+from test_translate import random_models, random_sentences
 
 from fadat import cli
 from fadat.errors import InputError
@@ -260,6 +261,141 @@ def test_export_onnx_from_python_equals_the_verb(tiny, tmp_path, capsys):
     ours, theirs = OnnxDAT(out), OnnxDAT(tmp_path / "cli")
     for a, b in zip(ours.run(source), theirs.run(source), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+# ----------------------------------------------------------------------------------------------
+# analyze
+
+
+@pytest.fixture(scope="module")
+def tiny_dataset(tiny) -> Path:
+    """A ``fadat prepare``d dataset over the tiny models' words (test split of 6 pairs, sources
+    short enough for their 8 source positions)."""
+    root = tiny["root"] / "prepared"
+    root.mkdir()
+    argv = ["prepare"]
+    for k, (split, n) in enumerate((("train", 60), ("test", 6))):
+        prefix = "" if split == "train" else f"{split}-"
+        for side, seed in (("source", 10 + k), ("target", 20 + k)):
+            path = root / f"{split}.{side}"
+            path.write_text("\n".join(random_sentences(n, seed)) + "\n", encoding="utf-8")
+            argv += [f"--{prefix}{side}-file", str(path)]
+    argv += ["--source-lang", "en", "--target-lang", "en", "--vocab-size", "16"]
+    assert cli.main([*argv, "--model-type", "word", "--output", str(root / "data")]) == 0
+    return root / "data"
+
+
+def test_analyze_from_python_equals_the_verb(tiny, tiny_dataset, tmp_path, capsys):
+    from matplotlib.image import imread
+
+    from fadat import outputs
+    from fadat.evaluation.analysis import (
+        Analysis,
+        analyze,
+        analyze_model,
+        format_table3,
+        format_table5,
+        load_dat_model,
+    )
+    from fadat.evaluation.scoring import load_split
+
+    models, names = [tiny["dat"], tiny["dat"]], ["one", "two"]
+    capsys.readouterr()
+    result = analyze(
+        models,
+        data=tiny_dataset,
+        names=names,
+        strategies=["greedy", "lookahead"],
+        output_dir=tmp_path / "py",
+        options={"beta": 1.5, "seed": None},
+    )
+    assert capsys.readouterr() == ("", "")  # the library prints nothing
+    assert isinstance(result, Analysis)
+    assert result.figure == tmp_path / "py" / "vertex_density.png"
+    assert result.numbers == tmp_path / "py" / "analysis.json"
+    assert json.loads(result.numbers.read_text()) == result.summary
+    assert outputs.output_kind(tmp_path / "py") == "analysis"
+    written = {p.name for p in (tmp_path / "py").iterdir() if p.name != outputs.MARKER}
+    assert written == {"analysis.json", "vertex_density.png"}
+    assert [r.name for r in result.reports] == names
+    assert all(r.sentences == r.analysed == 6 for r in result.reports)
+    # Each strategy got the options it takes (lookahead β; greedy none): the numbers of
+    # analyze_model given them directly.
+    sources, references = load_split(tiny_dataset, "test", 0)
+    model, sp = load_dat_model(tiny["dat"])
+    direct = analyze_model(
+        model,
+        sp,
+        "one",
+        sources,
+        references,
+        "en",
+        strategies=["greedy", "lookahead"],
+        options={"lookahead": {"beta": 1.5}},
+    )
+    assert result.reports[0].strategies == direct.strategies
+    assert result.reports[0].buckets == direct.buckets
+
+    argv = ["analyze", "--model", *map(str, models), "--names", *names, "--data"]
+    argv += [str(tiny_dataset), "--strategies", "greedy,lookahead", "--beta", "1.5"]
+    printed = _main([*argv, "-o", str(tmp_path / "cli")], capsys)
+    # The verb prints the returned reports: the same numbers, to the digit.
+    assert printed == (
+        f"Table 3: confidence of decoded outputs (nats per sentence; 6 sentences of "
+        f"{tiny_dataset} test)\n\n{format_table3(result.reports)}\n"
+        "\nTable 5: tokenized BLEU by reference length in 13a tokens (sentences)\n\n"
+        f"{format_table5(result.reports)}\n"
+        f"\nFigure 1: {tmp_path / 'cli' / 'vertex_density.png'}\n"
+        f"numbers: {tmp_path / 'cli' / 'analysis.json'}\n"
+    )
+    assert (tmp_path / "cli" / "analysis.json").read_bytes() == result.numbers.read_bytes()
+    assert np.array_equal(imread(tmp_path / "cli" / "vertex_density.png"), imread(result.figure))
+    # One model by its path, labelled by its directory's name, into an earlier analysis.
+    again = analyze(
+        tiny["dat"], data=tiny_dataset, strategies="greedy", output_dir=result.figure.parent
+    )
+    assert [r.name for r in again.reports] == ["dat"]
+    assert list(again.reports[0].strategies) == ["greedy", "lookahead"]  # + bucket strategy
+
+    # The verb's checks and messages, before any work.
+    for bad, message in (
+        ({"names": ["one"]}, "--names has 1 labels for 2 models"),
+        ({"names": ["one", "one"]}, r"model labels must differ, got \['one', 'one'\]"),
+        ({"subset": -1}, "--subset must be >= 0, got -1"),
+        ({"max_tokens": -1}, "--max-tokens must be >= 0, got -1"),
+        ({"strategies": " , "}, "--strategies is empty"),
+        ({"threads": -1}, r"--threads must be in \[0, 1024\], got -1"),
+        ({"output_dir": tiny["dat"] / "analysis"}, "--output-dir"),
+    ):
+        with pytest.raises(InputError, match=message):
+            analyze(models, data=tiny_dataset, **{"output_dir": tmp_path / "none", **bad})
+    with pytest.raises(InputError, match="give at least one model directory"):
+        analyze([], data=tiny_dataset, output_dir=tmp_path / "none")
+    with pytest.raises(InputError, match="AT model"):
+        analyze(tiny["at"], data=tiny_dataset, output_dir=tmp_path / "none")
+    assert not (tmp_path / "none").exists() and not (tiny["dat"] / "analysis").exists()
+
+
+def test_analyze_threads_above_the_cores_warn(tiny, tiny_dataset, tmp_path, monkeypatch):
+    """More threads than cores: refused, or with ``force`` a ThreadsAboveCoresWarning (which
+    the command line prints as one ``fadat: warning:`` line) and no print."""
+    from fadat.errors import ThreadsAboveCoresWarning
+    from fadat.evaluation.analysis import analyze
+
+    monkeypatch.setattr("fadat.options.usable_cores", lambda: 1)
+    kwargs = {"data": tiny_dataset, "output_dir": tmp_path / "out", "threads": 2}
+    with pytest.raises(InputError, match="--threads 2 is more than the 1 CPU core"):
+        analyze(tiny["dat"], **kwargs)
+    before = torch.get_num_threads()
+    try:
+        with (
+            pytest.warns(ThreadsAboveCoresWarning, match="--threads 2 is more than the 1 CPU"),
+            pytest.raises(InputError, match="--subset must be >= 0"),
+        ):
+            analyze(tiny["dat"], force=True, subset=-1, **kwargs)
+    finally:
+        torch.set_num_threads(before)
+    assert not (tmp_path / "out").exists()
 
 
 # ----------------------------------------------------------------------------------------------

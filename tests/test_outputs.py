@@ -325,16 +325,16 @@ def test_save_pretrained_keeps_other_files_of_a_model_directory(tmp_path, models
 
 
 def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch):
-    import fadat.cli.analyze
     import fadat.cli.score
     import fadat.cli.translate
+    import fadat.evaluation.analysis
     import fadat.evaluation.evaluate
 
     folder = foreign_dir(tmp_path / "folder")
     blocker = user_file(tmp_path / "blocker")
     no_work(monkeypatch, fadat.cli.translate, "load_translation_model", "read_lines")
     no_work(monkeypatch, fadat.cli.score, "load_model", "read_pairs")
-    no_work(monkeypatch, fadat.cli.analyze, "load_dat_model")
+    no_work(monkeypatch, fadat.evaluation.analysis, "load_dat_model")
     no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
     m = str(models["dat"])
     for argv in (

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     """Distill; returns 0. Raises InputError for bad input (see
     :func:`fadat.translation.distill.distill`), or while another process distills into the
     same ``--output``."""
-    out = distill(
+    result = distill(
         args.model,
         args.data,
         args.output,
@@ -50,7 +50,9 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress_bar,
         force=args.force,
     )
-    info = read_meta(out).get("distilled", {})
+    if result.reused:
+        print(f"{result.output}: already distilled with these settings")
+    info = read_meta(result.output).get("distilled", {})
     rate = info.get("sentences_per_second_this_run")
-    print(f"wrote {out} ({info.get('sentences')} sentences, {rate} sentences/s this run)")
+    print(f"wrote {result.output} ({info.get('sentences')} sentences, {rate} sentences/s this run)")
     return 0

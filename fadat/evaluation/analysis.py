@@ -16,15 +16,18 @@ The numbers live in small pure functions (:func:`path_statistics`, :func:`vertex
 :func:`vertex_density`; the length buckets are :mod:`fadat.evaluation.scoring`'s);
 :func:`analyze_model` runs one model over a split (batches as ``fadat translate`` makes them,
 :func:`model_outputs`) and :func:`plot_vertex_density` / :func:`format_table3` /
-:func:`format_table5` present them. Several model directories are analysed side by side.
+:func:`format_table5` present them. :func:`analyze` is the verb (the command line:
+:mod:`fadat.cli.analyze`): several model directories analysed side by side, Figure 1 and the
+numbers written to a directory.
 
 Only run on CPU; the code is device-agnostic but CUDA was not run.
 """
 
 from __future__ import annotations
 
+import json
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -33,10 +36,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from fadat import outputs
 from fadat.data.contract import PAD_ID, pad_sequences
 from fadat.data.spm import decode as spm_decode
 from fadat.errors import InputError
 from fadat.evaluation.scoring import DEFAULT_STRATEGIES, bucket_labels
+from fadat.translation.pipeline import DEFAULT_MAX_TOKENS
 
 # ---------------------------------------------------------------------------------------------
 # Pure functions on model outputs
@@ -474,6 +479,183 @@ def _strategy_report(
         bleu=float(scores["bleu"]),
         tok_bleu=float(scores["tok_bleu"]),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The verb
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What :func:`analyze` measured and wrote.
+
+    Attributes:
+        reports: one :class:`ModelReport` per model, in the order given: Table 3's rows and
+            Table 5's columns as Markdown with :func:`format_table3` / :func:`format_table5`.
+        figure: Figure 1 as written, ``OUTPUT_DIR/vertex_density.png``
+            (:func:`plot_vertex_density`).
+        numbers: the JSON file written, ``OUTPUT_DIR/analysis.json``; it holds :attr:`summary`.
+        summary: ``{"data", "split", "target_lang", "models"}``, ``models`` holding each
+            report's :meth:`ModelReport.summary` (no per-vertex arrays, no translations).
+    """
+
+    reports: list[ModelReport]
+    figure: Path
+    numbers: Path
+    summary: dict[str, Any]
+
+
+def analyze(
+    models: str | Path | Sequence[str | Path],
+    *,
+    data: str | Path,
+    names: Sequence[str] | None = None,
+    split: str = "test",
+    strategies: str | Sequence[str] = DEFAULT_STRATEGIES,
+    bucket_strategy: str = "lookahead",
+    subset: int = 0,
+    output_dir: str | Path = "analysis",
+    upsample_ratio: float | None = None,
+    device: str = "cpu",
+    threads: int = 0,
+    force: bool = False,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    options: Mapping[str, Any] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Analysis:
+    """The confidence of DAT models on one split of a prepared dataset, side by side
+    (``fadat analyze``; every keyword's default is the flag's): Table 3 and Table 5 of the
+    FA-DAT paper (Ma et al. 2023, §4.4 "Analysis and Discussion" and Appendix D "Sequence
+    Length") as :class:`ModelReport` per model, and Figure 1 (§4.4, the vertices' passing
+    against max token probability) and the numbers written to ``output_dir``: the directory is
+    marked as fadat's ``analysis`` and only its two files are written there, each all-or-nothing
+    (:mod:`fadat.outputs`).
+
+    Example::
+
+        from fadat.evaluation.analysis import analyze, format_table3
+
+        result = analyze(["models/nll", "models/fadat"], data="data/bible-en-es",
+                         names=["DA-T", "FA-DAT"], output_dir="analysis")
+        print(format_table3(result.reports))
+
+    Args:
+        models: DAT model directories, one path or several; compared side by side.
+        data: a dataset directory written by ``fadat prepare`` (its ``meta.json`` and
+            ``raw/<split>.*``).
+        names: the models' labels in tables, plots and JSON (default: their directory names,
+            :func:`fadat.models.directory.model_labels`); as many as ``models``, all different.
+        split: the split to analyse.
+        strategies: the decoding strategies of Table 3, a sequence of names or one
+            comma-separated string.
+        bucket_strategy: the strategy whose outputs Table 5 scores per reference-length bucket
+            (added to the strategies decoded if missing).
+        subset: only the first N sentences (0 = all).
+        output_dir: the directory for ``vertex_density.png`` and ``analysis.json``; absent,
+            empty or an earlier analysis (:func:`fadat.outputs.check_output_dir`).
+        upsample_ratio: the decoding λ (graph size ``L = λ·|x|``); ``None`` = each model's own.
+        device: ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        threads: torch's intra-op threads, set for the whole process (0 = torch's default;
+            :func:`fadat.process.apply_threads`).
+        force: allow ``threads`` above the cores this process may use.
+        max_tokens: batch budget in padded graph vertices (:func:`model_outputs`).
+        options: decoding options by their command-line names (``{"beta": 1.0}``: the keys of
+            :data:`fadat.options.DECODING_OPTIONS`); every strategy gets those it takes.
+        warn: receives the warnings about over-long source lines (truncated); default
+            :func:`warnings.warn`.
+
+    Returns:
+        :class:`Analysis`: the reports, and where Figure 1 and the numbers went.
+
+    Warns:
+        ThreadsAboveCoresWarning: ``force`` lets more threads than cores through.
+
+    Raises:
+        InputError: named by their ``fadat analyze`` flags: ``names`` not one per model or not
+            all different, a negative ``subset`` or ``max_tokens``, no strategies, ``threads``
+            out of range or above the cores without ``force``; an ``output_dir`` that is an
+            input, lies inside one, or is not empty and not an earlier analysis (all checked
+            before any work); a missing or non-DAT model directory
+            (:func:`load_dat_model`); a missing split or dataset; a strategy or options that a
+            model does not take (:func:`analyze_model`); the figure cannot be written.
+        NonFiniteOutputError: a model's outputs are NaN or infinite (corrupt weights).
+    """
+    from fadat.evaluation.scoring import load_split, read_languages
+    from fadat.models.directory import model_labels
+    from fadat.options import decoding_keywords
+    from fadat.process import apply_threads
+    from fadat.translation.pipeline import strategy_options
+
+    apply_threads(threads, force)
+    directories = [models] if isinstance(models, str | Path) else list(models)
+    if not directories:
+        raise InputError("give at least one model directory")
+    if names is not None and len(names) != len(directories):
+        raise InputError(f"--names has {len(names)} labels for {len(directories)} models")
+    if subset < 0:
+        raise InputError(f"--subset must be >= 0, got {subset}")
+    if max_tokens < 0:
+        raise InputError(f"--max-tokens must be >= 0, got {max_tokens}")
+    listed = strategies.split(",") if isinstance(strategies, str) else list(strategies)
+    if not all(isinstance(name, str) for name in listed):
+        raise InputError(f"--strategies must be strategy names, got {strategies!r}")
+    chosen = [s.strip() for s in listed if s.strip()]
+    if not chosen:
+        raise InputError("--strategies is empty")
+    out = Path(output_dir)
+    # Before any work (fadat.outputs).
+    outputs.check_not_input(
+        out, [("--data", data), *(("--model", m) for m in directories)], "--output-dir"
+    )
+    outputs.check_output_dir(out, "analysis", "--output-dir")
+    labels = list(names) if names else model_labels(directories)
+    if len(set(labels)) != len(labels):
+        raise InputError(f"model labels must differ, got {labels}")
+    sources, references = load_split(data, split, subset)
+    _, target_lang = read_languages(data)
+    reports = []
+    for directory, name in zip(directories, labels, strict=True):
+        model, sp = load_dat_model(directory, device)
+        accepted = strategy_options(model)
+        # Every strategy takes the options that it accepts (as fadat evaluate does).
+        per_strategy = {
+            s: {
+                k: v
+                for k, v in decoding_keywords(options, model.flag_aliases.get(s)).items()
+                if k in accepted.get(s, ())
+            }
+            for s in [*chosen, bucket_strategy]
+        }
+        reports.append(
+            analyze_model(
+                model,
+                sp,
+                name,
+                sources,
+                references,
+                target_lang,
+                strategies=chosen,
+                bucket_strategy=bucket_strategy,
+                options=per_strategy,
+                max_tokens=max_tokens,
+                warn=warn,
+                upsample_ratio=upsample_ratio,
+            )
+        )
+    outputs.mark_dir(out, "analysis")
+    figure = out / "vertex_density.png"
+    with outputs.atomic_path(figure) as tmp:
+        plot_vertex_density([(r.name, r.passing, r.max_token) for r in reports], tmp)
+    summary = {
+        "data": str(data),
+        "split": split,
+        "target_lang": target_lang,
+        "models": [r.summary() for r in reports],
+    }
+    numbers = out / "analysis.json"
+    outputs.atomic_write(numbers, json.dumps(summary, indent=2) + "\n")
+    return Analysis(reports=reports, figure=figure, numbers=numbers, summary=summary)
 
 
 # ---------------------------------------------------------------------------------------------

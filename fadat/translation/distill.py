@@ -28,10 +28,11 @@ import datetime
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ import torch
 from fadat.data.binarized import DISTILL_PARTIAL, BinarizedDataset, read_meta, write_split
 from fadat.data.build import sha256_file
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
-from fadat.errors import InputError
+from fadat.errors import InputError, ThreadsAboveCoresWarning
 from fadat.models.architectures import naming_inputs
 from fadat.models.directory import (
     load_pretrained,
@@ -164,6 +165,24 @@ def resolve_engine(engine: str) -> str:
     return "ctranslate2"
 
 
+@dataclass(frozen=True)
+class Distillation:
+    """What :func:`distill` did.
+
+    Attributes:
+        output: the dataset directory.
+        complete: ``output`` is a complete dataset (its ``meta.json`` written); false only when
+            ``stop_after`` stopped the run first.
+        reused: ``output`` already was a complete dataset of the same settings, returned
+            unchanged: nothing was translated (``fadat distill`` prints
+            ``OUTPUT: already distilled with these settings``).
+    """
+
+    output: Path
+    complete: bool
+    reused: bool = False
+
+
 def distill(
     model_dir: str | Path,
     data_dir: str | Path,
@@ -177,8 +196,10 @@ def distill(
     progress: bool = True,
     force: bool = False,
     stop_after: int | None = None,
-) -> Path:
-    """Write a dataset whose training targets are the AT teacher's translations.
+) -> Distillation:
+    """Write a dataset whose training targets are the AT teacher's translations
+    (``fadat distill``; every keyword's default is the flag's). Prints nothing (but the tqdm bar
+    of ``progress``).
 
     Args:
         model_dir: the teacher, a fadat AT model directory with the data's sentencepiece model.
@@ -190,15 +211,18 @@ def distill(
         threads: CPU threads (torch's, or CTranslate2's intra-op threads).
         engine: ``fadat``, ``ctranslate2`` or ``auto`` (see :func:`resolve_engine`).
         progress: show a tqdm bar on stderr (sentences, sentences/s).
-        force: allow ``threads`` above the cores this process may use (a warning on stderr).
+        force: allow ``threads`` above the cores this process may use.
         stop_after: translate at most this many batches in this call and return without
             writing the dataset (for tests of resumption).
 
     Returns:
-        ``output`` as a Path.
+        :class:`Distillation`: ``output`` as a Path, whether the dataset is complete, and
+        whether ``output`` already was a complete dataset of the same settings (returned
+        unchanged).
 
-    Prints ``OUTPUT: already distilled with these settings`` on stdout when ``output`` is a
-    complete dataset of the same settings (and returns it unchanged).
+    Warns:
+        ThreadsAboveCoresWarning: ``force`` lets more threads than cores through (``fadat``'s
+            command line prints it as one ``fadat: warning: ...`` line).
 
     Raises:
         InputError: the teacher is not an AT or has another vocabulary; missing or corrupt
@@ -209,7 +233,7 @@ def distill(
     """
     warning = check_threads(threads, force)
     if warning:
-        print(f"fadat: warning: {warning}", file=sys.stderr)
+        warnings.warn(warning, ThreadsAboveCoresWarning, stacklevel=2)
     with output_lock(output, "--output"):
         return _distill(
             Path(model_dir),
@@ -237,7 +261,7 @@ def _distill(
     engine: str,
     progress: bool,
     stop_after: int | None,
-) -> Path:
+) -> Distillation:
     """:func:`distill` once its output is locked."""
     if beam < 1 or batch_size < 1 or threads < 1:
         raise InputError("--beam, --batch-size and --threads must be >= 1")
@@ -253,8 +277,7 @@ def _distill(
     if out_meta.is_file():
         old = read_meta(output).get("distilled", {}).get("settings")
         if old == settings:
-            print(f"{output}: already distilled with these settings")
-            return output
+            return Distillation(output, complete=True, reused=True)
         raise InputError(f"{out_meta}: a complete dataset of other settings; use another --output")
     mark_dir(output, "dataset")
     partial = output / PARTIAL
@@ -274,7 +297,7 @@ def _distill(
         torch.set_num_threads(threads_before)
         shutil.rmtree(work, ignore_errors=True)
     if ran is None:
-        return output
+        return Distillation(output, complete=False)
     translated, seconds = ran
     target_of: dict[int, list[int]] = {}
     for b, ids in enumerate(batches):
@@ -283,7 +306,7 @@ def _distill(
     lengths = [len(target_of[i]) for i in range(n)]
     run = {"settings": settings, "teacher_config": teacher["config"], "threads": threads}
     _finish(output, _distilled_meta(meta, lengths, run, translated, seconds))
-    return output
+    return Distillation(output, complete=True)
 
 
 def _settings(
