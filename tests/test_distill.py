@@ -128,11 +128,15 @@ def test_resume_after_stop_and_torn_line_gives_the_same_files(gen, reference, tm
     distill(gen["at"], gen["data"], out, stop_after=3, **kwargs)
     text = (out / PARTIAL).read_text(encoding="utf-8")
     assert text.endswith("\n") and len(text.splitlines()) == 1 + 8
-    assert distill(gen["at"], gen["data"], out, **kwargs) == Distillation(out, complete=True)
+    done = distill(gen["at"], gen["data"], out, **kwargs)
+    assert (done.output, done.complete, done.reused) == (out, True, False)
+    assert done.statistics is not None and done.statistics.pairs == 300
     assert _files(out) == _files(reference)
     assert _meta(out) == _meta(reference)
     # Once complete, a re-run does nothing.
-    assert distill(gen["at"], gen["data"], out, **kwargs) == Distillation(out, True, reused=True)
+    assert distill(gen["at"], gen["data"], out, **kwargs) == Distillation(
+        out, True, reused=True, statistics=done.statistics
+    )
 
 
 def test_python_distill_checks_threads_and_locks_its_output(gen, tmp_path, monkeypatch, capsys):
@@ -178,16 +182,20 @@ def test_python_distill_prints_nothing_and_the_verb_prints_as_before(
     capsys.readouterr()
     assert distill(gen["at"], gen["data"], ours, stop_after=18, **kwargs).complete is False
     shutil.copytree(ours, theirs)
-    assert distill(gen["at"], gen["data"], ours, **kwargs) == Distillation(ours, complete=True)
-    assert distill(gen["at"], gen["data"], ours, **kwargs) == Distillation(ours, True, True)
+    first = distill(gen["at"], gen["data"], ours, **kwargs)
+    assert (first.output, first.complete, first.reused) == (ours, True, False)
+    assert distill(gen["at"], gen["data"], ours, **kwargs) == Distillation(
+        ours, True, True, first.statistics
+    )
     assert capsys.readouterr() == ("", "")
     assert _files(ours) == _files(reference)
 
     assert cli.main([*argv, "--output", str(theirs)]) == 0
     rate = read_meta(theirs)["distilled"]["sentences_per_second_this_run"]
     assert isinstance(rate, float) and rate > 0
+    summary = first.statistics.summary()  # the statistics line (tests/test_distill_stats.py)
     assert capsys.readouterr() == (
-        f"wrote {theirs} (300 sentences, {rate} sentences/s this run)\n",
+        f"wrote {theirs} (300 sentences, {rate} sentences/s this run)\n{summary}\n",
         "",
     )
     assert _files(theirs) == _files(reference)
@@ -195,7 +203,7 @@ def test_python_distill_prints_nothing_and_the_verb_prints_as_before(
     assert cli.main([*argv, "--output", str(theirs)]) == 0
     assert capsys.readouterr() == (
         f"{theirs}: already distilled with these settings\n"
-        f"wrote {theirs} (300 sentences, {rate} sentences/s this run)\n",
+        f"wrote {theirs} (300 sentences, {rate} sentences/s this run)\n{summary}\n",
         "",
     )
 

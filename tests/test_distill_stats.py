@@ -3,7 +3,9 @@ made here from the two datasets, and its refusal of datasets that do not corresp
 
 from __future__ import annotations
 
+import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,12 +21,29 @@ from fadat.translation.distill import distill
 def datasets(tmp_path_factory):
     gen = generated(str(tmp_path_factory.getbasetemp() / "distill-gen"))
     out = tmp_path_factory.getbasetemp() / "distill-stats"
-    kd = distill(gen["at"], gen["data"], out, beam=2, batch_size=32, engine="fadat", progress=False)
-    return gen["data"], kd
+    result = distill(
+        gen["at"], gen["data"], out, beam=2, batch_size=32, engine="fadat", progress=False
+    )
+    return gen["data"], result.output, result
+
+
+def test_distill_records_the_statistics(datasets):
+    """fadat distill computes them from its targets in memory: equal to the statistics of the
+    written dataset, in meta.json and on the result; a reused dataset returns them too."""
+    original, kd, result = datasets
+    again = distillation_statistics(original, kd)
+    assert result.statistics == again
+    meta = json.loads((kd / "meta.json").read_text(encoding="utf-8"))
+    assert meta["distilled"]["statistics"] == again.as_dict()
+    gen_dirs = {"at": Path(meta["distilled"]["settings"]["teacher"]), "data": original}
+    reused = distill(
+        gen_dirs["at"], original, kd, beam=2, batch_size=32, engine="fadat", progress=False
+    )
+    assert reused.reused and reused.statistics == again
 
 
 def test_statistics_count_what_changed(datasets):
-    original, kd = datasets
+    original, kd, _ = datasets
     stats = distillation_statistics(original, kd)
     before, after = BinarizedDataset(original, "train"), BinarizedDataset(kd, "train")
     changed = sum(not np.array_equal(before[i][1], after[i][1]) for i in range(len(before)))
@@ -40,7 +59,7 @@ def test_statistics_count_what_changed(datasets):
 
 
 def test_statistics_refuse_datasets_that_do_not_correspond(datasets, tmp_path):
-    original, kd = datasets
+    original, kd, _ = datasets
     other = tmp_path / "other"
     shutil.copytree(kd, other)
     ids = np.load(other / "train.src.ids.npy")

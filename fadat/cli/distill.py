@@ -55,4 +55,6 @@ def run(args: argparse.Namespace) -> int:
     info = read_meta(result.output).get("distilled", {})
     rate = info.get("sentences_per_second_this_run")
     print(f"wrote {result.output} ({info.get('sentences')} sentences, {rate} sentences/s this run)")
+    if result.statistics is not None:
+        print(result.statistics.summary())
     return 0

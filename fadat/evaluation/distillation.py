@@ -10,6 +10,7 @@ its outputs are shorter than the references, and how far they are from them in B
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -61,15 +62,60 @@ class DistillationStatistics:
         )
 
 
-def _body(ids: np.ndarray) -> list[int]:
+def _body(ids: Sequence[int]) -> list[int]:
     """Target ids without ``<s>``, ``</s>`` and ``<pad>``."""
-    return [int(t) for t in ids if t not in (BOS_ID, EOS_ID, PAD_ID)]
+    return [int(t) for t in ids if int(t) not in (BOS_ID, EOS_ID, PAD_ID)]
+
+
+def target_statistics(
+    references: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    spm_model: str | Path,
+    target_lang: str,
+) -> DistillationStatistics:
+    """:class:`DistillationStatistics` of distilled ``targets`` against the ``references`` of
+    the same sources (both token-id sequences, one per pair, ``<s>``/``</s>``/``<pad>``
+    ignored), detokenised with the sentencepiece model ``spm_model`` for BLEU.
+
+    Raises:
+        ValueError: different numbers of references and targets.
+    """
+    import sentencepiece
+
+    from fadat.evaluation.scoring import corpus_scores
+
+    if len(references) != len(targets):
+        raise ValueError(f"{len(references)} references but {len(targets)} targets")
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
+    refs, hyps = [], []
+    changed = reference_pieces = distilled_pieces = 0
+    for reference, target in zip(references, targets, strict=True):
+        ref, hyp = _body(reference), _body(target)
+        changed += ref != hyp
+        reference_pieces += len(ref)
+        distilled_pieces += len(hyp)
+        refs.append(sp.decode(ref))
+        hyps.append(sp.decode(hyp))
+    pairs = len(refs)
+    scores = corpus_scores(hyps, [refs], target_lang)
+    return DistillationStatistics(
+        pairs=pairs,
+        changed=changed,
+        changed_share=changed / pairs if pairs else 0.0,
+        reference_pieces=reference_pieces,
+        distilled_pieces=distilled_pieces,
+        length_ratio=distilled_pieces / reference_pieces if reference_pieces else float("nan"),
+        bleu=float(scores["bleu"]),
+        tok_bleu=float(scores["tok_bleu"]),
+        bleu_signature=str(scores["bleu_signature"]),
+    )
 
 
 def distillation_statistics(
     original: str | Path, distilled: str | Path, *, target_lang: str | None = None
 ) -> DistillationStatistics:
-    """Compare the training split of a prepared dataset with its distilled copy.
+    """Compare the training split of a prepared dataset with its distilled copy
+    (:func:`target_statistics`; ``fadat distill`` records the same in the copy's ``meta.json``).
 
     Args:
         original: the dataset ``fadat distill --data`` read.
@@ -84,10 +130,8 @@ def distillation_statistics(
         InputError: a dataset that does not load or names no languages; the two do not
             correspond (pair counts, sources or sentencepiece models differ).
     """
-    import sentencepiece
-
     from fadat.data.binarized import BinarizedDataset
-    from fadat.evaluation.scoring import corpus_scores, read_languages
+    from fadat.evaluation.scoring import read_languages
 
     original, distilled = Path(original), Path(distilled)
     model = original / "spm.model"
@@ -106,9 +150,7 @@ def distillation_statistics(
         )
     if target_lang is None:
         target_lang = read_languages(original)[1]
-    sp = sentencepiece.SentencePieceProcessor(model_file=str(model))
-    references, hypotheses = [], []
-    changed = reference_pieces = distilled_pieces = 0
+    references, targets = [], []
     for i in range(len(before)):
         source, reference = before[i]
         source_kd, target = after[i]
@@ -117,22 +159,6 @@ def distillation_statistics(
                 f"{distilled}: the source of training pair {i} differs from {original}'s: not "
                 "its distilled copy"
             )
-        ref, hyp = _body(reference), _body(target)
-        changed += ref != hyp
-        reference_pieces += len(ref)
-        distilled_pieces += len(hyp)
-        references.append(sp.decode(ref))
-        hypotheses.append(sp.decode(hyp))
-    pairs = len(before)
-    scores = corpus_scores(hypotheses, [references], target_lang)
-    return DistillationStatistics(
-        pairs=pairs,
-        changed=changed,
-        changed_share=changed / pairs if pairs else 0.0,
-        reference_pieces=reference_pieces,
-        distilled_pieces=distilled_pieces,
-        length_ratio=distilled_pieces / reference_pieces if reference_pieces else float("nan"),
-        bleu=float(scores["bleu"]),
-        tok_bleu=float(scores["tok_bleu"]),
-        bleu_signature=str(scores["bleu_signature"]),
-    )
+        references.append(reference.tolist())
+        targets.append(target.tolist())
+    return target_statistics(references, targets, model, target_lang)

@@ -42,6 +42,7 @@ from fadat.data.binarized import DISTILL_PARTIAL, BinarizedDataset, read_meta, w
 from fadat.data.build import sha256_file
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError, ThreadsAboveCoresWarning
+from fadat.evaluation.distillation import DistillationStatistics, target_statistics
 from fadat.models.architectures import naming_inputs
 from fadat.models.directory import (
     load_pretrained,
@@ -176,11 +177,16 @@ class Distillation:
         reused: ``output`` already was a complete dataset of the same settings, returned
             unchanged: nothing was translated (``fadat distill`` prints
             ``OUTPUT: already distilled with these settings``).
+        statistics: the distilled targets against the references (pairs changed, length
+            ratio, BLEU; :class:`fadat.evaluation.distillation.DistillationStatistics`), also
+            in ``meta.json`` under ``distilled.statistics``; ``None`` when incomplete, or reused
+            from a dataset written before fadat recorded them.
     """
 
     output: Path
     complete: bool
     reused: bool = False
+    statistics: DistillationStatistics | None = None
 
 
 def distill(
@@ -277,7 +283,9 @@ def _distill(
     if out_meta.is_file():
         old = read_meta(output).get("distilled", {}).get("settings")
         if old == settings:
-            return Distillation(output, complete=True, reused=True)
+            recorded = read_meta(output).get("distilled", {}).get("statistics")
+            stats = DistillationStatistics(**recorded) if recorded else None
+            return Distillation(output, complete=True, reused=True, statistics=stats)
         raise InputError(f"{out_meta}: a complete dataset of other settings; use another --output")
     mark_dir(output, "dataset")
     partial = output / PARTIAL
@@ -304,9 +312,17 @@ def _distill(
         target_of.update(zip(ids, done[b], strict=True))
     _write_dataset(data_dir, output, meta, train, target_of)
     lengths = [len(target_of[i]) for i in range(n)]
+    statistics = target_statistics(
+        [train[i][1].tolist() for i in range(n)],
+        [target_of[i] for i in range(n)],
+        data_dir / "spm.model",
+        str(meta.get("target_lang") or "en"),
+    )
     run = {"settings": settings, "teacher_config": teacher["config"], "threads": threads}
-    _finish(output, _distilled_meta(meta, lengths, run, translated, seconds))
-    return Distillation(output, complete=True)
+    distilled_meta = _distilled_meta(meta, lengths, run, translated, seconds)
+    distilled_meta["distilled"]["statistics"] = statistics.as_dict()
+    _finish(output, distilled_meta)
+    return Distillation(output, complete=True, statistics=statistics)
 
 
 def _settings(
