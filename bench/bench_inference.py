@@ -125,6 +125,8 @@ the first thread count) goes over the latency sentences: torch rows through
 profiler (``SessionOptions.enable_profiling``: kernel time per op type, ONNX Runtime's time
 between kernels, and the time outside ``session.run``: padding, the numpy decoder, Python).
 ``--profile fastest``: the table, then the profile of its fastest DAT or ORT row at batch 1.
+``--profile ROW --profile-batch B``: the same for the first ``--batch-sentences`` sentences,
+sorted by length into batches of ``B`` (where the batched time goes).
 
 The header and the footer name the CPU (model name and its matrix units:
 :func:`fadat.process.describe_cpu`); the load average and the busiest other processes are
@@ -681,10 +683,18 @@ def design_rows(
 
 
 def profile_row(
-    row: Row, sources: list[list[int]], count: int, warmup: int, threads: int, work: Path
+    row: Row,
+    sources: list[list[int]],
+    count: int,
+    warmup: int,
+    threads: int,
+    work: Path,
+    batch: int = 1,
 ) -> dict:
-    """Where the batch-1 time of ``row`` (its first setting at ``threads``) goes, over the
-    first ``count`` sources after ``warmup``; printed and returned.
+    """Where the time of ``row`` (its first setting at ``threads``) goes, over the first
+    ``count`` sources after ``warmup`` sentences, translated one at a time (``batch`` 1) or,
+    as the throughput measurement does, sorted by length into batches of ``batch``; per
+    sentence, printed and returned.
 
     torch rows: ``torch.profiler`` (CPU), operators by self time. ONNX Runtime rows: the
     session's own profiler (``SessionOptions.enable_profiling``), node time summed by op type,
@@ -698,20 +708,23 @@ def profile_row(
     for s in sources[:warmup]:
         run([s])
     picked = sources[:count]
+    ordered = sorted(picked, key=len)
+    groups = [ordered[k : k + batch] for k in range(0, len(ordered), batch)]
+    what = f"batch {batch}" + ("" if batch == 1 else f" (length-sorted, {len(groups)} batches)")
     if row.kind == "dat":
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             start = time.perf_counter()
-            for s in picked:
-                run([s])
+            for group in groups:
+                run(group)
             wall = (time.perf_counter() - start) * 1000 / len(picked)
         table = prof.key_averages()
         ops = sorted(table, key=lambda e: -e.self_cpu_time_total)
         by_op = {e.key: (e.self_cpu_time_total / 1000 / len(picked), e.count) for e in ops}
-        print(f"{row.name} ({label}), batch 1, {len(picked)} sentences: {wall:.2f} ms/sentence")
+        print(f"{row.name} ({label}), {what}, {len(picked)} sentences: {wall:.2f} ms/sentence")
         print(table.table(sort_by="self_cpu_time_total", row_limit=25))
-        return {"setting": label, "ms_per_sentence": wall, "ops_ms": by_op}
+        return {"setting": label, "batch": batch, "ms_per_sentence": wall, "ops_ms": by_op}
     from fadat.engine.runtime import create_session
 
     engine = ort_engine(row.dat["onnx"], threads)
@@ -737,15 +750,15 @@ def profile_row(
             run([s])
         inside = 0.0
         start = time.perf_counter()
-        for s in picked:
-            run([s])
+        for group in groups:
+            run(group)
         wall = (time.perf_counter() - start) * 1000 / len(picked)
     finally:
         engine.session = plain
     events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
-    # the last len(picked) runs are the measured ones; the warm-up's node events come before
+    # the last len(groups) runs are the measured ones; the warm-up's node events come before
     run_starts = sorted(e["ts"] for e in events if e.get("name") == "model_run")
-    cutoff = run_starts[-len(picked)] if len(run_starts) >= len(picked) else 0
+    cutoff = run_starts[-len(groups)] if len(run_starts) >= len(groups) else 0
     by_op: dict[str, list[float]] = {}
     for e in events:
         if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
@@ -757,7 +770,7 @@ def profile_row(
     session_ms = inside * 1000 / len(picked)
     nodes = sum(v[0] for v in by_op.values())
     print(
-        f"{row.name} ({label}), batch 1, {len(picked)} sentences, ORT profiling on: "
+        f"{row.name} ({label}), {what}, {len(picked)} sentences, ORT profiling on: "
         f"{wall:.2f} ms/sentence; session.run {session_ms:.2f} ms (its nodes' kernels "
         f"{nodes:.2f}, between them: ORT's scheduling, allocations {session_ms - nodes:.2f}); "
         f"outside session.run (padding, numpy decoding, Python) {wall - session_ms:.2f} ms"
@@ -767,9 +780,10 @@ def profile_row(
     for op, (ms, calls) in sorted(by_op.items(), key=lambda kv: -kv[1][0]):
         ops_ms[op] = ms
         print(f"{op:<28} {ms:>8.3f} {ms / wall:>6.1%} {calls:>10.1f}")
-    print("(share: of the whole batch-1 time per sentence)")
+    print(f"(share: of the whole time per sentence at batch {batch})")
     return {
         "setting": label,
+        "batch": batch,
         "ms_per_sentence": wall,
         "session_run_ms": session_ms,
         "ops_ms": ops_ms,
@@ -843,6 +857,14 @@ def main(argv: list[str] | None = None) -> dict:
         metavar="ROW",
         help="instead of the table, where the batch-1 time of row ROW goes (its exact name); "
         "'fastest': the table, then the profile of its fastest DAT row at batch 1",
+    )
+    p.add_argument(
+        "--profile-batch",
+        type=int,
+        default=1,
+        metavar="B",
+        help="--profile ROW: profile batches of B length-sorted sentences (the first "
+        "--batch-sentences) instead of batch 1 (the first --latency-sentences)",
     )
     p.add_argument("--only", help="keep the rows whose name matches this regular expression")
     p.add_argument("--smoke", action="store_true", help="a few sentences, one repeat: seconds")
@@ -1050,8 +1072,17 @@ def main(argv: list[str] | None = None) -> dict:
             names = ", ".join(r.name for r in rows if r.kind != "at")
             raise SystemExit(f"--profile {args.profile!r}: no such row; rows: {names}")
         torch.set_num_threads(args.threads[0])
+        if args.profile_batch < 1:
+            raise SystemExit(f"--profile-batch must be >= 1, got {args.profile_batch}")
+        count = latency_count if args.profile_batch == 1 else min(args.batch_sentences, n_test)
         result = profile_row(
-            chosen[0], sources_of(chosen[0]), latency_count, args.warmup, args.threads[0], work
+            chosen[0],
+            sources_of(chosen[0]),
+            count,
+            args.warmup,
+            args.threads[0],
+            work,
+            batch=args.profile_batch,
         )
         shutil.rmtree(work, ignore_errors=True)
         return {chosen[0].name: result}

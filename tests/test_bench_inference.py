@@ -230,6 +230,15 @@ def test_profiles_and_random_at(tmp_path, onnx_dir):
             assert "DynamicQuantizeMatMul" in out["ops_ms"] or "MatMulInteger" in out["ops_ms"]
     with pytest.raises(SystemExit, match="no such row"):
         bench.main([*base, "--at", str(models["at"]), "--profile", "DAT nothing"])
+    # --profile-batch: the smoke mode's 4 batch sentences in length-sorted batches of 2
+    for row in ("ORT lookahead int8", "DAT lookahead fp32"):
+        argv = [*base, "--at", str(models["at"]), "--profile", row, "--profile-batch", "2"]
+        out = bench.main(argv)[row]
+        assert out["batch"] == 2 and out["ms_per_sentence"] > 0 and out["ops_ms"], row
+        total = sum(ms for ms, *_ in map(_as_tuple, out["ops_ms"].values()))
+        assert 0 < total <= out["ms_per_sentence"] * 1.05, row
+    with pytest.raises(SystemExit, match="--profile-batch must be >= 1"):
+        bench.main([*base, "--at", str(models["at"]), "--profile", row, "--profile-batch", "0"])
 
     at = bench.build_random_at(models["dat"], tmp_path / "at-random")
     dat_config = read_model_metadata(models["dat"])["config"]
