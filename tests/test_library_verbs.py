@@ -181,6 +181,17 @@ def test_shortlist_from_python_equals_the_verb(tiny, tmp_path, capsys):
 # export
 
 
+def _quiet_in_its_own_process(argv: list[str]) -> None:
+    """``fadat export`` in a process of its own (the exporters' logging and warnings reach the
+    terminal there, not pytest's capture): exit 0, one ``exported ...`` line, nothing on
+    stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fadat.cli", *argv], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith("exported ") and done.stdout.count("\n") == 1, done.stdout
+
+
 def test_export_ctranslate2_from_python_equals_the_verb(tiny, tmp_path, capsys):
     pytest.importorskip("ctranslate2")
     from fadat.models.shortlist import shortlist
@@ -196,16 +207,7 @@ def test_export_ctranslate2_from_python_equals_the_verb(tiny, tmp_path, capsys):
     assert printed.endswith("(ctranslate2, float32, vmap.txt from the shortlist)\n")
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
-    # In a process of its own (the exporter's logging and warnings reach the terminal there):
-    # one line on stdout, nothing on stderr.
-    done = subprocess.run(
-        [sys.executable, "-m", "fadat.cli", *argv, "--output", str(tmp_path / "sub")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert done.stdout.startswith("exported ")
+    _quiet_in_its_own_process([*argv, "--output", str(tmp_path / "sub")])
     assert "vmap.txt" in names and "model.bin" in names
     for name in names:
         ours, theirs = (out / name).read_bytes(), (tmp_path / "cli" / name).read_bytes()
@@ -243,16 +245,7 @@ def test_export_onnx_from_python_equals_the_verb(tiny, tmp_path, capsys):
     )
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
-    # In a process of its own (the exporter's logging and warnings reach the terminal there):
-    # one line on stdout, nothing on stderr.
-    done = subprocess.run(
-        [sys.executable, "-m", "fadat.cli", *argv, "--output", str(tmp_path / "sub")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert done.stdout.startswith("exported ")
+    _quiet_in_its_own_process([*argv, "--output", str(tmp_path / "sub")])
     for name in names:
         if name != "dat.onnx":
             assert (out / name).read_bytes() == (tmp_path / "cli" / name).read_bytes(), name
