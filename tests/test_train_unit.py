@@ -352,3 +352,20 @@ def test_python_built_config_names_the_option_field():
     message = r"^TrainConfig\.objective_options\.ngram_order must be >= 1, got 0$"
     with pytest.raises(InputError, match=message):
         validate_config(cfg, sources)
+
+
+@pytest.mark.parametrize(("device", "current", "want"), [("cuda", 3, 3), ("cuda:1", 3, 1)])
+def test_single_process_cuda_device_gets_an_index(monkeypatch, device, current, want):
+    """``--device cuda`` in one process means the current CUDA device: torch.cuda.set_device
+    refuses a device without an index (torch 2.11 on an H100: "Expected a torch.device with a
+    specified index"), so setup_distributed passes it one; an explicit index is kept."""
+    from fadat.training import distributed
+
+    calls = []
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current)
+    monkeypatch.setattr(torch.cuda, "set_device", calls.append)
+    info = distributed.setup_distributed(device)
+    assert calls == [torch.device("cuda", want)] and info.device == torch.device("cuda", want)
+    assert info.world_size == 1 and info.is_main

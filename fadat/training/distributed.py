@@ -40,6 +40,9 @@ def setup_distributed(device: str) -> DistInfo:
             raise InputError("--device cuda requested but CUDA is not available")
         if world > 1:
             dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        elif dev.index is None:
+            # torch.cuda.set_device needs an index: plain "cuda" is the current device
+            dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
