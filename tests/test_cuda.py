@@ -137,15 +137,23 @@ def test_log_likelihood_and_gradients_equal_cpu_float64(backend, dtype):
     close(out.cpu()[finite], ref[finite], **DAG_TOL[dtype])
     weighted = torch.where(torch.isfinite(out), out * d_weights, 0.0).sum()
     got = torch.autograd.grad(weighted, (d_lp, d_links))
+    tol = GRAD_TOL[dtype]
+    if backend == "triton":
+        # The kernels form each posterior as exp(α + β − log P) from values of size up to
+        # |log P| (205 here), so its relative error is a few float32 ulps of |log P|, not of the
+        # posterior: 8 · 2⁻²⁴ · max |log P| ≈ 1e-4 (4 roundings, twice over). Measured on an
+        # H100 (torch 2.11): 4.6e-5 relative, where PyTorch's autograd, whose local softmaxes
+        # never form such sums, stays under 3e-7 absolute.
+        tol = {"rtol": 8 * 2.0**-24 * ref[finite].abs().max().item(), "atol": tol["atol"]}
     for g, w in zip(got, want, strict=True):
         assert torch.isfinite(g).all()
-        close(g, w, **GRAD_TOL[dtype])
+        close(g, w, **tol)
 
 
 @pytest.mark.parametrize("auto_uses_triton", [False, True])
 def test_auto_backend_on_cuda_runs_the_triton_kernels(monkeypatch, auto_uses_triton):
     """``backend="auto"`` sends float32 CUDA tensors to the Triton kernels when triton is
-    installed and ``AUTO_USES_TRITON`` is set (False until this file has passed on a GPU),
+    installed and ``AUTO_USES_TRITON`` is set (True since this file passed on an H100),
     float64 ones (and every CPU tensor) to the PyTorch path."""
     if not (ON_CUDA and triton_dag.triton_importable()):
         pytest.skip("needs CUDA and the triton package")
