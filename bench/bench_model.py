@@ -43,7 +43,7 @@ Usage::
     python bench/bench_model.py [--preset cpu-small] [--vocab 8000] [--batch 32] [--src-len 30]
                                 [--ratios 4 8] [--steps 3] [--variants fp32-eager,bf16-eager,...]
                                 [--device cpu|cuda] [--max-tokens N] [--json FILE]
-                                [--dag-triton] [--components]
+                                [--dag-backend auto|torch|triton] [--components]
 
 ``--max-tokens N`` replaces ``--batch``: the batch is as many sentences as ``fadat train
 --max-tokens N`` puts in one micro-batch at this length, i.e. B · max cost ≤ N with a sentence's
@@ -57,9 +57,11 @@ total is a little slower than a real step), tokens/s from ``--steps`` further st
 parameters and optimizer state plus the rise of ``torch.cuda.max_memory_allocated`` during its
 step above what was allocated before it (gradients, activations; the other variants' models,
 also on the GPU, do not count). The matmul peak is then an 8192³ GPU matmul. The DAG
-programmes run where ``backend="auto"`` sends them: the PyTorch DPs until
-``fadat.kernels.triton_dag.AUTO_USES_TRITON`` is set; ``--dag-triton`` sets it for this run (the
-Triton kernels on float32 CUDA tensors; no effect on the CPU).
+programmes run where ``--dag-backend`` sends them, as ``fadat train --dag-backend``: ``auto`` (the
+default) is what training uses, the Triton kernels on float32 CUDA tensors where ``triton`` is
+installed (``fadat.kernels.triton_dag.AUTO_USES_TRITON``), else the PyTorch DPs; ``torch`` forces
+the PyTorch DPs (the comparison), ``triton`` the kernels (an error without CUDA and triton). A
+row's ``dag_triton`` says which ran.
 
 The machine may be shared with other jobs, which slows single steps by up to several times: the
 variants are timed interleaved (one step of each in turn), the table shows the *fastest* of
@@ -457,7 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--json", default=None, help="add this run's rows to this JSON file")
     p.add_argument(
-        "--dag-triton", action="store_true", help="backend 'auto' picks the Triton DAG kernels"
+        "--dag-backend",
+        choices=("auto", "torch", "triton"),
+        default="auto",
+        help="where the DAG programmes run (as fadat train --dag-backend; docstring)",
     )
     p.add_argument(
         "--peak-size",
@@ -478,10 +483,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.device.type == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: torch.cuda.is_available() is False")
     on_gpu = args.device.type == "cuda"
-    if args.dag_triton:
-        from fadat.kernels import triton_dag
+    from fadat.kernels import triton_dag
 
-        triton_dag.AUTO_USES_TRITON = True
+    # the objective calls the DAG with backend="auto": AUTO_USES_TRITON carries the choice
+    can_triton = on_gpu and triton_dag.triton_importable()
+    if args.dag_backend == "triton" and not can_triton:
+        p.error("--dag-backend triton needs --device cuda and the triton package")
+    wanted = {"auto": triton_dag.AUTO_USES_TRITON, "torch": False, "triton": True}
+    triton_dag.AUTO_USES_TRITON = wanted[args.dag_backend]
+    args.dag_triton = can_triton and triton_dag.AUTO_USES_TRITON
     torch.set_num_threads(args.threads)
     objective, objective_name = objective_fn()
 
@@ -499,7 +509,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{config.decoder_layers} heads={config.attention_heads} ffn={config.ffn_dim} "
         f"V={args.vocab} params={n_params / 1e6:.2f}M"
     )
-    print(f"objective: {objective_name}; DAG backend 'auto' -> Triton: {args.dag_triton}")
+    print(
+        f"objective: {objective_name}; DAG backend {args.dag_backend} -> Triton: {args.dag_triton}"
+    )
     print(f"load average at the start: {os.getloadavg()[0]:.1f}")
     n = args.peak_size or (8192 if on_gpu else 2048)
     print(f"matmul peak ({n}³): fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s")
@@ -594,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
                     "device": where,
                     "ratio": ratio,
                     "variant": v["variant"],
+                    "dag_backend": args.dag_backend,
                     "dag_triton": args.dag_triton,
                     "batch_sentences": size,
                     "max_tokens": args.max_tokens or None,

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "scripts" / "gpu" / "job.sh"
-STAGES = ["tests", "kernels", "train-base", "train-small", "latency", "train-triton"]
+STAGES = ["tests", "kernels", "train-base", "train-small", "latency", "train-torch-dag"]
 TEST_50 = ROOT / "tests" / "data" / "bible-en-es-test-50"
 RELEASED = ROOT / "models" / "bible-en-es-fadat-cpu-small"
 
@@ -91,8 +91,9 @@ def test_dry_run_runs_every_stage_and_writes_a_manifest(tmp_path, toy_data, mode
     assert [r["task"] for r in res["kernels"]] == ["likelihood", "alignment"]
     assert all(r["max_diff"] < 1e-3 for r in res["kernels"])
     variants = ["fp32-eager", "bf16-eager", "bf16-fused", "bf16-glat", "bf16-fuzzy"]
-    assert [r["variant"] for r in res["train"]] == variants * 3  # base, small, base + Triton
-    assert [r["dag_triton"] for r in res["train"]] == [False] * 10 + [True] * 5
+    assert [r["variant"] for r in res["train"]] == variants * 3  # base, small, base + torch DPs
+    assert [r["dag_backend"] for r in res["train"]] == ["auto"] * 10 + ["torch"] * 5
+    assert [r["dag_triton"] for r in res["train"]] == [False] * 15  # a CPU: never Triton
     assert all(r["tokens_per_s"] > 0 for r in res["train"])
     pieces = res["train_pieces"]
     assert len(pieces) == 3

@@ -15,11 +15,12 @@ function:
 - ``graph_lengths`` ``(B,)`` and ``target_lengths`` ``(B,)``: int64, ``1 ≤ L_b ≤ L``,
   ``1 ≤ T_b ≤ T``.
 
-Everything works in float32 (training) and float64 (tests) and is device-agnostic; it was run on
-CPU only (CUDA was not run here). The likelihood (forward and backward) and the best alignment
-also exist as Triton kernels (:mod:`fadat.kernels.triton_dag`), chosen with the ``backend``
-argument (``"auto"`` keeps this PyTorch path until the kernels have passed ``tests/test_cuda.py``
-on a GPU: ``AUTO_USES_TRITON``).
+Everything works in float32 (training) and float64 (tests) and is device-agnostic; on CUDA it
+equals the CPU float64 results (``tests/test_cuda.py``, passed on an H100). The likelihood (forward
+and backward) and the best alignment also exist as Triton kernels
+(:mod:`fadat.kernels.triton_dag`), chosen with the ``backend`` argument: ``"auto"`` runs them on
+float32 CUDA tensors where ``triton`` is installed (``AUTO_USES_TRITON``), this PyTorch path
+everywhere else.
 
 One module per idea: :mod:`.links` (transitions, passing probabilities), :mod:`.likelihood`
 (the vertex-token match, log P(y|x) with its backward, log P(y|x) of decoded outputs),

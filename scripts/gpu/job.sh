@@ -9,7 +9,8 @@
 #                     backward, glancing pass, best alignment, fuzzy loss); tokens/s, peak memory
 #   latency       (d) batch-1 latency of the released DAT (greedy, lookahead, joint-Viterbi)
 #                     against fadat's AT (greedy, beam 5) on the Bible test sentences
-#   train-triton  (c) the base step with the DAG programmes in the Triton kernels
+#   train-torch-dag (c) the base step with the DAG programmes in the PyTorch DPs (train-base runs
+#                     them where `auto` sends them: the Triton kernels on a GPU with triton)
 # then `summary`: manifest.json (every file's size and SHA-256, every stage's status and time, the
 # numbers that matter) and the summary tables at the end of job.log and of the output.
 #
@@ -156,8 +157,9 @@ if wanted latency; then
   fi
 fi
 
-# (c, cont.) The same base step with the DAG programmes in the Triton kernels.
-if wanted train-triton; then bench_model train-triton 40 20 "$BIG" --dag-triton; fi
+# (c, cont.) The same base step with the DAG programmes in the PyTorch DPs, against train-base's
+# Triton kernels.
+if wanted train-torch-dag; then bench_model train-torch-dag 40 20 "$BIG" --dag-backend torch; fi
 
 # The manifest and the summary tables: always, in the time kept back for them. fadat's record of
 # the output files it wrote (.fadat-files.json) is not a result: only 8 files come back.

@@ -162,6 +162,7 @@ def summarize(out: Path, stages: list[dict], commit: str, seconds: int | None) -
                     for k in (
                         "preset",
                         "variant",
+                        "dag_backend",
                         "dag_triton",
                         "batch_sentences",
                         "target_tokens",
