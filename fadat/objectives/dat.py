@@ -19,8 +19,8 @@ from fadat.objectives.glancing import GlanceResult, decode_with_seed, draw_seed,
 from fadat.objectives.losses import LossOutput, fuzzy_loss, nll_loss_from_logits, widen
 
 _DAG_BACKEND_HELP = (
-    "DAG likelihood and best alignment: auto (the PyTorch DPs until the Triton kernels have run "
-    "on a GPU), torch or triton (fadat.kernels.triton_dag)"
+    "DAG likelihood and best alignment: auto (the Triton kernels of fadat.kernels.triton_dag on a "
+    "CUDA device with triton installed, else the PyTorch DPs), torch or triton"
 )
 
 
