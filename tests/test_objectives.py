@@ -498,3 +498,21 @@ def test_options_come_from_the_objectives_options_dataclasses():
     with pytest.raises(dataclasses.FrozenInstanceError):
         NLLOptions().force_emit = False
     assert FuzzyOptions(ngram_order=3).ngram_order == 3
+
+
+def test_target_logprobs_blocks_are_larger_on_cuda():
+    """On CUDA the row blocks hold up to CUDA_BLOCK_ELEMENTS logits (few large kernels: the
+    256-row CPU blocks were launch-bound on an H100); on the CPU ``block`` is kept. A stand-in
+    object plays the CUDA tensor (only ``is_cuda`` and the shape are read)."""
+    from fadat.objectives import losses
+
+    cpu = torch.empty(2, 3, 4000)
+    assert losses._rows_per_block(cpu, 256) == 256
+
+    class FakeCuda:
+        is_cuda = True
+        shape = (117, 280, 4000)
+
+    assert losses._rows_per_block(FakeCuda(), 256) == 2**27 // 4000 == 33554
+    FakeCuda.shape = (2, 3, 10**9)  # a vocabulary beyond the budget: the given block stays
+    assert losses._rows_per_block(FakeCuda(), 256) == 256

@@ -39,6 +39,20 @@ class GlancedVertices(Protocol):
     glanced: Tensor
 
 
+#: On CUDA, the row blocks of :func:`target_logprobs` hold up to this many logits (2²⁷: 512 MiB
+#: of fp32 log-probabilities): the CPU's 256-row blocks, sized for its caches, made a micro-batch
+#: of 28k vertices 112 blocks of small kernels on an H100, and the step waited on their launches
+#: (docs/results/gpu.md). At V = 4000 a whole ``--max-tokens 32768`` micro-batch is one block.
+CUDA_BLOCK_ELEMENTS = 2**27
+
+
+def _rows_per_block(logits: Tensor, block: int) -> int:
+    """``block`` on the CPU; on CUDA at least ``CUDA_BLOCK_ELEMENTS // V`` rows."""
+    if logits.is_cuda:
+        return max(block, CUDA_BLOCK_ELEMENTS // max(1, logits.shape[-1]))
+    return block
+
+
 def _vertex_targets(targets: Tensor, size: int) -> Tensor:
     """``(B, T)`` target ids repeated for each of ``size`` vertices: ``(B·size, T)`` int64."""
     batch, steps = targets.shape
@@ -115,7 +129,8 @@ def target_logprobs(
         logits: ``(B, L, V)`` fp32, bf16, fp16 or fp64 output-projection logits.
         targets: ``(B, T)`` int64 token ids in ``[0, V)`` (padding ids included; the DAG DP
             ignores positions past ``T_b``).
-        block: rows of ``(B·L, V)`` processed at once.
+        block: rows of ``(B·L, V)`` processed at once on the CPU; on CUDA at least
+            ``CUDA_BLOCK_ELEMENTS // V`` (fewer, larger kernels).
         inplace_backward: the backward writes the gradient into the storage of ``logits``
             (contiguous ones; others get a new tensor) instead of a new ``(B, L, V)`` tensor,
             as fused cross-entropy kernels do: one large allocation less per training step,
@@ -138,7 +153,7 @@ def target_logprobs(
         )
     if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= logits.shape[-1]):
         raise ValueError(f"target ids must lie in [0, {logits.shape[-1]})")
-    return _TargetLogProbs.apply(logits, targets, block, inplace_backward)
+    return _TargetLogProbs.apply(logits, targets, _rows_per_block(logits, block), inplace_backward)
 
 
 def widen(x: torch.Tensor) -> torch.Tensor:
