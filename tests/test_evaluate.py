@@ -406,6 +406,21 @@ def test_evaluate_from_python_refuses_bad_settings(models, tmp_path, keywords, m
         evaluate(models["dat"], data=data, latency=False, bootstrap=0, **keywords)
 
 
+def test_evaluate_from_python_warns_of_threads_above_the_cores(models, tmp_path, monkeypatch):
+    """More threads than cores are used with a ThreadsAboveCoresWarning (which the command line
+    prints as one ``fadat: warning:`` line), not a print of its own."""
+    from fadat.errors import ThreadsAboveCoresWarning
+
+    data = write_data(tmp_path / "data", ["ab cd"], [["ab cd"]])
+    monkeypatch.setattr("fadat.options.usable_cores", lambda: 1)
+    before = torch.get_num_threads()
+    try:
+        with pytest.warns(ThreadsAboveCoresWarning, match="--threads 2 is more than the 1 CPU"):
+            evaluate(models["dat"], data=data, latency=False, bootstrap=0, threads=2)
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_evaluate_from_python_checks_save_hypotheses_before_any_work(models, tmp_path):
     data = write_data(tmp_path / "data", ["ab cd"], [["ab cd"]])
     with pytest.raises(InputError, match="--save-hypotheses .* lies inside the --model"):

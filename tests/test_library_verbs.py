@@ -21,7 +21,7 @@ import torch
 from test_translate import random_models, random_sentences
 
 from fadat import cli
-from fadat.errors import InputError
+from fadat.errors import InputError, ThreadsAboveCoresWarning
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -372,7 +372,6 @@ def test_analyze_from_python_equals_the_verb(tiny, tiny_dataset, tmp_path, capsy
 def test_analyze_threads_above_the_cores_warn(tiny, tiny_dataset, tmp_path, monkeypatch):
     """More threads than cores: refused, or with ``force`` a ThreadsAboveCoresWarning (which
     the command line prints as one ``fadat: warning:`` line) and no print."""
-    from fadat.errors import ThreadsAboveCoresWarning
     from fadat.evaluation.analysis import analyze
 
     monkeypatch.setattr("fadat.options.usable_cores", lambda: 1)
@@ -395,7 +394,7 @@ def test_analyze_threads_above_the_cores_warn(tiny, tiny_dataset, tmp_path, monk
 # serve
 
 
-def test_serve_checks_its_options_before_loading_the_model(tiny, tmp_path, monkeypatch, capsys):
+def test_serve_checks_its_options_before_loading_the_model(tiny, tmp_path, monkeypatch):
     pytest.importorskip("fastapi")
     from fadat.serve import serve
     from fadat.serve.app import Limits
@@ -420,9 +419,11 @@ def test_serve_checks_its_options_before_loading_the_model(tiny, tmp_path, monke
     monkeypatch.setattr("fadat.options.usable_cores", lambda: 1)
     with pytest.raises(InputError, match="--threads 2 is more than the 1 CPU core"):
         serve(missing, threads=2)
-    with pytest.raises(InputError, match="missing"):  # forced: a warning, then the model
+    with (
+        pytest.warns(ThreadsAboveCoresWarning, match="--threads 2 is more than the 1 CPU core"),
+        pytest.raises(InputError, match="missing"),  # forced: a warning, then the model
+    ):
         serve(missing, threads=2, force=True)
-    assert "fadat: warning: --threads 2 is more than the 1 CPU core" in capsys.readouterr().err
 
 
 @pytest.mark.slow

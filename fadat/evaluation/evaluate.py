@@ -47,6 +47,7 @@ import platform
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,7 @@ import torch
 from torch import nn
 
 from fadat import outputs
-from fadat.errors import InputError
+from fadat.errors import InputError, ThreadsAboveCoresWarning
 from fadat.evaluation import validset_metrics
 from fadat.evaluation.scoring import (
     DEFAULT_STRATEGIES,
@@ -430,7 +431,8 @@ def evaluate(
         warmup: untimed warm-up sentences before the latency is measured.
         threads: torch's intra-op threads, set for the whole process (``torch.set_num_threads``;
             0 = leave torch's setting; ``None`` = the command line's default, 2 or the usable
-            cores if fewer). More than the usable cores is done, with a warning on stderr.
+            cores if fewer). More than the usable cores is done, with a
+            :class:`~fadat.errors.ThreadsAboveCoresWarning`.
         device: ``cpu``, ``cuda`` or ``cuda:N``.
         upsample_ratio: the decoding λ of the models that take one (DAT, CTC); ``None`` = each
             model's own.
@@ -502,7 +504,7 @@ def evaluate(
         raise InputError(f"--threads must be an integer, got {threads!r}")
     warning = check_threads(threads, force=True)
     if warning:
-        print(f"fadat: warning: {warning}", file=sys.stderr)
+        warnings.warn(warning, ThreadsAboveCoresWarning, stacklevel=2)
     if threads:
         torch.set_num_threads(threads)
     resolved = resolve_device(device)

@@ -25,11 +25,12 @@ import os
 import signal
 import socket
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fadat.engine import DEFAULT_ENGINE
-from fadat.errors import InputError
+from fadat.errors import InputError, ThreadsAboveCoresWarning
 from fadat.options import check_threads
 
 if TYPE_CHECKING:
@@ -124,8 +125,11 @@ def check_options(
     connections: ConnectionLimits | None = None,
 ) -> None:
     """Every option of :func:`serve` in range, before the model is loaded (the keywords are
-    :func:`serve`'s; ``None`` limits are the defaults, which are). Prints a warning on stderr
-    when ``force`` lets more threads than cores through.
+    :func:`serve`'s; ``None`` limits are the defaults, which are).
+
+    Warns:
+        ThreadsAboveCoresWarning: ``force`` lets more threads than cores through (``fadat``'s
+            command line prints it as one ``fadat: warning: ...`` line).
 
     Raises:
         InputError: naming the flag (``--max-wait-ms`` for ``max_wait_ms``, ...), its value
@@ -133,7 +137,7 @@ def check_options(
     """
     warning = check_threads(threads, force)  # also rejects < 0 and absurd counts
     if warning:
-        print(f"fadat: warning: {warning}", file=sys.stderr)
+        warnings.warn(warning, ThreadsAboveCoresWarning, stacklevel=3)
     if max_batch_tokens < 0:
         raise InputError(f"--max-batch-tokens must be >= 0, got {max_batch_tokens}")
     counts = {"max_tokens": max_tokens}
