@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -162,6 +163,20 @@ def test_python_distill_checks_threads_and_locks_its_output(gen, tmp_path, monke
         distill(gen["at"], gen["data"], out, threads=2, force=True, stop_after=1, **kwargs)
     assert capsys.readouterr() == ("", "")
     assert len((out / PARTIAL).read_text(encoding="utf-8").splitlines()) == 1 + 1
+
+
+def test_dataset_without_target_language_is_refused_before_translating(gen, tmp_path):
+    """The statistics' BLEU tokenizes by the target language: a meta.json without it is an
+    error before any sentence is translated (it used to be taken for English at the end)."""
+    data = tmp_path / "data"
+    shutil.copytree(gen["data"], data)
+    meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+    del meta["target_lang"]
+    (data / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    out = tmp_path / "kd"
+    with pytest.raises(InputError, match=r"meta.json: no source_lang/target_lang"):
+        distill(gen["at"], data, out, beam=3, batch_size=16, engine="fadat", progress=False)
+    assert not (out / PARTIAL).exists()
 
 
 def test_python_distill_prints_nothing_and_the_verb_prints_as_before(

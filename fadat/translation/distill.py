@@ -43,6 +43,7 @@ from fadat.data.build import sha256_file
 from fadat.data.contract import BOS_ID, EOS_ID, pad_sequences
 from fadat.errors import InputError, ThreadsAboveCoresWarning
 from fadat.evaluation.distillation import DistillationStatistics, target_statistics
+from fadat.evaluation.scoring import read_languages
 from fadat.models.architectures import naming_inputs
 from fadat.models.directory import (
     load_pretrained,
@@ -232,7 +233,8 @@ def distill(
 
     Raises:
         InputError: the teacher is not an AT or has another vocabulary; missing or corrupt
-            data; ``output`` holds a run with other settings or is a complete dataset of other
+            data, or a ``meta.json`` without ``source_lang``/``target_lang``; ``output`` holds
+            a run with other settings or is a complete dataset of other
             settings; bad ``beam``/``batch_size``/``threads``, or ``threads`` above the cores
             without ``force`` (:func:`fadat.options.check_threads`); another process distills
             into ``output`` (:func:`fadat.outputs.output_lock`).
@@ -274,6 +276,8 @@ def _distill(
     check_not_input(output, [("--model", model_dir), ("--data", data_dir)])
     engine = resolve_engine(engine)
     meta = read_meta(data_dir)
+    # the statistics' BLEU tokenizes by the target language: checked before any translating
+    target_lang = read_languages(data_dir)[1]
     teacher = _check_teacher(model_dir, data_dir, meta)
     train = BinarizedDataset(data_dir, "train")
     n = len(train)
@@ -316,7 +320,7 @@ def _distill(
         [train[i][1].tolist() for i in range(n)],
         [target_of[i] for i in range(n)],
         data_dir / "spm.model",
-        str(meta.get("target_lang") or "en"),
+        target_lang,
     )
     run = {"settings": settings, "teacher_config": teacher["config"], "threads": threads}
     distilled_meta = _distilled_meta(meta, lengths, run, translated, seconds)
