@@ -2,7 +2,9 @@
 rehearsed on the CPU with ``--dry-run``: every stage runs and writes what the summary reads, at
 most 8 files come back with a manifest whose hashes are the files', a stage that would overrun
 the deadline is skipped with a line saying so; and scripts/gpu/summary.py's counts and manifest
-against hand-made inputs."""
+against hand-made inputs. scripts/gpu/job-sweep.sh (one speed-sweep design trained on the GPU)
+the same way: its dry run brings back a model that unpack-model.sh restores with the design's
+depths, an unknown design is refused with the list, its manifest reads a run cut short."""
 
 from __future__ import annotations
 
@@ -12,29 +14,40 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "scripts" / "gpu" / "job.sh"
+SWEEP_JOB = ROOT / "scripts" / "gpu" / "job-sweep.sh"
+SWEEP = ROOT / "recipes" / "experiments" / "bible-en-es-speed-sweep.yaml"
 STAGES = ["tests", "kernels", "train-base", "train-small", "latency", "train-torch-dag"]
 TEST_50 = ROOT / "tests" / "data" / "bible-en-es-test-50"
 RELEASED = ROOT / "models" / "bible-en-es-fadat-cpu-small"
 
 
 def load_summary():
-    spec = importlib.util.spec_from_file_location("gpu_summary", ROOT / "scripts/gpu/summary.py")
+    return load_script("gpu_summary", ROOT / "scripts/gpu/summary.py")
+
+
+def load_script(name: str, path: Path):
+    """A script loaded from its file (registered in sys.modules: dataclasses look it up)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def run_job(out: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    """job.sh with OUT=out and this interpreter; returns its output (exit 0 asserted)."""
+def run_job(out: Path, *args: str, env: dict[str, str] | None = None, script: Path = JOB) -> str:
+    """job.sh (or ``script``) with OUT=out and this interpreter; returns its output (exit 0
+    asserted)."""
     full_env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, **(env or {})}
     proc = subprocess.run(
-        ["bash", str(JOB), *args], env=full_env, capture_output=True, text=True, cwd=ROOT
+        ["bash", str(script), *args], env=full_env, capture_output=True, text=True, cwd=ROOT
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -172,3 +185,135 @@ def test_summary_counts_tests_and_hashes_files(tmp_path):
         (out / f"extra{i}.txt").write_text(str(i))
     manifest = summary.summarize(out, [], "abc", None)
     assert manifest["warnings"] == ["11 files in OUT: the device tool brings back 8"]
+
+
+# ---- scripts/gpu/job-sweep.sh
+
+
+def sweep_stages() -> dict[str, dict]:
+    """The sweep's stages by name, as the experiment file gives them."""
+    return {st["name"]: st for st in yaml.safe_load(SWEEP.read_text())["stages"]}
+
+
+def test_sweep_refuses_an_unknown_design_with_the_list(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(SWEEP_JOB), "5x2", "--dry-run"], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "job-sweep.sh: unknown design '5x2'; the designs of "
+        "recipes/experiments/bible-en-es-speed-sweep.yaml are: " + ", ".join(sweep_stages())
+    )
+    assert proc.stdout == "" and not out.exists()  # refused before anything started
+
+
+@pytest.mark.slow
+def test_sweep_dry_run_brings_back_the_design(tmp_path, toy_data):
+    """5x1-range at toy widths: the design's depths (5 + 1) and λ range come through to the
+    model that unpack-model.sh restores; the batch is the config's max_tokens × update_freq in
+    one micro-batch; 4 validations, so 4 of the stage's 5 best are averaged."""
+    from fadat.models.config import PRESETS
+    from fadat.models.directory import load_pretrained
+
+    design = "5x1-range"
+    stage = sweep_stages()[design]
+    config = yaml.safe_load((ROOT / stage["config"]).read_text())
+    out = tmp_path / "out"
+    log = run_job(out, design, "--dry-run", "--data", str(toy_data), script=SWEEP_JOB)
+    manifest = check_manifest(out)
+    name = f"{design}-s1-gpu"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "job.log", "manifest.json", "model.manifest.json", "model.tar.part00", "run-logs.tar.gz"
+    ]  # fmt: skip
+    assert [(s["name"], s["status"]) for s in manifest["stages"]] == [
+        ("train", "ok"), ("average", "ok"), ("pack", "ok")
+    ]  # fmt: skip
+    tokens = config["max_tokens"] * config["update_freq"]
+    assert manifest["design"] == design and manifest["config"] == stage["config"]
+    assert manifest["tokens_per_update"] == tokens and manifest["average"] == stage["average"]
+    t = manifest["training"]
+    assert (t["updates"], t["max_updates"], t["complete"]) == (8, 8, True)
+    assert t["stop_reason"] == "max_updates" and t["validations"] == 4
+    assert len(t["averaged"]) == 4 and t["model_dir"] == name
+    settings = t["settings"]
+    assert (settings["max_tokens"], settings["update_freq"]) == (tokens, 1)
+    assert settings["seed"] == 1 and settings["save_every"] == stage["train"]["save_every"]
+    assert settings["preset"] == config["preset"] and not settings["bf16"]
+    assert settings["upsample_ratio_range"] == config["upsample_ratio_range"]
+    # the run's logs, a run directory without checkpoints
+    with tarfile.open(out / "run-logs.tar.gz") as tar:
+        members = sorted(tar.getnames())
+        valid = [json.loads(line) for line in tar.extractfile(f"{name}/valid_log.jsonl")]
+    assert members == sorted(
+        f"{name}/{f}"
+        for f in ("config.yaml", "train.log", "train_log.jsonl", "valid_log.jsonl", "best.json")
+    )
+    assert t["best_bleu"] == max(r["bleu"] for r in valid)
+    assert "training: 8 of 8 updates (complete: true" in log
+    # here: joined, checked and loaded with the design's depths
+    env = {**os.environ, "PY": sys.executable}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts/gpu/unpack-model.sh"), str(out), str(tmp_path / "models")],
+        env=env, capture_output=True, text=True, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    model = load_pretrained(tmp_path / "models" / name)
+    depths = PRESETS[config["preset"]]
+    assert (model.config.encoder_layers, model.config.decoder_layers) == (
+        depths["encoder_layers"], depths["decoder_layers"]
+    ) == (5, 1)  # fmt: skip
+    assert model.config.upsample_ratio_range == tuple(config["upsample_ratio_range"])
+    assert model.config.d_model == 32  # the dry run's toy width
+
+
+def test_sweep_manifest_of_a_run_cut_short(tmp_path):
+    """A run stopped by --max-time at update 37 of 6000: complete false, the last update, the
+    best validation, the checkpoints the model averaged; the hashes of the files in OUT."""
+    sweep = load_script("gpu_sweep_design", ROOT / "scripts/gpu/sweep_design.py")
+    run, model, out = tmp_path / "run", tmp_path / "models" / "base-s1-gpu", tmp_path / "out"
+    for d in (run, model, out):
+        d.mkdir(parents=True)
+    (run / "train_log.jsonl").write_text(
+        "".join(
+            json.dumps({"update": u, "target_tokens": 1000, "elapsed": u / 2}) + "\n"
+            for u in range(1, 38)
+        )
+        + '{"update": 38, "targ'  # cut by the kill
+    )
+    (run / "valid_log.jsonl").write_text(
+        '{"update": 20, "bleu": 1.5}\n{"update": 30, "bleu": 2.5}\n{"update": 37, "bleu": 2.5}\n'
+    )
+    (run / "train.log").write_text("x INFO stopped (max_time) after 37 updates\n")
+    (run / "config.yaml").write_text("max_tokens: 4096\nupdate_freq: 1\ndevice: cuda\nother: 1\n")
+    (model / "config.json").write_text(
+        json.dumps({"training": {"averaged": ["a.pt", "b.pt"], "bleu": [2.5, 2.5]}})
+    )
+    (out / "job.log").write_text("device NVIDIA H100 80GB HBM3 81559 MiB, 132 SMs\n")
+    (out / "model.tar.part00").write_bytes(b"x" * 100)
+    stages = tmp_path / "stages"
+    stages.write_text("train\ttimed_out\t124\t480\t480\tjob.log\n")
+    args = [str(out), "--stages", str(stages), "--design", "base", "--run", str(run)]
+    args += ["--model", str(model), "--max-updates", "6000", "--commit", "abc"]
+    assert sweep.main(["manifest", *args]) == 0
+    manifest = check_manifest(out)
+    assert manifest["device"] == "NVIDIA H100 80GB HBM3" and manifest["commit"] == "abc"
+    assert manifest["stages"][0]["status"] == "timed_out"
+    assert manifest["training"] == {
+        "updates": 37,
+        "max_updates": 6000,
+        "complete": False,
+        "stop_reason": "max_time",
+        "train_s": 18.5,
+        "target_tokens_per_s": round(37_000 / 18.5),
+        "validations": 3,
+        "best_bleu": 2.5,
+        "best_update": 30,  # the earlier of two equal BLEUs, as best.json ranks them
+        "averaged": [{"checkpoint": "a.pt", "bleu": 2.5}, {"checkpoint": "b.pt", "bleu": 2.5}],
+        "model_dir": "base-s1-gpu",
+        "settings": {"max_tokens": 4096, "update_freq": 1, "device": "cuda"},
+    }
+    assert "training: 37 of 6000 updates (complete: false, stopped by max_time)" in sweep.render(
+        manifest
+    )

@@ -1,6 +1,6 @@
-# Shared by scripts/gpu/job.sh and job-train.sh (sourced, not run): the environment of a device
-# command and the stage runner. Expects ROOT (the repository root) and DRY (1 = dry run on this
-# CPU machine).
+# Shared by scripts/gpu/job.sh, job-train.sh and job-sweep.sh (sourced, not run): the environment
+# of a device command, the stage runner, and the averaging and packing of a trained model.
+# Expects ROOT (the repository root) and DRY (1 = dry run on this CPU machine).
 
 # The job's clock and output folder: START, DEADLINE (BUDGET_S seconds from now), RESERVE (the
 # seconds kept back for what runs after the last stage); OUT (a temporary folder in a dry run
@@ -19,17 +19,26 @@ start_job() {
   export PYTHONUNBUFFERED=1
 }
 
-# Device: the carried wheels into /tmp/site (device README); fadat from the checkout through
-# PYTHONPATH (every command below is `python -m ...`, so nothing is installed). Dry run: this
-# machine's venv (PYTHON, else /work/main/.venv/bin/python, else python3).
-setup_python() {
+# PY, the interpreter: the device image's python3; in a dry run this machine's venv (PYTHON, else
+# /work/main/.venv/bin/python, else python3). Installs nothing (setup_python does).
+pick_python() {
   if [ "$DRY" = 1 ]; then
     PY=${PYTHON:-/work/main/.venv/bin/python}
     [ -x "$PY" ] || PY=python3
+  else
+    PY=python3
+  fi
+}
+
+# Device: the carried wheels into /tmp/site (device README); fadat from the checkout through
+# PYTHONPATH (every command below is `python -m ...`, so nothing is installed). Dry run: this
+# machine's venv (pick_python).
+setup_python() {
+  pick_python
+  if [ "$DRY" = 1 ]; then
     export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
     return 0
   fi
-  PY=python3
   if ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site "$ROOT"/.whl/*.whl || echo "setup: installing .whl failed"
@@ -100,5 +109,40 @@ stage() {
   fi
   echo "$msg" | tee -a "$OUT/job.log"
   printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$status" "$rc" "$took" "$budget" "$file" >>"$STAGES"
+  return 0
+}
+
+# best_k RUN_DIR [K]: K (default 5), or as many checkpoints as the run validated when fewer (a run
+# cut short; fadat average refuses --best K when best.json lists fewer). K when the run has no
+# best.json: fadat average then says so.
+best_k() {
+  "$PY" -c 'import json, sys
+k = int(sys.argv[2])
+try:
+    print(max(1, min(k, len(json.load(open(sys.argv[1]))["checkpoints"]))))
+except (OSError, ValueError, KeyError):
+    print(k)  # no best.json: fadat average says so' "$1/best.json" "${2:-5}"
+}
+
+# pack_model MODEL_DIR: the model directory into $OUT as model.tar.partNN (<= 15 MiB each, what
+# the device tool brings back) and model.manifest.json (scripts/gpu/shards.py; unpack-model.sh
+# joins them here). Not a stage: the packing gets its time even past the deadline, it is what a
+# training job is for. Returns shards.py's exit code.
+pack_model() {
+  "$PY" "$ROOT/scripts/gpu/shards.py" split "$1" "$OUT" --name model --part-mib 15 2>&1 \
+    | tee -a "$OUT/job.log"
+  return "${PIPESTATUS[0]}"
+}
+
+# list_out JOB: the job's seconds and the files in $OUT into job.log, with a warning when there are
+# more than the 8 that the device tool brings back.
+list_out() {
+  echo "$1 done after $(($(date +%s) - START))s; files in OUT:" | tee -a "$OUT/job.log"
+  ls -la "$OUT" | tee -a "$OUT/job.log"
+  local n
+  n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+  if [ "$n" -gt 8 ]; then
+    echo "WARNING: $n files in OUT; the tool brings back 8" | tee -a "$OUT/job.log"
+  fi
   return 0
 }

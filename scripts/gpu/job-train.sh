@@ -80,30 +80,20 @@ if [ -z "$NLL_S" ]; then
 fi
 echo "NLL --max-time ${NLL_S}s, fine-tuning --max-time ${FT_S}s" | tee -a "$OUT/job.log"
 
-# The 5 best checkpoints, or as many as a short run validated (fadat average refuses --best 5
-# when best.json lists fewer).
-best_k() {
-  "$PY" -c 'import json, sys
-try:
-    print(max(1, min(5, len(json.load(open(sys.argv[1]))["checkpoints"]))))
-except (OSError, ValueError, KeyError):
-    print(5)  # no best.json: fadat average says so' "$WORK/$1/best.json"
-}
-
 # 1-2. NLL pre-training and its average. A stage's budget is its --max-time plus the start-up and
 # the final validation; the trainer stops itself at --max-time.
 stage train-nll $((NLL_S + 60)) 5 train-logs.txt "$PY" -m fadat.cli train \
   --config configs/dat-base43-nll-gpu.yaml --run-dir "$WORK/nll" --max-time "${NLL_S}s" \
   "${COMMON[@]}" "${NLL_EXTRA[@]}"
-stage average-nll 60 5 job.log "$PY" -m fadat.cli average --run "$WORK/nll" --best "$(best_k nll)" \
-  --output "$WORK/nll-avg" --dtype float16
+stage average-nll 60 5 job.log "$PY" -m fadat.cli average --run "$WORK/nll" \
+  --best "$(best_k "$WORK/nll")" --output "$WORK/nll-avg" --dtype float16
 
 # 3. Fuzzy alignment fine-tuning from the NLL average, and its average: the model.
 stage train-ft $((FT_S + 60)) 5 train-logs.txt "$PY" -m fadat.cli train \
   --config configs/dat-base43-fuzzy-gpu.yaml --init-from "$WORK/nll-avg" \
   --run-dir "$WORK/ft" --max-time "${FT_S}s" "${COMMON[@]}" "${FT_EXTRA[@]}"
-stage average-ft 60 5 job.log "$PY" -m fadat.cli average --run "$WORK/ft" --best "$(best_k ft)" \
-  --output "$WORK/$NAME" --dtype float16
+stage average-ft 60 5 job.log "$PY" -m fadat.cli average --run "$WORK/ft" \
+  --best "$(best_k "$WORK/ft")" --output "$WORK/$NAME" --dtype float16
 
 # 4. Test BLEU of both averages with the three decoders (no latency: job.sh measures it).
 models=()
@@ -117,8 +107,9 @@ else
   echo "[evaluate] SKIPPED: no averaged model" | tee -a "$OUT/job.log"
 fi
 
-# 5. The model (the fine-tuned one, else the NLL average) into <= 15 MiB parts. The packing gets
-# its time even past the deadline: it is what the job is for.
+# 5. The model (the fine-tuned one, else the NLL average) into <= 15 MiB parts (pack_model: not a
+# stage, it gets its time even past the deadline). An average takes the 5 best checkpoints, or
+# as many as a short run validated (best_k).
 pack=""
 if [ -f "$WORK/$NAME/config.json" ]; then
   pack=$WORK/$NAME
@@ -127,8 +118,7 @@ elif [ -f "$WORK/nll-avg/config.json" ]; then
   mv "$WORK/nll-avg" "$WORK/$NAME-nll" && pack=$WORK/$NAME-nll
 fi
 if [ -n "$pack" ]; then
-  "$PY" scripts/gpu/shards.py split "$pack" "$OUT" --name model --part-mib 15 2>&1 \
-    | tee -a "$OUT/job.log"
+  pack_model "$pack"
 else
   echo "no model to pack" | tee -a "$OUT/job.log"
 fi
@@ -139,9 +129,6 @@ for run in nll ft; do
     [ -f "$WORK/$run/$f" ] && { echo "==== $run/$f"; cat "$WORK/$run/$f"; } >>"$OUT/train-logs.txt"
   done
 done
-echo "job-train done after $(($(date +%s) - START))s; files in OUT:" | tee -a "$OUT/job.log"
-ls -la "$OUT" | tee -a "$OUT/job.log"
-n=$(find "$OUT" -maxdepth 1 -type f | wc -l)
-[ "$n" -gt 8 ] && echo "WARNING: $n files in OUT; the tool brings back 8" | tee -a "$OUT/job.log"
+list_out job-train
 rm -rf "$WORK" "$STAGES"
 exit 0

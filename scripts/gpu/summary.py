@@ -13,6 +13,8 @@ writes ``OUT/manifest.json``:
 
 and prints the same as Markdown tables (the device tool's reply carries the end of the output).
 Needs only the standard library (it must run where torch would not import).
+scripts/gpu/sweep_design.py (job-sweep.sh's manifest) reads the stage record and lists OUT's
+files with :func:`read_stages` and :func:`list_files`.
 
 Usage: ``python scripts/gpu/summary.py OUT --stages FILE [--commit HASH] [--seconds S]``
 """
@@ -113,19 +115,15 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def summarize(out: Path, stages: list[dict], commit: str, seconds: int | None) -> dict[str, Any]:
-    """Write OUT/manifest.json; returns it."""
-    tests = test_counts(out / "junit.xml")
-    kernels = read_json(out / "kernels.json")
-    train, pieces = train_rows(read_json(out / "bench_model.json"))
-    latency = latency_rows(read_json(out / "latency.json"))
-    env = (read_json(out / "latency.json") or {}).get("environment", {})
-    device = (
-        (kernels or {}).get("device")
-        or next((r["device"] for r in train), None)
-        or env.get("cuda_device")
-        or env.get("device")
-    )
+def list_files(out: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every file in OUT but ``manifest.json`` (which is written last) with its size and SHA-256
+    (``job.log`` without a hash: the job appends its last lines after the manifest), and a
+    warning for each of the device tool's limits it breaks: more than :data:`MAX_FILES` files
+    with the manifest, a file over :data:`MAX_FILE_BYTES`.
+
+    Returns:
+        (``[{"name", "bytes", "sha256"}]`` sorted by name, the warnings).
+    """
     files = []
     for path in sorted(p for p in out.iterdir() if p.is_file() and p.name != "manifest.json"):
         data = path.read_bytes()
@@ -145,6 +143,23 @@ def summarize(out: Path, stages: list[dict], commit: str, seconds: int | None) -
         for f in files
         if f["bytes"] > MAX_FILE_BYTES
     ]
+    return files, warnings
+
+
+def summarize(out: Path, stages: list[dict], commit: str, seconds: int | None) -> dict[str, Any]:
+    """Write OUT/manifest.json; returns it."""
+    tests = test_counts(out / "junit.xml")
+    kernels = read_json(out / "kernels.json")
+    train, pieces = train_rows(read_json(out / "bench_model.json"))
+    latency = latency_rows(read_json(out / "latency.json"))
+    env = (read_json(out / "latency.json") or {}).get("environment", {})
+    device = (
+        (kernels or {}).get("device")
+        or next((r["device"] for r in train), None)
+        or env.get("cuda_device")
+        or env.get("device")
+    )
+    files, warnings = list_files(out)
     manifest = {
         "job": "scripts/gpu/job.sh",
         "commit": commit,

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Run HERE after scripts/gpu/job-train.sh came back: join the model parts that the device tool
-# copied (FILES_DIR: its files_at folder, holding model.manifest.json and model.tar.partNN),
-# check every part's and file's SHA-256 (scripts/gpu/shards.py), then check that the model loads
-# and translates (`fadat translate` on the first lines of the bible test set, greedy and
-# lookahead).
+# Run HERE after scripts/gpu/job-train.sh or job-sweep.sh came back: join the model parts that
+# the device tool copied (FILES_DIR: its files_at folder, holding model.manifest.json and
+# model.tar.partNN), check every part's and file's SHA-256 (scripts/gpu/shards.py), then check
+# that the model loads and translates (`fadat translate` on the first lines of the bible test
+# set, greedy and lookahead).
 #
 # Usage: scripts/gpu/unpack-model.sh FILES_DIR [DEST_PARENT]   (default DEST_PARENT: runs/gpu)
 # Prints the model directory; exit 2 on a missing or damaged part, 1 if the model does not load
