@@ -636,7 +636,7 @@ def wait_healthy(url: str, seconds: float = 60) -> None:
 def test_sigterm_finishes_requests_in_flight(models: dict[str, Path]):
     import httpx
 
-    proc, url = start_server(models["dat"], "--max-wait-ms", "1500")
+    proc, url = start_server(models["dat"], "--max-wait-ms", "3000")
     try:
         wait_healthy(url)
         answers: list = [None] * 4
@@ -649,7 +649,12 @@ def test_sigterm_finishes_requests_in_flight(models: dict[str, Path]):
         threads = [threading.Thread(target=ask, args=(k,)) for k in range(4)]
         for t in threads:
             t.start()
-        time.sleep(0.5)  # the requests now wait in the batcher (1.5 s window)
+        # SIGTERM once the batcher holds all four (it counts a request when it queues it; they
+        # wait out the 3 s window): a fixed sleep raced the requests on a loaded machine
+        deadline = time.monotonic() + 30
+        while httpx.get(url + "/health", timeout=5).json()["batching"]["requests"] < 4:
+            assert time.monotonic() < deadline, "the four requests did not reach the batcher"
+            time.sleep(0.02)
         proc.send_signal(signal.SIGTERM)
         for t in threads:
             t.join(60)

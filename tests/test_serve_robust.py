@@ -297,7 +297,13 @@ def test_graceful_timeout_zero_answers_503_json(models: dict[str, Path]):
     try:
         with connect(srv.port) as sock:
             sock.sendall(post("/v1/translate", b'{"text": ["ab cd"]}'))
-            time.sleep(1.0)  # the request waits in the batcher (5 s window)
+            # SIGTERM once the request waits in the batcher (5 s window; it counts a request
+            # when it queues it): a fixed sleep raced the request on a loaded machine
+            health = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            deadline = time.monotonic() + 30
+            while answer(ask(srv.port, health, 5))[2]["batching"]["requests"] < 1:
+                assert time.monotonic() < deadline, "the request did not reach the batcher"
+                time.sleep(0.02)
             srv.proc.send_signal(signal.SIGTERM)
             raw = read_all(sock, 30)
         assert srv.proc.wait(60) == 0
