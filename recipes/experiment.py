@@ -601,10 +601,14 @@ def find_stage(args: argparse.Namespace) -> tuple[dict[str, Any], list[Stage], S
     return spec, stages, matches[0], paths_of(args, spec)
 
 
-def check_run_config(run_dir: Path, stage: Stage, stages: list[Stage], paths: Paths) -> None:
+def check_run_config(
+    run_dir: Path, stage: Stage, stages: list[Stage], paths: Paths, resumed: bool = False
+) -> None:
     """Fail unless the run's ``config.yaml`` has the stage's config values, ``train`` flags,
     seed, update cap and (when it names one) dataset: otherwise the arms are not comparable.
-    Settings in :data:`UNCHECKED_KEYS` (validation, saving, threads, time cap) may differ."""
+    Settings in :data:`UNCHECKED_KEYS` (validation, saving, threads, time cap) may differ.
+    ``resumed``: the run will be resumed to the stage's cap (:func:`link`), so a lower cap is
+    fine as long as the run has not trained past the stage's."""
     run_config = run_dir / "config.yaml"
     if not run_config.exists():
         raise SystemExit(f"{run_config}: no training config to check the stage against")
@@ -614,6 +618,10 @@ def check_run_config(run_dir: Path, stage: Stage, stages: list[Stage], paths: Pa
         raise SystemExit(f"{stage.key}: its budget is not known yet (init_from has no plateau)")
     wanted = _config(stage.config, dict(stage.train))
     wanted.update(derived, seed=stage.seed, max_updates=max_updates)
+    if resumed and isinstance(trained.get("max_updates"), int):
+        done, _ = progress(run_dir)
+        if trained["max_updates"] <= max_updates and done <= max_updates:
+            trained = {**trained, "max_updates": max_updates}
     diff = {
         k: (trained.get(k), v)
         for k, v in wanted.items()
@@ -650,7 +658,7 @@ def link(args: argparse.Namespace) -> None:
     source = Path(args.run_dir).resolve()
     if not (source / "train_log.jsonl").exists():
         raise SystemExit(f"{source}: not a run directory of fadat train (no train_log.jsonl)")
-    check_run_config(source, stage, stages, paths)
+    check_run_config(source, stage, stages, paths, resumed=True)
     target = paths.runs / stage.key
     if target.exists() or target.is_symlink():
         raise SystemExit(f"{target} exists; remove it first")

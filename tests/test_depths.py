@@ -169,17 +169,17 @@ def test_low_precision_fast_path_gives_its_full_paths_outputs_at_every_depth(
 
 #: The sweep's configs (docs/speed-sweep.md) → what they change in the NLL recipe.
 SWEEP = {
-    "dat-cpu-small-range-nll.yaml": {"upsample_ratio_range": (2.0, 6.0), "max_tokens": 3072},
+    "dat-cpu-small-range-nll.yaml": {"upsample_ratio_range": (3.0, 6.0), "max_tokens": 3072},
     "dat-cpu-small-5x1-nll.yaml": {"preset": "cpu-small-5x1"},
     "dat-cpu-small-5x1-range-nll.yaml": {
         "preset": "cpu-small-5x1",
-        "upsample_ratio_range": (2.0, 6.0),
+        "upsample_ratio_range": (3.0, 6.0),
         "max_tokens": 3072,
     },
     "dat-cpu-small-4x2-nll.yaml": {"preset": "cpu-small-4x2"},
     "dat-cpu-small-4x2-range-nll.yaml": {
         "preset": "cpu-small-4x2",
-        "upsample_ratio_range": (2.0, 6.0),
+        "upsample_ratio_range": (3.0, 6.0),
         "max_tokens": 3072,
     },
 }

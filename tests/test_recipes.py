@@ -436,8 +436,20 @@ def test_link_status_evaluate_and_table_from_fake_runs(tmp_path, monkeypatch, ca
     (hand / "config.yaml").write_text(yaml.safe_dump(trained))
     with pytest.raises(SystemExit, match="budget is not known"):  # ft stages wait for N
         ex.main(["link", *where, "ft-nll", str(hand)])
+    # a lower update cap is fine for a run that `run` resumes to the stage's; a run that trained
+    # past the stage's cap is not the stage's
+    stage_cap = trained["max_updates"]
+    (hand / "config.yaml").write_text(yaml.safe_dump({**trained, "max_updates": stage_cap + 1}))
+    with pytest.raises(SystemExit, match="'max_updates'"):
+        ex.main(["link", *where, "pretrain", str(hand)])
+    write_jsonl(hand / "train_log.jsonl", [{"update": stage_cap + 5, "elapsed": 1.0}])
+    (hand / "config.yaml").write_text(yaml.safe_dump({**trained, "max_updates": 600}))
+    with pytest.raises(SystemExit, match="'max_updates'"):
+        ex.main(["link", *where, "pretrain", str(hand)])
+    write_jsonl(hand / "train_log.jsonl", [{"update": 30000, "elapsed": 36000.0}])
     ex.main(["link", *where, "pretrain", str(hand)])
     assert (runs / "pretrain-s1").resolve() == hand.resolve()
+    (hand / "config.yaml").write_text(yaml.safe_dump(trained))
     with pytest.raises(SystemExit, match="exists"):
         ex.main(["link", *where, "pretrain", str(hand)])
 
