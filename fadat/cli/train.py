@@ -78,7 +78,12 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
     ),
     ("--max-updates", "max_updates", int, "stop after this many updates"),
     ("--max-epochs", "max_epochs", int, "stop after this many epochs"),
-    ("--max-time", "max_time", str, "stop after this training time (90s, 30m, 2h)"),
+    (
+        "--max-time",
+        "max_time",
+        str,
+        "stop when the run has trained this long, its resumes included (90s, 30m, 2h)",
+    ),
     ("--patience", "patience", int, "stop after N validations without a better BLEU"),
     ("--validate-every", "validate_every", int, "validate every N updates (0 = at the end)"),
     ("--save-every", "save_every", int, "write checkpoint_last every N updates"),
