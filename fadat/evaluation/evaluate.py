@@ -47,7 +47,6 @@ import platform
 import statistics
 import sys
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +57,7 @@ import torch
 from torch import nn
 
 from fadat import outputs
-from fadat.errors import InputError, ThreadsAboveCoresWarning
+from fadat.errors import InputError
 from fadat.evaluation import validset_metrics
 from fadat.evaluation.scoring import (
     DEFAULT_STRATEGIES,
@@ -72,7 +71,8 @@ from fadat.evaluation.scoring import (
     tokenized_bleu_metric,
 )
 from fadat.models.directory import load_model, model_device, model_labels, resolve_device
-from fadat.options import check_threads, decoding_keywords, usable_cores
+from fadat.options import decoding_keywords, usable_cores
+from fadat.process import apply_threads
 from fadat.translation.pipeline import (
     apply_reduced_head,
     check_option_values,
@@ -502,11 +502,7 @@ def evaluate(
         threads = min(2, usable_cores())
     if not _whole(threads):
         raise InputError(f"--threads must be an integer, got {threads!r}")
-    warning = check_threads(threads, force=True)
-    if warning:
-        warnings.warn(warning, ThreadsAboveCoresWarning, stacklevel=2)
-    if threads:
-        torch.set_num_threads(threads)
+    apply_threads(threads, force=True)  # more than the cores: a ThreadsAboveCoresWarning
     resolved = resolve_device(device)
     source_lang, target_lang = read_languages(data)
     sources, references = load_split(data, split, subset)
