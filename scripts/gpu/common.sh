@@ -135,8 +135,11 @@ pack_model() {
 }
 
 # list_out JOB: the job's seconds and the files in $OUT into job.log, with a warning when there are
-# more than the 8 that the device tool brings back.
+# more than the 8 that the device tool brings back. fadat's record of the outputs it wrote there
+# (.fadat-files.json, from evaluate --report) is not a result: it goes, so that it cannot push a
+# model part out of the 8 (job.sh drops it before its summary).
 list_out() {
+  rm -f "$OUT/.fadat-files.json"
   echo "$1 done after $(($(date +%s) - START))s; files in OUT:" | tee -a "$OUT/job.log"
   ls -la "$OUT" | tee -a "$OUT/job.log"
   local n

@@ -129,9 +129,6 @@ for run in nll ft; do
     [ -f "$WORK/$run/$f" ] && { echo "==== $run/$f"; cat "$WORK/$run/$f"; } >>"$OUT/train-logs.txt"
   done
 done
-# fadat's record of the outputs it wrote (from evaluate --report) is not a result: only 8 files
-# come back, and a base43 model alone is 4 parts
-rm -f "$OUT/.fadat-files.json"
 list_out job-train
 rm -rf "$WORK" "$STAGES"
 exit 0
