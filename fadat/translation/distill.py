@@ -227,8 +227,8 @@ def distill(
             writing the dataset (for tests of resumption).
         max_pairs: distil only the first ``max_pairs`` training pairs (1 to the split's size;
             ``None``: all); the output's training split holds only these. Recorded in
-            ``meta.json`` (``distilled.settings.max_pairs``, and ``distilled.statistics``'s
-            ``pairs`` of ``source_pairs``).
+            ``meta.json`` (``distilled.settings.max_pairs``) and in the statistics (``pairs``
+            distilled of the data's ``source_pairs``).
 
     Returns:
         :class:`Distillation`: ``output`` as a Path, whether the dataset is complete, and
