@@ -17,6 +17,17 @@
 # LEARN_UPDATES updates (docs/results/main-job.md). The Bible stages that follow are a
 # smoke test of every stage at a budget far too small to translate: their BLEU is near 0.
 #   LEARN_UPDATES=300 LEARN_MIN_BLEU=80 bash scripts/main-job.sh --quick
+#
+# TEACHER=DIR (default: none) trains on sequence-level distilled data: an AT model directory
+# (config.json, model.safetensors, spm.model) in the prepared data's vocabulary re-translates the
+# training set once the data are prepared (fadat distill, beam 5; about 18 minutes on one thread
+# with CTranslate2), and the NLL and FA-DAT stages train on its targets; valid and test keep the
+# real references. Its data and runs carry the teacher's name and the first 8 hex digits of its
+# weights' SHA-256 (data/bible-en-es-kd-NAME-HASH, runs/main-kd-NAME-HASH), so that runs with and
+# without a teacher, or with another one, never resume each other's. --quick distils only the
+# first QUICK_KD_PAIRS training pairs (kd300 in the names).
+#   TEACHER=models/bible-en-es-at-cpu-small THREADS=1 bash scripts/main-job.sh
+#   TEACHER=models/bible-en-es-at-cpu-small QUICK_KD_PAIRS=300 bash scripts/main-job.sh --quick
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +36,18 @@ if [ "${1:-}" = "--quick" ]; then QUICK=1; fi
 
 # stage TEXT: a stage's heading with the seconds since the job started.
 stage() { echo "== $* [${SECONDS} s]"; }
+
+# KD: what the distilled data and runs are named after (checked before the set-up's minutes).
+KD=""
+if [ -n "${TEACHER:-}" ]; then
+    if [ ! -f "$TEACHER/model.safetensors" ]; then
+        echo "main-job: TEACHER=$TEACHER holds no model.safetensors (a fadat AT model directory)" >&2
+        exit 2
+    fi
+    QUICK_KD_PAIRS=${QUICK_KD_PAIRS:-300}
+    KD=kd$([ "$QUICK" = 1 ] && echo "$QUICK_KD_PAIRS" || true)
+    KD+=-$(basename "$(cd "$TEACHER" && pwd -P)")-$(sha256sum "$TEACHER/model.safetensors" | cut -c1-8)
+fi
 
 bash scripts/setup.sh
 FADAT=.venv/bin/fadat
@@ -45,6 +68,12 @@ else
     BEST=3  # NLL validates every 200 updates: the best three are near the end
 fi
 EXTRA+=(--threads "${THREADS:-0}")
+# TRAIN_DATA: what the NLL and FA-DAT stages train on; the evaluation always reads DATA.
+TRAIN_DATA=$DATA; ON=""; NLL_MODEL=nll-model; FADAT_MODEL=fadat-model
+if [ -n "$KD" ]; then
+    TRAIN_DATA=$DATA-$KD; RUNS=$RUNS-$KD; ON=", on $TRAIN_DATA"
+    NLL_MODEL=nll-kd-model; FADAT_MODEL=fadat-kd-model  # their rows of the final table
+fi
 mkdir -p "$RUNS"
 
 # train STAGE_DIR ARGS...: run a training stage once; resume it if it was interrupted.
@@ -88,26 +117,43 @@ if [ ! -f "$DATA/meta.json" ]; then
     $FADAT prepare bible-en-es --output "$DATA"
 fi
 
-stage "NLL pre-training with glancing ($NLL_UPDATES updates or $NLL_TIME)"
-train_stage "$RUNS/nll" --config configs/dat-cpu-small-nll.yaml --data "$DATA" --bf16 \
-    --max-updates "$NLL_UPDATES" --max-time "$NLL_TIME" "${EXTRA[@]}"
-[ -f "$RUNS/nll-model/config.json" ] || $FADAT average --run "$RUNS/nll" --best "$BEST" --output "$RUNS/nll-model"
+if [ -n "$KD" ]; then
+    KD_ARGS=(--beam 5 --engine auto)
+    # fadat distill takes a thread count: THREADS=0 (all cores) is the cores this job may use.
+    KD_ARGS+=(--threads "$([ "${THREADS:-0}" = 0 ] && nproc || echo "$THREADS")")
+    if [ "$QUICK" = 1 ]; then KD_ARGS+=(--max-pairs "$QUICK_KD_PAIRS"); fi
+    stage "distil the training set with the teacher $TEACHER into $TRAIN_DATA"
+    KD_START=$SECONDS
+    # Prints the distillation statistics: targets changed, length ratio, BLEU against the references.
+    $FADAT distill --model "$TEACHER" --data "$DATA" --output "$TRAIN_DATA" "${KD_ARGS[@]}"
+    echo "   distillation stage: $((SECONDS - KD_START)) s"
+fi
 
-stage "FA-DAT fuzzy alignment fine-tuning ($FUZZY_UPDATES updates or $FUZZY_TIME)"
-train_stage "$RUNS/fuzzy" --config configs/dat-cpu-small-fuzzy.yaml --data "$DATA" --bf16 \
-    --init-from "$RUNS/nll-model" --max-updates "$FUZZY_UPDATES" --max-time "$FUZZY_TIME" \
+stage "NLL pre-training with glancing ($NLL_UPDATES updates or $NLL_TIME)$ON"
+train_stage "$RUNS/nll" --config configs/dat-cpu-small-nll.yaml --data "$TRAIN_DATA" --bf16 \
+    --max-updates "$NLL_UPDATES" --max-time "$NLL_TIME" "${EXTRA[@]}"
+[ -f "$RUNS/$NLL_MODEL/config.json" ] || $FADAT average --run "$RUNS/nll" --best "$BEST" --output "$RUNS/$NLL_MODEL"
+
+stage "FA-DAT fuzzy alignment fine-tuning ($FUZZY_UPDATES updates or $FUZZY_TIME)$ON"
+train_stage "$RUNS/fuzzy" --config configs/dat-cpu-small-fuzzy.yaml --data "$TRAIN_DATA" --bf16 \
+    --init-from "$RUNS/$NLL_MODEL" --max-updates "$FUZZY_UPDATES" --max-time "$FUZZY_TIME" \
     "${EXTRA[@]}"
-[ -f "$RUNS/fadat-model/config.json" ] || $FADAT average --run "$RUNS/fuzzy" --best 1 --output "$RUNS/fadat-model"
+[ -f "$RUNS/$FADAT_MODEL/config.json" ] || $FADAT average --run "$RUNS/fuzzy" --best 1 --output "$RUNS/$FADAT_MODEL"
 
 stage "translate the test set"
-$FADAT translate --model "$RUNS/fadat-model" --input "$DATA/raw/test.src.txt" \
+$FADAT translate --model "$RUNS/$FADAT_MODEL" --input "$DATA/raw/test.src.txt" \
     --output "$RUNS/test.lookahead.txt" --strategy lookahead
 head -n 3 "$DATA/raw/test.src.txt" | paste - <(head -n 3 "$RUNS/test.lookahead.txt")
 
 stage "evaluate (test split)"
-$FADAT evaluate --model "$RUNS/nll-model" "$RUNS/fadat-model" --data "$DATA" --split test \
+$FADAT evaluate --model "$RUNS/$NLL_MODEL" "$RUNS/$FADAT_MODEL" --data "$DATA" --split test \
     --strategies greedy,lookahead,joint-viterbi --subset "$SUBSET" --bootstrap 0 \
     --latency-subset "$LATENCY_SUBSET" --report "$RUNS/report.json"
+if [ -n "$KD" ]; then
+    echo "$NLL_MODEL, $FADAT_MODEL: trained on $TRAIN_DATA, training targets translated by" \
+        "$TEACHER$([ "$QUICK" = 1 ] && echo " (its first $QUICK_KD_PAIRS pairs only)" || true);" \
+        "scored against the real test references"
+fi
 if [ "$QUICK" = 1 ]; then
     cat <<END_OF_NOTE
 

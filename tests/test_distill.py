@@ -386,6 +386,76 @@ def test_vocabulary_mismatch_and_bad_teacher_are_clear_errors(gen, tmp_path, cap
     assert code == 2 and "other settings" in err and PARTIAL in err
 
 
+def test_max_pairs_distils_the_first_pairs_only(gen, reference, tmp_path, capsys):
+    """``max_pairs``: a dataset of the first N training pairs with the teacher's targets (the
+    full run's targets of those pairs), its count in meta.json and in the statistics, resumable
+    like a full run; the valid and test splits the data's."""
+    from fadat.evaluation.distillation import distillation_statistics
+
+    kwargs = dict(beam=3, batch_size=16, engine="fadat", progress=False)
+    out = tmp_path / "kd50"
+    assert not distill(gen["at"], gen["data"], out, max_pairs=50, stop_after=2, **kwargs).complete
+    done = distill(gen["at"], gen["data"], out, max_pairs=50, **kwargs)
+    assert (done.complete, done.reused) == (True, False)
+    kd, full, data = (BinarizedDataset(d, "train") for d in (out, reference, gen["data"]))
+    assert len(kd) == 50
+    for i in range(50):
+        assert kd[i][0].tolist() == data[i][0].tolist()
+        assert kd[i][1].tolist() == full[i][1].tolist()
+    for f in ("valid.src.ids.npy", "test.tgt.ids.npy", "spm.model", "raw/test.ref.txt"):
+        assert (out / f).read_bytes() == (gen["data"] / f).read_bytes()
+    meta = read_meta(out)
+    train = meta["splits"]["train"]
+    assert train["pairs"] == 50 and "source_words" not in train and "unk_tokens" not in train
+    assert train["source_tokens"] == {
+        "mean": round(float(np.mean(kd.source_lengths)), 2),
+        "max": int(kd.source_lengths.max()),
+    }
+    assert train["target_tokens"]["max"] == int(kd.target_lengths.max())
+    assert meta["distilled"]["settings"]["max_pairs"] == 50
+    assert meta["distilled"]["sentences"] == 50
+    stats = done.statistics
+    assert (stats.pairs, stats.source_pairs) == (50, 300)
+    assert meta["distilled"]["statistics"] == stats.as_dict()
+    assert distillation_statistics(gen["data"], out) == stats
+    assert stats.summary().endswith("; the first 50 of 300 training pairs only")
+    assert "first" not in distillation_statistics(gen["data"], reference).summary()
+    # The same settings again: reused.
+    assert distill(gen["at"], gen["data"], out, max_pairs=50, **kwargs).reused
+    # Another N, or all pairs, into it: refused, saying what differs.
+    with pytest.raises(
+        InputError,
+        match=r"complete dataset of other settings \(max_pairs: 50 "
+        r"there, 60 here\); use another --output, or delete it",
+    ):
+        distill(gen["at"], gen["data"], out, max_pairs=60, **kwargs)
+    argv = ["distill", "--model", str(gen["at"]), "--data", str(gen["data"]), "--beam", "3"]
+    argv += ["--batch-size", "16", "--engine", "fadat", "--no-progress-bar", "--output", str(out)]
+    capsys.readouterr()
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "(max_pairs: 50 there, all here)" in err, err
+    # A partial run of another N is refused too, not mixed in.
+    part = tmp_path / "part"
+    distill(gen["at"], gen["data"], part, max_pairs=50, stop_after=1, **kwargs)
+    with pytest.raises(
+        InputError,
+        match=rf"{PARTIAL}:1: written with other settings "
+        r"\(max_pairs: 50 there, all here\)",
+    ):
+        distill(gen["at"], gen["data"], part, **kwargs)
+    # The verb passes --max-pairs; out of range is an error before any translating.
+    assert cli.main([*argv[:-1], str(tmp_path / "kd7"), "--max-pairs", "7"]) == 0
+    assert len(BinarizedDataset(tmp_path / "kd7", "train")) == 7
+    assert "the first 7 of 300 training pairs only" in capsys.readouterr().out
+    with pytest.raises(InputError, match="--max-pairs must be 1 to the 300 training pairs"):
+        distill(gen["at"], gen["data"], tmp_path / "kd301", max_pairs=301, **kwargs)
+    assert not (tmp_path / "kd301" / PARTIAL).exists()
+    capsys.readouterr()
+    assert cli.main([*argv[:-1], str(tmp_path / "kd0"), "--max-pairs", "0"]) == 2
+    assert "argument --max-pairs: must be >= 1" in capsys.readouterr().err
+
+
 def _write(path: Path, seed: int) -> Path:
     """50 random sentences over other words than the generated dataset's."""
     lines = [line.upper() for line in random_sentences(50, seed=seed)]

@@ -6,7 +6,7 @@ import argparse
 
 from fadat.cli.common import add_force_argument
 from fadat.data.binarized import read_meta
-from fadat.options import MAX_THREADS, int_range
+from fadat.options import MAX_THREADS, int_range, positive_int
 from fadat.translation.distill import ENGINES, distill
 
 
@@ -31,6 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=ENGINES,
         help="fadat's beam search, or CTranslate2 (auto: CTranslate2 when installed)",
     )
+    parser.add_argument(
+        "--max-pairs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="distil only the first N training pairs; the output's training split holds only "
+        "these (default: all; for smoke tests)",
+    )
     parser.add_argument("--no-progress-bar", action="store_true", help="no tqdm bar")
 
 
@@ -49,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         engine=args.engine,
         progress=not args.no_progress_bar,
         force=args.force,
+        max_pairs=args.max_pairs,
     )
     if result.reused:
         print(f"{result.output}: already distilled with these settings")

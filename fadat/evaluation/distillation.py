@@ -36,6 +36,9 @@ class DistillationStatistics:
             references, in BLEU points (0–100).
         tok_bleu: tokenized BLEU (Moses tokenizer; :func:`fadat.evaluation.scoring.corpus_scores`).
         bleu_signature: sacreBLEU's signature of ``bleu``.
+        source_pairs: training pairs of the dataset distilled from; more than ``pairs`` when
+            only its first ``pairs`` were distilled (``fadat distill --max-pairs``). ``None``
+            in statistics recorded before fadat counted them.
     """
 
     pairs: int
@@ -47,19 +50,24 @@ class DistillationStatistics:
     bleu: float
     tok_bleu: float
     bleu_signature: str
+    source_pairs: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The fields as a JSON-ready dict."""
         return asdict(self)
 
     def summary(self) -> str:
-        """One line: pairs changed, length ratio, BLEU."""
-        return (
+        """One line: pairs changed, length ratio, BLEU (and the pairs distilled of the
+        dataset's when only the first were)."""
+        line = (
             f"{self.changed:,} of {self.pairs:,} training targets changed "
             f"({100 * self.changed_share:.1f} %); length ratio {self.length_ratio:.3f} "
             f"(pieces, distilled / reference); BLEU against the references {self.bleu:.2f} "
             f"(tokenized {self.tok_bleu:.2f})"
         )
+        if self.source_pairs is not None and self.source_pairs != self.pairs:
+            line += f"; the first {self.pairs:,} of {self.source_pairs:,} training pairs only"
+        return line
 
 
 def _body(ids: Sequence[int]) -> list[int]:
@@ -72,13 +80,18 @@ def target_statistics(
     targets: Sequence[Sequence[int]],
     spm_model: str | Path,
     target_lang: str,
+    *,
+    source_pairs: int | None = None,
 ) -> DistillationStatistics:
     """:class:`DistillationStatistics` of distilled ``targets`` against the ``references`` of
     the same sources (both token-id sequences, one per pair, ``<s>``/``</s>``/``<pad>``
     ignored), detokenised with the sentencepiece model ``spm_model`` for BLEU.
+    ``source_pairs``: the training pairs of the dataset distilled from (``None``: as many as
+    ``references``, the whole of it).
 
     Raises:
-        ValueError: different numbers of references and targets.
+        ValueError: different numbers of references and targets, or more than
+            ``source_pairs``.
     """
     import sentencepiece
 
@@ -86,6 +99,10 @@ def target_statistics(
 
     if len(references) != len(targets):
         raise ValueError(f"{len(references)} references but {len(targets)} targets")
+    if source_pairs is None:
+        source_pairs = len(references)
+    if source_pairs < len(references):
+        raise ValueError(f"{len(references)} pairs but source_pairs {source_pairs}")
     sp = sentencepiece.SentencePieceProcessor(model_file=str(spm_model))
     refs, hyps = [], []
     changed = reference_pieces = distilled_pieces = 0
@@ -108,6 +125,7 @@ def target_statistics(
         bleu=float(scores["bleu"]),
         tok_bleu=float(scores["tok_bleu"]),
         bleu_signature=str(scores["bleu_signature"]),
+        source_pairs=source_pairs,
     )
 
 
@@ -119,7 +137,9 @@ def distillation_statistics(
 
     Args:
         original: the dataset ``fadat distill --data`` read.
-        distilled: the dataset it wrote (``--output``): same sources, targets rewritten.
+        distilled: the dataset it wrote (``--output``): same sources, targets rewritten; or
+            the first of them only, when its ``meta.json`` says it distilled that many
+            (``--max-pairs``).
         target_lang: ISO code of the target language for BLEU's tokenizers (``None``: the
             datasets' ``meta.json``).
 
@@ -128,7 +148,8 @@ def distillation_statistics(
 
     Raises:
         InputError: a dataset that does not load or names no languages; the two do not
-            correspond (pair counts, sources or sentencepiece models differ).
+            correspond (pair counts other than recorded, sources or sentencepiece models
+            differ).
     """
     from fadat.data.binarized import BinarizedDataset
     from fadat.evaluation.scoring import read_languages
@@ -143,7 +164,8 @@ def distillation_statistics(
         raise InputError(f"{distilled}: another sentencepiece model than {original}")
     before = BinarizedDataset(original, "train")
     after = BinarizedDataset(distilled, "train")
-    if len(before) != len(after):
+    max_pairs = after.meta.get("distilled", {}).get("settings", {}).get("max_pairs")
+    if len(before) != len(after) and not (len(after) == max_pairs < len(before)):
         raise InputError(
             f"{distilled}: {len(after)} training pairs, {original} has {len(before)}: not its "
             "distilled copy"
@@ -151,7 +173,7 @@ def distillation_statistics(
     if target_lang is None:
         target_lang = read_languages(original)[1]
     references, targets = [], []
-    for i in range(len(before)):
+    for i in range(len(after)):
         source, reference = before[i]
         source_kd, target = after[i]
         if not np.array_equal(source, source_kd):
@@ -161,4 +183,4 @@ def distillation_statistics(
             )
         references.append(reference.tolist())
         targets.append(target.tolist())
-    return target_statistics(references, targets, model, target_lang)
+    return target_statistics(references, targets, model, target_lang, source_pairs=len(before))

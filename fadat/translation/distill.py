@@ -3,7 +3,9 @@
 appendix trains on distilled data).
 
 Re-translates the training sources of a prepared dataset with an AT model's beam search and
-writes a new dataset directory whose training targets are the AT's outputs. The valid and test
+writes a new dataset directory whose training targets are the AT's outputs (with ``max_pairs``,
+``--max-pairs``: only the first pairs of the training split, which is then all the new training
+split holds; for smoke tests such as ``scripts/main-job.sh --quick``). The valid and test
 splits, their raw text, the sentencepiece model and the vocabulary are copied unchanged, so
 scores stay comparable; ``meta.json`` records the provenance under ``"distilled"`` (teacher,
 decoding options, engine, source dataset and its fingerprint, time taken). Works on token ids:
@@ -109,7 +111,8 @@ def _read_partial(path: Path, settings: dict[str, Any]) -> dict[int, list[list[i
         if number == 1:
             if record.get("settings") != settings:
                 raise InputError(
-                    f"{path}:1: written with other settings ({record.get('settings')}); "
+                    f"{path}:1: written with other settings "
+                    f"({_differences(record.get('settings'), settings)}); "
                     "use another --output or delete the file"
                 )
             continue
@@ -203,6 +206,7 @@ def distill(
     progress: bool = True,
     force: bool = False,
     stop_after: int | None = None,
+    max_pairs: int | None = None,
 ) -> Distillation:
     """Write a dataset whose training targets are the AT teacher's translations
     (``fadat distill``; every keyword's default is the flag's). Prints nothing (but the tqdm bar
@@ -221,6 +225,10 @@ def distill(
         force: allow ``threads`` above the cores this process may use.
         stop_after: translate at most this many batches in this call and return without
             writing the dataset (for tests of resumption).
+        max_pairs: distil only the first ``max_pairs`` training pairs (1 to the split's size;
+            ``None``: all); the output's training split holds only these. Recorded in
+            ``meta.json`` (``distilled.settings.max_pairs``) and in the statistics (``pairs``
+            distilled of the data's ``source_pairs``).
 
     Returns:
         :class:`Distillation`: ``output`` as a Path, whether the dataset is complete, and
@@ -234,8 +242,9 @@ def distill(
     Raises:
         InputError: the teacher is not an AT or has another vocabulary; missing or corrupt
             data, or a ``meta.json`` without ``source_lang``/``target_lang``; ``output`` holds
-            a run with other settings or is a complete dataset of other
-            settings; bad ``beam``/``batch_size``/``threads``, or ``threads`` above the cores
+            a run with other settings or is a complete dataset of other settings (another
+            teacher, data, ``max_pairs``, ...: the message names what differs); bad
+            ``beam``/``batch_size``/``threads``/``max_pairs``, or ``threads`` above the cores
             without ``force`` (:func:`fadat.options.check_threads`); another process distills
             into ``output`` (:func:`fadat.outputs.output_lock`).
     """
@@ -254,6 +263,7 @@ def distill(
             engine=engine,
             progress=progress,
             stop_after=stop_after,
+            max_pairs=max_pairs,
         )
 
 
@@ -269,6 +279,7 @@ def _distill(
     engine: str,
     progress: bool,
     stop_after: int | None,
+    max_pairs: int | None,
 ) -> Distillation:
     """:func:`distill` once its output is locked."""
     if beam < 1 or batch_size < 1 or threads < 1:
@@ -280,8 +291,16 @@ def _distill(
     target_lang = read_languages(data_dir)[1]
     teacher = _check_teacher(model_dir, data_dir, meta)
     train = BinarizedDataset(data_dir, "train")
-    n = len(train)
+    if max_pairs is not None and not 1 <= max_pairs <= len(train):
+        raise InputError(
+            f"--max-pairs must be 1 to the {len(train)} training pairs of {data_dir}, "
+            f"got {max_pairs}"
+        )
+    n = len(train) if max_pairs is None else max_pairs
     settings = _settings(model_dir, data_dir, meta, beam, length_penalty, batch_size, engine)
+    if max_pairs is not None:
+        # only when given, so that datasets distilled before the option existed still match
+        settings["max_pairs"] = max_pairs
     out_meta = output / "meta.json"
     check_output_dir(output, "dataset")
     if out_meta.is_file():
@@ -290,11 +309,14 @@ def _distill(
             recorded = read_meta(output).get("distilled", {}).get("statistics")
             stats = DistillationStatistics(**recorded) if recorded else None
             return Distillation(output, complete=True, reused=True, statistics=stats)
-        raise InputError(f"{out_meta}: a complete dataset of other settings; use another --output")
+        raise InputError(
+            f"{out_meta}: a complete dataset of other settings ({_differences(old, settings)}); "
+            "use another --output, or delete it to distil again"
+        )
     mark_dir(output, "dataset")
     partial = output / PARTIAL
     done = _read_partial(partial, settings)
-    batches = _plan_batches(train, batch_size, done, partial)
+    batches = _plan_batches(train, n, batch_size, done, partial)
     threads_before = torch.get_num_threads()
     torch.set_num_threads(threads)
     # The converted teacher goes to a temporary folder of its own, not into the dataset
@@ -303,7 +325,7 @@ def _distill(
     try:
         translate = _translator(engine, model_dir, work, beam, length_penalty, threads)
         ran = _translate_batches(
-            translate, train, batches, done, partial, settings, progress, stop_after
+            translate, train, n, batches, done, partial, settings, progress, stop_after
         )
     finally:
         torch.set_num_threads(threads_before)
@@ -314,16 +336,18 @@ def _distill(
     target_of: dict[int, list[int]] = {}
     for b, ids in enumerate(batches):
         target_of.update(zip(ids, done[b], strict=True))
-    _write_dataset(data_dir, output, meta, train, target_of)
+    _write_dataset(data_dir, output, meta, train, n, target_of)
     lengths = [len(target_of[i]) for i in range(n)]
     statistics = target_statistics(
         [train[i][1].tolist() for i in range(n)],
         [target_of[i] for i in range(n)],
         data_dir / "spm.model",
         target_lang,
+        source_pairs=len(train),
     )
     run = {"settings": settings, "teacher_config": teacher["config"], "threads": threads}
-    distilled_meta = _distilled_meta(meta, lengths, run, translated, seconds)
+    source_lengths = [int(length) for length in train.source_lengths[:n]]
+    distilled_meta = _distilled_meta(meta, source_lengths, lengths, run, translated, seconds)
     distilled_meta["distilled"]["statistics"] = statistics.as_dict()
     _finish(output, distilled_meta)
     return Distillation(output, complete=True, statistics=statistics)
@@ -354,6 +378,21 @@ def _settings(
     }
 
 
+def _differences(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    """What differs between the settings a dataset or partial run was made with (``old``) and
+    this run's (``new``), for the refusal's message: ``"max_pairs: 300 there, all here"``."""
+    if not isinstance(old, dict):
+        return "no settings recorded there"
+
+    def shown(settings: dict[str, Any], key: str) -> str:
+        if key not in settings:
+            return "all" if key == "max_pairs" else "none"
+        return str(settings[key])
+
+    keys = [k for k in dict.fromkeys([*new, *old]) if old.get(k) != new.get(k)]
+    return "; ".join(f"{k}: {shown(old, k)} there, {shown(new, k)} here" for k in keys)
+
+
 def _finish(output: Path, meta: dict[str, Any]) -> None:
     """Write ``meta.json`` atomically (the dataset is complete from then on), then delete the
     partial run and a converted teacher that an earlier version left in the dataset."""
@@ -365,16 +404,19 @@ def _finish(output: Path, meta: dict[str, Any]) -> None:
 
 
 def _plan_batches(
-    train: BinarizedDataset, batch_size: int, done: dict[int, list[list[int]]], partial: Path
+    train: BinarizedDataset,
+    n: int,
+    batch_size: int,
+    done: dict[int, list[list[int]]],
+    partial: Path,
 ) -> list[list[int]]:
-    """The batches of sentence indices, longest source first (ties by index): the slowest
-    batches come first, so the rate shown is not optimistic, and the batches are the same in
-    every run.
+    """The batches of the indices of the first ``n`` sentences, longest source first (ties by
+    index): the slowest batches come first, so the rate shown is not optimistic, and the
+    batches are the same in every run.
 
     Raises:
         InputError: the batches already in ``partial`` (``done``) do not match.
     """
-    n = len(train)
     order = sorted(range(n), key=lambda i: (-int(train.source_lengths[i]), i))
     batches = [order[k : k + batch_size] for k in range(0, n, batch_size)]
     if any(len(done[b]) != len(batches[b]) for b in done if b < len(batches)) or any(
@@ -387,6 +429,7 @@ def _plan_batches(
 def _translate_batches(
     translate: Callable[[list[list[int]], list[int]], list[list[int]]],
     train: BinarizedDataset,
+    n: int,
     batches: list[list[int]],
     done: dict[int, list[list[int]]],
     partial: Path,
@@ -394,10 +437,9 @@ def _translate_batches(
     progress: bool,
     stop_after: int | None,
 ) -> tuple[int, float] | None:
-    """Translate the batches not ``done`` yet, appending each to ``partial`` (and to ``done``)
-    as it finishes. Returns ``(sentences translated, seconds)``, or None when ``stop_after``
-    batches were translated first."""
-    n = len(train)
+    """Translate the batches (of the first ``n`` sentences) not ``done`` yet, appending each to
+    ``partial`` (and to ``done``) as it finishes. Returns ``(sentences translated, seconds)``,
+    or None when ``stop_after`` batches were translated first."""
     bar = None
     try:
         todo = [b for b in range(len(batches)) if b not in done]
@@ -435,6 +477,7 @@ def _translate_batches(
 
 def _distilled_meta(
     meta: dict[str, Any],
+    source_lengths: list[int],
     lengths: list[int],
     run: dict[str, Any],
     translated: int,
@@ -443,15 +486,20 @@ def _distilled_meta(
     """A copy of the data's ``meta`` with the train split's target statistics of the new
     targets (``lengths`` in tokens, ``<s>``/``</s>`` included) and a ``distilled`` record: the
     ``run``'s ``settings``, ``teacher_config`` and ``threads``, the sentence count, this call's
-    time and rate (``translated`` sentences in ``seconds``) and the time it finished."""
+    time and rate (``translated`` sentences in ``seconds``) and the time it finished. When
+    fewer pairs than the data's were distilled (``max_pairs``), the train split's pair count and
+    source statistics (``source_lengths``, in tokens with ``</s>``) are those of the pairs kept,
+    and its word and ``<unk>`` counts, which describe the whole split, are left out."""
     n = len(lengths)
     meta = dict(meta)
     meta["splits"] = dict(meta["splits"])
-    meta["splits"]["train"] = dict(meta["splits"]["train"])
-    meta["splits"]["train"]["target_tokens"] = {
-        "mean": round(sum(lengths) / max(n, 1), 2),
-        "max": max(lengths, default=0),
-    }
+    train = meta["splits"]["train"] = dict(meta["splits"]["train"])
+    train["target_tokens"] = _length_stats(lengths)
+    if n != train["pairs"]:
+        train["pairs"] = n
+        train["source_tokens"] = _length_stats(source_lengths)
+        for key in ("source_words", "target_words", "unk_tokens"):
+            train.pop(key, None)
     meta["distilled"] = {
         **run,
         "sentences": n,
@@ -462,16 +510,21 @@ def _distilled_meta(
     return meta
 
 
+def _length_stats(lengths: list[int]) -> dict[str, float | int]:
+    """``{"mean", "max"}`` of sentence lengths in tokens."""
+    return {"mean": round(sum(lengths) / max(len(lengths), 1), 2), "max": max(lengths, default=0)}
+
+
 def _write_dataset(
     data_dir: Path,
     output: Path,
     meta: dict[str, Any],
     train: BinarizedDataset,
+    n: int,
     target_of: dict[int, list[int]],
 ) -> None:
-    """The train split with the new targets, and every other file of ``data_dir`` copied, each
-    written under a temporary name and renamed."""
-    n = len(train)
+    """The train split of the first ``n`` sources with the new targets, and every other file of
+    ``data_dir`` copied, each written under a temporary name and renamed."""
     with tempfile.TemporaryDirectory(dir=output) as tmp:
         write_split(
             tmp,
