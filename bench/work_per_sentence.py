@@ -635,7 +635,7 @@ def markdown_table(report: Mapping[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """The command line (the module docstring); returns the report written by ``--json``."""
     argv = sys.argv[1:] if argv is None else argv
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     p.add_argument(
         "--dat",
         action="append",
