@@ -107,6 +107,16 @@ def test_targets_are_the_teachers_beam_outputs(gen, reference):
         == json.loads((gen["data"] / "meta.json").read_text())["fingerprint"]
     )
     assert meta["vocab_size"] == 16 and not (reference / PARTIAL).exists()
+    # the train split's statistics describe the teacher's targets, not the references'
+    train = meta["splits"]["train"]
+    assert "target_words" not in train and "unk_tokens" not in train
+    assert (
+        train["source_words"]
+        == json.loads((gen["data"] / "meta.json").read_text())["splits"]["train"]["source_words"]
+    )
+    assert train["target_tokens"]["max"] == int(
+        BinarizedDataset(reference, "train").target_lengths.max()
+    )
     BinarizedDataset(reference, "valid")  # the copied splits still load
 
 

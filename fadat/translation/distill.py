@@ -489,17 +489,20 @@ def _distilled_meta(
     time and rate (``translated`` sentences in ``seconds``) and the time it finished. When
     fewer pairs than the data's were distilled (``max_pairs``), the train split's pair count and
     source statistics (``source_lengths``, in tokens with ``</s>``) are those of the pairs kept,
-    and its word and ``<unk>`` counts, which describe the whole split, are left out."""
+    and its source word count, which describes the whole split, is left out. The target word
+    count and the ``<unk>`` count (of the references, both sides) are always left out."""
     n = len(lengths)
     meta = dict(meta)
     meta["splits"] = dict(meta["splits"])
     train = meta["splits"]["train"] = dict(meta["splits"]["train"])
     train["target_tokens"] = _length_stats(lengths)
+    # the references' word and <unk> counts do not describe the teacher's targets
+    for key in ("target_words", "unk_tokens"):
+        train.pop(key, None)
     if n != train["pairs"]:
         train["pairs"] = n
         train["source_tokens"] = _length_stats(source_lengths)
-        for key in ("source_words", "target_words", "unk_tokens"):
-            train.pop(key, None)
+        train.pop("source_words", None)
     meta["distilled"] = {
         **run,
         "sentences": n,
