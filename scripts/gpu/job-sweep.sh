@@ -70,7 +70,7 @@ source "$ROOT/scripts/gpu/common.sh"
 pick_python
 if [ -z "$DESIGN" ]; then
   echo "usage: scripts/gpu/job-sweep.sh DESIGN [--budget S] [--dry-run [--data DIR]]" >&2
-  "$PY" scripts/gpu/sweep_design.py stage "" >/dev/null  # lists the designs
+  echo "DESIGN: one of $("$PY" scripts/gpu/sweep_design.py designs)" >&2
   exit 2
 fi
 # CONFIG SEED MAX_UPDATES AVERAGE TOKENS DATASET DESIGNS OPTIONS (sweep_design.py shell_vars)

@@ -18,6 +18,7 @@ Needs PyYAML (in the device image) and the standard library; not fadat or torch.
 
 Usage::
 
+    python scripts/gpu/sweep_design.py designs [--experiment YAML]   # the stage names, one line
     python scripts/gpu/sweep_design.py stage DESIGN [--experiment YAML]
     python scripts/gpu/sweep_design.py toy-config DESIGN PATH [--experiment YAML]
     python scripts/gpu/sweep_design.py manifest OUT --stages FILE --design DESIGN --run RUN_DIR
@@ -262,9 +263,11 @@ def render(m: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("stage", "toy-config", "manifest"):
+    for name in ("stage", "toy-config", "manifest", "designs"):
         p = sub.add_parser(name)
         p.add_argument("--experiment", default=EXPERIMENT, help="relative to the checkout")
+        if name == "designs":
+            continue
         if name == "manifest":
             p.add_argument("out")
             p.add_argument("--stages", required=True)
@@ -283,7 +286,10 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("path", type=Path)
     args = parser.parse_args(argv)
     try:
-        if args.command == "stage":
+        if args.command == "designs":
+            _, stages = experiment_module().load(str(ROOT / args.experiment))
+            print(" ".join(dict.fromkeys(s.name for s in stages)))
+        elif args.command == "stage":
             print(shell_vars(args.design, args.experiment))
         elif args.command == "toy-config":
             toy_config(args.design, args.path, args.experiment)

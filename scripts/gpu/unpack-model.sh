@@ -29,7 +29,9 @@ meta = json.loads((Path(sys.argv[1]) / "config.json").read_text(encoding="utf-8"
 c = meta["config"]
 print(
     f"{meta['model_type']}: d={c['d_model']} layers={c['encoder_layers']}+{c['decoder_layers']} "
-    f"λ={c.get('upsample_ratio')} V={c['vocab_size']} weights {meta.get('weights_dtype')}; "
+    f"λ={c.get('upsample_ratio')}"
+    + (f" (trained over {c['upsample_ratio_range']})" if c.get("upsample_ratio_range") else "")
+    + f" V={c['vocab_size']} weights {meta.get('weights_dtype')}; "
     f"averaged {len(meta.get('training', {}).get('averaged', []))} checkpoints, valid BLEU "
     f"{[round(b, 2) for b in meta.get('training', {}).get('bleu', [])]}"
 )
