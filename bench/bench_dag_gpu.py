@@ -8,19 +8,22 @@ Same inputs for both backends (bench/bench_dag.py's model-like graphs: links pre
   (the DP alone; the gather and the (B, L, V) log-softmax are the same for both backends);
 - ``alignment``: ``best_alignment_from_match`` (forward only).
 
-Statistic: median over ``--repeats`` timed calls of each backend, interleaved, after two warm-up
-calls (the first compiles the kernels), timed with CUDA events; the ratio is torch / triton.
+Statistic: median over ``--repeats`` timed calls of each backend, interleaved, after ``--warmup``
+untimed calls (default 2: the first compiles the kernels), timed with CUDA events; the ratio is
+torch / triton.
 Memory: the peak of ``torch.cuda.max_memory_allocated`` during one call above what was allocated
 before it. The table also shows the largest difference between the backends' log-likelihoods,
 gradients and alignments, as a check that both computed the same thing.
 
-Usage: ``python bench/bench_dag_gpu.py [--sizes 64x240,256x240] [--repeats 20] [--block 32]
-[--warps 4] [--json FILE]`` (T = 30, so λ = L / 30: 8 at L = 240, the paper's; ``--block`` /
-``--warps`` try other launch configurations than the library's fixed one; ``--json`` writes the
-table's rows to FILE after every row, so that a run cut short keeps what it measured).
+Usage: ``python bench/bench_dag_gpu.py [--sizes 64x240,256x240] [--repeats 20] [--warmup 2]
+[--block 32] [--warps 4] [--json FILE]`` (T = 30, so λ = L / 30: 8 at L = 240, the paper's;
+``--block`` / ``--warps`` try other launch configurations than the library's fixed one;
+``--json`` writes the table's rows to FILE after every row, so that a run cut short keeps what it
+measured).
 Exits with status 2 and a message where CUDA or Triton is missing. ``--device cpu`` runs the same
 code on the CPU (the Triton side then needs ``TRITON_INTERPRET=1``): a dry run of this script,
-its timings mean nothing.
+its timings mean nothing; ``--warmup 0`` there (the interpreter compiles nothing, and each of its
+calls takes seconds), the differences and peaks then come from the first timed call.
 """
 
 from __future__ import annotations
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="16x120,64x240,256x240,64x480")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=2, help="untimed calls before the timed ones")
     parser.add_argument("--tasks", default="likelihood,alignment")
     parser.add_argument("--device", default="cuda")
     parser.add_argument(
@@ -113,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warps", type=int, default=triton_dag.NUM_WARPS, help="Triton warps")
     parser.add_argument("--json", default=None, help="write the rows to this JSON file")
     args = parser.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0:
+        print("bench_dag_gpu: --repeats must be >= 1 and --warmup >= 0", file=sys.stderr)
+        return 2
     if args.block < 1 or args.block & (args.block - 1):
         print(f"bench_dag_gpu: --block must be a power of 2, got {args.block}", file=sys.stderr)
         return 2
@@ -156,12 +163,15 @@ def main(argv: list[str] | None = None) -> int:
             peaks: dict[str, float] = {}
             results = {}
             for b in BACKENDS:  # warm-up (compiles the Triton kernels for this shape class)
-                for _ in range(2):
+                for _ in range(args.warmup):
                     _, peaks[b], results[b] = timed(fns[b], device)
             for _ in range(args.repeats):
                 for b in BACKENDS:
-                    ms, _, _ = timed(fns[b], device)
+                    ms, peak, result = timed(fns[b], device)
                     times[b].append(ms)
+                    # without a warm-up, the first timed call's peak and result
+                    peaks.setdefault(b, peak)
+                    results.setdefault(b, result)
             med = {b: statistics.median(times[b]) for b in BACKENDS}
             diff = max_diff(results["torch"], results["triton"])
             print(

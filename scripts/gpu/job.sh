@@ -65,7 +65,8 @@ if [ "$DRY" = 1 ]; then
   # the CUDA tests' own logic on the CPU (their module docstring), a few of them
   TEST_ENV=(FADAT_TEST_DEVICE=cpu)
   TEST_ARGS=(tests/test_cuda.py -k "float64 or best_alignment_equals")
-  KERNEL_ARGS=(--device cpu --sizes 2x40 --repeats 1)
+  # one call of each backend, no warm-up: each interpreted Triton call takes seconds
+  KERNEL_ARGS=(--device cpu --sizes 2x40 --repeats 1 --warmup 0)
   KERNEL_ENV=(TRITON_INTERPRET=1)  # Triton's interpreter: its kernels on the CPU
   # a small vocabulary and matmul peak: bf16 matrix products run in a slow fallback on CPUs
   # without bf16 instructions (this one: 20 s for a 1024³ product)
