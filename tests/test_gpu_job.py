@@ -217,6 +217,18 @@ def test_sweep_refuses_an_unknown_design_with_the_list(tmp_path):
     assert proc.stdout == "" and not out.exists()  # refused before anything started
 
 
+def test_sweep_without_a_design_prints_its_usage_and_the_designs(tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(SWEEP_JOB)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "usage: scripts/gpu/job-sweep.sh DESIGN [--budget S] [--dry-run [--data DIR]]",
+        "DESIGN: one of " + " ".join(sweep_stages()),
+    ]
+    assert proc.stdout == "" and not out.exists()
+
+
 @pytest.mark.slow
 def test_sweep_dry_run_brings_back_the_design(tmp_path, toy_data):
     """5x1-range at toy widths: the design's depths (5 + 1) and λ range come through to the
