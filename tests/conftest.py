@@ -18,6 +18,23 @@ def models(tmp_path_factory) -> dict[str, Path]:
     return random_models(str(tmp_path_factory.getbasetemp() / "random-models"))
 
 
+@pytest.fixture(scope="session")
+def dat_onnx(models, tmp_path_factory) -> Path:
+    """``DIR/fp32``: the tiny random DAT of :func:`models` exported for ONNX Runtime by the
+    Python verb (``fadat.translation.export.export(..., format="onnx")``: fp32, fused
+    attention); ``DIR/int8``: its int8 copy (``quantize_export``). Returns DIR. Once per session
+    (per xdist worker): the export takes ≈ 20 s of CPU time. Read-only; skips the test where
+    onnxruntime or onnxscript is missing."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from fadat.translation.export import export
+    from fadat.translation.onnx_export import quantize_export
+
+    root = tmp_path_factory.getbasetemp() / "random-dat-onnx"
+    quantize_export(export(models["dat"], root / "fp32", format="onnx"), root / "int8")
+    return root
+
+
 @pytest.fixture(scope="module")
 def copy_data(tmp_path_factory) -> Path:
     """No word twice in a row: DAG decoders merge consecutive equal tokens

@@ -52,22 +52,6 @@ def models_with_shortlist(tmp_path, pairs, top_k, frequent):
     return models, src, ref
 
 
-@pytest.fixture(scope="module")
-def onnx_dir(tmp_path_factory) -> Path:
-    """fp32 and int8 exports (``DIR/fp32``, ``DIR/int8``) of the tiny random DAT, once per
-    module (the dynamo export takes ≈ 20 s of CPU time). random_models is seeded, so the DAT
-    that each test builds is this one."""
-    from test_translate import random_models
-
-    from fadat.translation.onnx_export import export_onnx, quantize_export
-
-    root = tmp_path_factory.mktemp("bench-onnx")
-    models = random_models(str(root / "random"))
-    fp32 = export_onnx(models["dat"], root / "onnx" / "fp32")
-    quantize_export(fp32, root / "onnx" / "int8")
-    return root / "onnx"
-
-
 @needs_ct2
 def test_smoke_mode_runs_every_kind_of_row(tmp_path):
     bench = load_bench()
@@ -138,9 +122,14 @@ def test_dat_replicas_translate_as_the_model_in_process(tmp_path, monkeypatch):
 PAIRS = [("ab cd ef", "ab cd"), ("gh ij", "gh ij ef"), ("ab gh", "ab"), ("cd ef gh ij", "cd")]
 
 
+# The ONNX tests read the session's fp32 and int8 exports of the tiny random DAT
+# (conftest.dat_onnx: ``DIR/fp32``, ``DIR/int8``; an export takes ≈ 20 s of CPU time).
+# random_models is seeded, so the DAT that each test builds is the exported one.
+
+
 @needs_ct2
 @needs_ort
-def test_smoke_mode_onnx_rows_memory_and_disk(tmp_path, onnx_dir):
+def test_smoke_mode_onnx_rows_memory_and_disk(tmp_path, dat_onnx):
     """The ONNX Runtime rows (exports from ``--onnx-dir``) give the torch rows' fp32 outputs;
     every row has a peak memory from its own child process (the ORT ones without torch) and
     the size of the directory it loads; ``--profile fastest`` profiles one DAT or ORT row."""
@@ -150,7 +139,7 @@ def test_smoke_mode_onnx_rows_memory_and_disk(tmp_path, onnx_dir):
     results = bench.main(
         ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"])]
         + ["--src", str(src), "--ref", str(ref), "--precisions", "fp32", "--prune-thresholds"]
-        + ["--onnx-dir", str(onnx_dir), "--only", keep, "--profile", "fastest"]
+        + ["--onnx-dir", str(dat_onnx), "--only", keep, "--profile", "fastest"]
     )
     strategies = ("greedy", "lookahead", "joint-viterbi")
     expected = {f"ORT {s} {p}" for s in strategies for p in ("fp32", "int8")}
@@ -173,14 +162,14 @@ def test_smoke_mode_onnx_rows_memory_and_disk(tmp_path, onnx_dir):
     )
     assert all(x["memory"]["peak_mib"] > x["memory"]["base_mib"] for x in results.values())
     for p in ("fp32", "int8"):
-        files = [f for f in (onnx_dir / p).rglob("*") if f.is_file()]
+        files = [f for f in (dat_onnx / p).rglob("*") if f.is_file()]
         size = sum(f.stat().st_size for f in files) / 2**20
         assert results[f"ORT lookahead {p}"]["disk_mib"] == pytest.approx(size)
-        assert size > (onnx_dir / p / "dat.onnx").stat().st_size / 2**20 * 0.99
+        assert size > (dat_onnx / p / "dat.onnx").stat().st_size / 2**20 * 0.99
 
 
 @needs_ort
-def test_onnx_replicas_translate_as_the_session_in_process(tmp_path, monkeypatch, onnx_dir):
+def test_onnx_replicas_translate_as_the_session_in_process(tmp_path, monkeypatch, dat_onnx):
     """``inter 2`` for an ORT row: two one-thread worker processes holding a session each give
     the outputs of the session in this process on the same halves of each batch. (int8: ONNX
     Runtime's dynamic quantization scales activations per tensor, i.e. over the whole batch,
@@ -192,7 +181,7 @@ def test_onnx_replicas_translate_as_the_session_in_process(tmp_path, monkeypatch
     models, src, _ = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
     _, sp = bench.load_model(models["dat"], "cpu")
     sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
-    dirs = {p: str(onnx_dir / p) for p in ("fp32", "int8")}
+    dirs = {p: str(dat_onnx / p) for p in ("fp32", "int8")}
     pool = bench.Replicas(str(models["dat"]), 2, [], [], list(dirs.values()))
     try:
         for precision, directory in dirs.items():
@@ -210,7 +199,7 @@ def test_onnx_replicas_translate_as_the_session_in_process(tmp_path, monkeypatch
 
 @needs_ct2
 @needs_ort
-def test_profiles_and_random_at(tmp_path, onnx_dir):
+def test_profiles_and_random_at(tmp_path, dat_onnx):
     """``--profile ROW`` for a torch and an ORT row: per-op times that fit in the measured
     time; ``--at random``: an AT of the DAT's shape, only forced rows, of the references'
     lengths."""
@@ -219,7 +208,7 @@ def test_profiles_and_random_at(tmp_path, onnx_dir):
     bench = load_bench()
     models, src, ref = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
     base = ["--smoke", "--dat", str(models["dat"]), "--src", str(src), "--ref", str(ref)]
-    base += ["--precisions", "fp32", "--prune-thresholds", "--onnx-dir", str(onnx_dir)]
+    base += ["--precisions", "fp32", "--prune-thresholds", "--onnx-dir", str(dat_onnx)]
     for row in ("ORT lookahead int8", "DAT lookahead fp32"):
         out = bench.main([*base, "--at", str(models["at"]), "--profile", row])[row]
         assert out["ms_per_sentence"] > 0 and out["ops_ms"], row

@@ -146,13 +146,20 @@ def test_a_stage_that_would_overrun_is_skipped_with_a_line(tmp_path, toy_data):
 
 @pytest.mark.slow
 def test_only_runs_the_named_stage(tmp_path, toy_data):
+    """--only latency, the cheapest stage (one evaluate of the DAT on 4 sentences; no AT, so
+    without the AT rows)."""
     out = tmp_path / "out"
-    log = run_job(out, "--dry-run", "--only", "kernels", "--data", str(toy_data))
+    no_at = tmp_path / "no-at"
+    log = run_job(
+        out, "--dry-run", "--only", "latency", "--data", str(toy_data), "--at", str(no_at)
+    )
     manifest = check_manifest(out)
     status = {s["name"]: s["status"] for s in manifest["stages"]}
-    assert status == {**dict.fromkeys(STAGES, "skipped"), "kernels": "ok"}
-    assert "[latency] SKIPPED: not asked for (--only kernels)" in log
-    assert len(manifest["results"]["kernels"]) == 2
+    assert status == {**dict.fromkeys(STAGES, "skipped"), "latency": "ok"}
+    assert "[kernels] SKIPPED: not asked for (--only latency)" in log
+    assert f"[latency] no AT at {no_at}: the AT rows (greedy, beam 5) are skipped" in log
+    systems = [r["name"].rsplit(":", 1)[1] for r in manifest["results"]["latency"]]
+    assert systems == ["greedy", "lookahead", "joint-viterbi"]
 
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" errors="1"
