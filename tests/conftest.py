@@ -4,11 +4,40 @@ training tests' corpus); ``test_translate`` holds the tiny random models."""
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from copy_task import prepare_copy_data
-from test_translate import random_models
+from test_translate import copy_task_model, random_models
+
+
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], dict[str, Path]]
+) -> dict[str, Path]:
+    """The paths that ``build(root)`` wrote, built once per test run in ``root``, a folder
+    ``name`` of the run's temporary folder.
+
+    Under pytest-xdist the workers share that folder (the parent of each worker's own base
+    folder): the first worker to ask builds while holding an exclusive ``fcntl.flock`` on
+    ``name.lock`` beside it, the others wait for the lock and read the paths it recorded in
+    ``name.json``. Without xdist it is built once per session. What ``build`` writes is
+    read-only to the tests (copy it to change it). A build that raises records nothing: the
+    next test to ask builds again.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    record = base / f"{name}.json"
+    with open(base / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not record.is_file():
+            paths = build(base / name)
+            record.write_text(json.dumps({k: str(v) for k, v in paths.items()}))
+    return {k: Path(v) for k, v in json.loads(record.read_text()).items()}
 
 
 @pytest.fixture(scope="session")
@@ -19,20 +48,32 @@ def models(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def dat_onnx(models, tmp_path_factory) -> Path:
-    """``DIR/fp32``: the tiny random DAT of :func:`models` exported for ONNX Runtime by the
-    Python verb (``fadat.translation.export.export(..., format="onnx")``: fp32, fused
-    attention); ``DIR/int8``: its int8 copy (``quantize_export``). Returns DIR. Once per session
-    (per xdist worker): the export takes ≈ 20 s of CPU time. Read-only; skips the test where
-    onnxruntime or onnxscript is missing."""
+def dat_onnx(tmp_path_factory) -> dict[str, Path]:
+    """A tiny random DAT (``"dat"``, :func:`test_translate.random_models`, seeded: the DAT that
+    every call builds) exported for ONNX Runtime by the Python verb
+    (``fadat.translation.export.export(..., format="onnx")``: fp32, fused attention) into
+    ``DIR/fp32``, with its int8 copy (``quantize_export``) in ``DIR/int8`` (``"dir"``: DIR).
+    Once per test run (:func:`once_per_run`): the export takes ≈ 20 s of CPU time. Skips the
+    test where onnxruntime or onnxscript is missing."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnxscript")
     from fadat.translation.export import export
     from fadat.translation.onnx_export import quantize_export
 
-    root = tmp_path_factory.getbasetemp() / "random-dat-onnx"
-    quantize_export(export(models["dat"], root / "fp32", format="onnx"), root / "int8")
-    return root
+    def build(root: Path) -> dict[str, Path]:
+        dat = random_models(str(root / "random"))["dat"]
+        quantize_export(export(dat, root / "onnx" / "fp32", format="onnx"), root / "onnx" / "int8")
+        return {"dat": dat, "dir": root / "onnx"}
+
+    return once_per_run(tmp_path_factory, "random-dat-onnx", build)
+
+
+@pytest.fixture(scope="session")
+def copy_model(tmp_path_factory) -> dict[str, Path]:
+    """A tiny DAT trained on a copy task (:func:`test_translate.copy_task_model`: ``"model"``,
+    ``"data"``, ``"test_src"``), once per test run (:func:`once_per_run`): the training takes
+    ≈ 30 s of CPU time."""
+    return once_per_run(tmp_path_factory, "copy-task", lambda root: copy_task_model(str(root)))
 
 
 @pytest.fixture(scope="module")

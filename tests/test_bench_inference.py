@@ -122,7 +122,7 @@ def test_dat_replicas_translate_as_the_model_in_process(tmp_path, monkeypatch):
 PAIRS = [("ab cd ef", "ab cd"), ("gh ij", "gh ij ef"), ("ab gh", "ab"), ("cd ef gh ij", "cd")]
 
 
-# The ONNX tests read the session's fp32 and int8 exports of the tiny random DAT
+# The ONNX tests read the test run's fp32 and int8 exports of the tiny random DAT
 # (conftest.dat_onnx: ``DIR/fp32``, ``DIR/int8``; an export takes ≈ 20 s of CPU time).
 # random_models is seeded, so the DAT that each test builds is the exported one.
 
@@ -139,7 +139,7 @@ def test_smoke_mode_onnx_rows_memory_and_disk(tmp_path, dat_onnx):
     results = bench.main(
         ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"])]
         + ["--src", str(src), "--ref", str(ref), "--precisions", "fp32", "--prune-thresholds"]
-        + ["--onnx-dir", str(dat_onnx), "--only", keep, "--profile", "fastest"]
+        + ["--onnx-dir", str(dat_onnx["dir"]), "--only", keep, "--profile", "fastest"]
     )
     strategies = ("greedy", "lookahead", "joint-viterbi")
     expected = {f"ORT {s} {p}" for s in strategies for p in ("fp32", "int8")}
@@ -162,10 +162,10 @@ def test_smoke_mode_onnx_rows_memory_and_disk(tmp_path, dat_onnx):
     )
     assert all(x["memory"]["peak_mib"] > x["memory"]["base_mib"] for x in results.values())
     for p in ("fp32", "int8"):
-        files = [f for f in (dat_onnx / p).rglob("*") if f.is_file()]
+        files = [f for f in (dat_onnx["dir"] / p).rglob("*") if f.is_file()]
         size = sum(f.stat().st_size for f in files) / 2**20
         assert results[f"ORT lookahead {p}"]["disk_mib"] == pytest.approx(size)
-        assert size > (dat_onnx / p / "dat.onnx").stat().st_size / 2**20 * 0.99
+        assert size > (dat_onnx["dir"] / p / "dat.onnx").stat().st_size / 2**20 * 0.99
 
 
 @needs_ort
@@ -181,7 +181,7 @@ def test_onnx_replicas_translate_as_the_session_in_process(tmp_path, monkeypatch
     models, src, _ = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
     _, sp = bench.load_model(models["dat"], "cpu")
     sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
-    dirs = {p: str(dat_onnx / p) for p in ("fp32", "int8")}
+    dirs = {p: str(dat_onnx["dir"] / p) for p in ("fp32", "int8")}
     pool = bench.Replicas(str(models["dat"]), 2, [], [], list(dirs.values()))
     try:
         for precision, directory in dirs.items():
@@ -208,7 +208,7 @@ def test_profiles_and_random_at(tmp_path, dat_onnx):
     bench = load_bench()
     models, src, ref = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
     base = ["--smoke", "--dat", str(models["dat"]), "--src", str(src), "--ref", str(ref)]
-    base += ["--precisions", "fp32", "--prune-thresholds", "--onnx-dir", str(dat_onnx)]
+    base += ["--precisions", "fp32", "--prune-thresholds", "--onnx-dir", str(dat_onnx["dir"])]
     for row in ("ORT lookahead int8", "DAT lookahead fp32"):
         out = bench.main([*base, "--at", str(models["at"]), "--profile", row])[row]
         assert out["ms_per_sentence"] > 0 and out["ops_ms"], row

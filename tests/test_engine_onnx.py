@@ -73,8 +73,19 @@ def sentences() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def torch_lookahead(sentences) -> list[str]:
-    return fadat.Translator.from_pretrained(MODEL).translate(sentences)
+def torch_translator() -> fadat.Translator:
+    return fadat.Translator.from_pretrained(MODEL)
+
+
+@pytest.fixture(scope="module")
+def onnx_translator(exports) -> fadat.Translator:
+    """The fp32 export on ONNX Runtime: one session for the tests that only translate."""
+    return fadat.Translator.from_pretrained(exports["fp32"], engine="onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def torch_lookahead(torch_translator, sentences) -> list[str]:
+    return torch_translator.translate(sentences)
 
 
 def random_source(batch: int, length: int, vocab: int, seed: int) -> torch.Tensor:
@@ -273,26 +284,26 @@ def test_fused_attention_computes_the_models_attention():
         assert torch.equal(a, w)
 
 
-def test_fused_and_standard_graphs_agree_on_padded_batches(tmp_path):
+def test_fused_and_standard_graphs_agree_on_padded_batches(dat_onnx, tmp_path):
     """The same tiny random DAT exported with ONNX Runtime's MultiHeadAttention and with the
     standard ops: equal outputs (fp32 rounding) on batches whose rows are padded, so the key
-    padding mask reaches the fused op with the meaning it has in fadat (1 = attend)."""
+    padding mask reaches the fused op with the meaning it has in fadat (1 = attend). The fused
+    graph is the test run's export of the random DAT (conftest.dat_onnx: ``export_graph`` with
+    fused attention; an export takes ≈ 15 s of CPU time), so only the standard one is exported
+    here. That DAT reads at most 8 source positions: batches of up to 8 tokens whose rows have
+    random lengths (padded up to the first row's) test the mask as longer ones would."""
     import onnx
     import onnxruntime as ort
 
-    from fadat.models.config import make_config
-    from fadat.models.dat import DATModel
-
-    torch.manual_seed(1)
-    model = DATModel(make_config("tiny", 60)).eval()
-    paths = {a: tmp_path / f"{a}.onnx" for a in ("fused", "standard")}
-    for attention, path in paths.items():
-        export_graph(model, path, attention=attention)
+    model = load_pretrained(dat_onnx["dat"]).eval()
+    vocab = model.config.vocab_size
+    paths = {"fused": dat_onnx["dir"] / "fp32" / "dat.onnx", "standard": tmp_path / "std.onnx"}
+    export_graph(model, paths["standard"], attention="standard")
     domains = {a: {n.domain for n in onnx.load(str(p)).graph.node} for a, p in paths.items()}
     assert "com.microsoft" in domains["fused"] and domains["standard"] <= {"", "ai.onnx"}
     sessions = {a: ort.InferenceSession(str(p)) for a, p in paths.items()}
-    for k, (batch, length) in enumerate([(1, 5), (3, 11), (5, 20)]):
-        source = random_source(batch, length, 60, seed=10 + k)
+    for k, (batch, length) in enumerate([(1, 5), (3, 7), (5, 8)]):
+        source = random_source(batch, length, vocab, seed=10 + k)
         lengths = model.graph_lengths(source.ne(PAD_ID).sum(1), True)
         feeds = {
             "source": source.numpy(),
@@ -322,15 +333,14 @@ def test_export_attention_choice_is_checked(tmp_path):
         ("viterbi", {"length_penalty": 1.2}),
     ],
 )
-def test_fp32_translations_equal_fadats(exports, sentences, torch_lookahead, strategy, options):
-    onnx_translator = fadat.Translator.from_pretrained(exports["fp32"], engine="onnxruntime")
+def test_fp32_translations_equal_fadats(
+    onnx_translator, torch_translator, sentences, torch_lookahead, strategy, options
+):
     got = onnx_translator.translate(sentences, strategy=strategy, **options)
     if strategy == "lookahead" and not options:
         want = torch_lookahead
     else:
-        want = fadat.Translator.from_pretrained(MODEL).translate(
-            sentences, strategy=strategy, **options
-        )
+        want = torch_translator.translate(sentences, strategy=strategy, **options)
     assert got == want
 
 

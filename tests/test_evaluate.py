@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sacrebleu
 import torch
-from test_translate import copy_task_model, random_sentences
+from test_translate import random_sentences
 from torch import nn
 
 from fadat import cli
@@ -430,8 +430,8 @@ def test_evaluate_from_python_checks_save_hypotheses_before_any_work(models, tmp
 
 
 @pytest.mark.slow
-def test_evaluate_copy_model_scores_100(tmp_path_factory, models, tmp_path, capsys):
-    copy = copy_task_model(str(tmp_path_factory.getbasetemp() / "copy-task"))
+def test_evaluate_copy_model_scores_100(copy_model, models, tmp_path, capsys):
+    copy = copy_model
     report_path = tmp_path / "report.json"
     argv = [
         "evaluate",

@@ -232,19 +232,17 @@ def test_export_ctranslate2_from_python_equals_the_verb(tiny, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_export_onnx_from_python_equals_the_verb(models, dat_onnx, tmp_path):
-    """The Python verb's export of the tiny random DAT (the session's, conftest.dat_onnx: an
+def test_export_onnx_from_python_equals_the_verb(dat_onnx, tmp_path):
+    """The Python verb's export of a tiny random DAT (the test run's, conftest.dat_onnx: an
     ONNX export takes ≈ 20 s of CPU time) against ``fadat export --format onnx`` of the same
     model directory, run in a process of its own (which also checks that it prints one line and
     nothing on stderr)."""
     from fadat.engine.runtime import OnnxDAT
 
-    out = dat_onnx / "fp32"
-    argv = ["export", "--format", "onnx", "--model", str(models["dat"])]
+    out, dat = dat_onnx["dir"] / "fp32", dat_onnx["dat"]
+    argv = ["export", "--format", "onnx", "--model", str(dat)]
     printed = _quiet_in_its_own_process([*argv, "--output", str(tmp_path / "cli")])
-    assert (
-        printed == f"exported {models['dat']} to {tmp_path / 'cli'} (onnx, fp32, fused attention)\n"
-    )
+    assert printed == f"exported {dat} to {tmp_path / 'cli'} (onnx, fp32, fused attention)\n"
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
     for name in names:

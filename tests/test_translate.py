@@ -70,7 +70,6 @@ def random_models(root: str) -> dict[str, Path]:
     return {"dat": root_path / "dat", "at": root_path / "at", "spm": spm_path}
 
 
-@functools.cache
 def copy_task_model(root: str) -> dict[str, Path]:
     """Prepare a copy-task corpus and train a tiny DAT on it with ``fadat prepare`` and the
     trainer's Python API (300 updates), then write the model directory.
@@ -150,11 +149,6 @@ def _one_thread():
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> dict[str, Path]:
     return random_models(str(tmp_path_factory.getbasetemp() / "random-models"))
-
-
-@pytest.fixture(scope="session")
-def copy_model(tmp_path_factory) -> dict[str, Path]:
-    return copy_task_model(str(tmp_path_factory.getbasetemp() / "copy-task"))
 
 
 def run_cli(argv: list[str], capsys, monkeypatch, stdin: bytes | None = None):
