@@ -80,15 +80,27 @@ def test_top1_refuses_the_strategies_that_read_more(released):
             decode(top1, links, lengths, strategy, **options)
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int8"])
-def test_low_precision_copies_translate_close_to_fp32(released, precision):
+@pytest.fixture(scope="module")
+def fp32_lookahead_in_tens(released):
+    """The 50 sources sorted by length in batches of 10, each with the fp32 model's lookahead
+    outputs on it (computed once for both low precisions). Batches of similar lengths are still
+    ragged but pad less than batches in file order (2,420 positions for 2,159 tokens, not
+    2,960): emulated bf16 spends its time in the token head, over every padded vertex."""
     model, sources = released
+    return [
+        (source, decode(*graph_top1(model, source), "lookahead"))
+        for source in _batches(sorted(sources, key=len), 10)
+    ]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_low_precision_copies_translate_close_to_fp32(released, fp32_lookahead_in_tens, precision):
+    model, _ = released
     before = {k: v.clone() for k, v in model.state_dict().items()}
     fast = with_precision(model, precision)
     assert fast is not model and fast.inference_precision == precision
     same = 0
-    for source in _batches(sources, 10):
-        reference = decode(*graph_top1(model, source), "lookahead")
+    for source, reference in fp32_lookahead_in_tens:
         got = decode(*graph_top1(fast, source), "lookahead")
         same += sum(r.tokens == g.tokens for r, g in zip(reference, got, strict=True))
         assert all(len(g.tokens) > 0 for g in got)

@@ -62,8 +62,10 @@ TESTS=(tests/test_cuda.py tests/test_dag.py tests/test_decoding.py tests/test_de
   tests/test_decoding_options.py)
 if [ "$DRY" = 1 ]; then
   DEVICE=cpu
-  # the CUDA tests' own logic on the CPU (their module docstring), a few of them
-  TEST_ENV=(FADAT_TEST_DEVICE=cpu)
+  # the CUDA tests' own logic on the CPU (their module docstring), a few of them; serially, so
+  # without the pytest plugins that the environment installs (hypothesis, schemathesis, xdist:
+  # loading them takes half of this stage's CPU time)
+  TEST_ENV=(FADAT_TEST_DEVICE=cpu PYTEST_DISABLE_PLUGIN_AUTOLOAD=1)
   TEST_ARGS=(tests/test_cuda.py -k "float64 or best_alignment_equals")
   # one call of each backend, no warm-up: each interpreted Triton call takes seconds
   KERNEL_ARGS=(--device cpu --sizes 2x40 --repeats 1 --warmup 0)
