@@ -316,7 +316,11 @@ def test_fused_and_standard_graphs_agree_on_padded_batches(dat_onnx, tmp_path):
             finite = np.isfinite(want)
             assert (np.isfinite(got) == finite).all()
             np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=1e-5)
-        np.testing.assert_allclose(fused[0], top1.s.numpy(), rtol=0, atol=1e-5)
+        # ONNX Runtime against torch: the module's S_ATOL, as for the released model. Measured on
+        # this DAT's s: 4.6e-6 on an AVX2 Zen 3, 1.2e-5 with torch's kernels without AVX2
+        # (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE: another CPU's rounding); the two
+        # ONNX Runtime graphs above run the same MLAS kernels and agreed exactly on both.
+        np.testing.assert_allclose(fused[0], top1.s.numpy(), rtol=0, atol=S_ATOL)
 
 
 def test_export_attention_choice_is_checked(tmp_path):
