@@ -34,9 +34,12 @@ alignment alone, and the fuzzy alignment loss (n = 2) forward and backward from 
 fastest ``bf16-fused`` step (the training path), where that variant ran.
 
 It reports target tokens/s, matmul GFLOP/s achieved (FLOPs of mm/bmm/attention counted by
-``torch.utils.flop_counter`` on the fp32 step) next to the measured peak of a large fp32 and bf16
-matmul in the same run, the speed-up over ``fp32-eager``, and whether a second pass under the same
-seed reproduces the first bitwise (the glancing requirement) in each variant.
+``torch.utils.flop_counter`` on the fp32 step) next to the measured peak of a large fp32 and
+(where a bf16 variant runs) bf16 matmul in the same run, the speed-up over ``fp32-eager``, and
+whether a second pass under the same seed reproduces the first bitwise (the glancing
+requirement) in each variant. Where bf16 is emulated (a CPU without AVX-512 BF16 or AMX) it
+says so: the bf16 variants then time the emulation, which ``fadat train`` avoids by training in
+fp32.
 
 Usage::
 
@@ -86,7 +89,7 @@ from collections.abc import Callable
 # The memory settings the `fadat` command makes (fadat.process.tune_memory: huge pages for torch's
 # large allocations, THP_MEM_ALLOC_ENABLE=0 to compare; glibc keeping freed blocks); torch reads
 # the huge-page setting once, so it must precede the torch import.
-from fadat.process import tune_memory  # noqa: E402
+from fadat.process import native_bf16, tune_memory  # noqa: E402
 
 tune_memory()
 
@@ -495,8 +498,18 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     objective, objective_name = objective_fn()
 
+    # the bf16 peak only where a bf16 variant needs it: where bf16 is emulated (a CPU without
+    # AVX-512 BF16 or AMX) the default 2048³ bf16 matmul runs at well under 1 GFLOP/s, about a
+    # minute per repeat on an AVX2 Zen 3
+    wants_bf16 = any(v.startswith("bf16") for v in variants)
+
+    def bf16_peak() -> float:
+        if not wants_bf16:
+            return float("nan")
+        return matmul_peak(torch.bfloat16, args.device, n=args.peak_size)
+
     peak32 = matmul_peak(torch.float32, args.device, n=args.peak_size)
-    peak16 = matmul_peak(torch.bfloat16, args.device, n=args.peak_size)
+    peak16 = bf16_peak()
     config = make_config(args.preset, args.vocab)
     n_params = sum(p.numel() for p in DATModel(config).parameters())
     where = torch.cuda.get_device_name(args.device) if on_gpu else "CPU"
@@ -515,6 +528,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at the start: {os.getloadavg()[0]:.1f}")
     n = args.peak_size or (8192 if on_gpu else 2048)
     print(f"matmul peak ({n}³): fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s")
+    if wants_bf16 and not native_bf16(args.device.type):
+        print(
+            "note: bf16 is emulated on this device (no AVX-512 BF16 or AMX): the bf16 variants "
+            "time that emulation, and `fadat train --bf16` would train in fp32 here"
+        )
     rows = []
     prior = []  # the runs already in --json
     if args.json and os.path.exists(args.json):
@@ -567,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
                     v.setdefault("whole", []).append(times["step"])
         # the least disturbed peak so far (the start-of-run figure may itself be slowed down)
         peak32 = max(peak32, matmul_peak(torch.float32, args.device, n=args.peak_size))
-        peak16 = max(peak16, matmul_peak(torch.bfloat16, args.device, n=args.peak_size))
+        peak16 = max(peak16, bf16_peak())
         print(f"peak so far: fp32 {peak32:.1f} GFLOP/s, bf16 {peak16:.1f} GFLOP/s (for %peak)")
         header = (
             f"{'variant':<13}"
@@ -644,7 +662,7 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "w", encoding="utf-8") as f:
                 json.dump({"runs": [*prior, run]}, f, indent=1)
     end32 = matmul_peak(torch.float32, args.device, n=args.peak_size)
-    end16 = matmul_peak(torch.bfloat16, args.device, n=args.peak_size)
+    end16 = bf16_peak()
     print(f"\nmatmul peak again at the end: fp32 {end32:.1f}, bf16 {end16:.1f} GFLOP/s")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} (2 cores: > 2 means other jobs)")
     return 0

@@ -46,6 +46,28 @@ def test_batch_for_tokens_is_the_largest_batch_within_the_budget():
     assert 25 <= bench.batch_for_tokens(100, 8192, 30, 8.0, 1024)[1] <= 40
 
 
+def test_fp32_runs_do_not_time_the_bf16_matmul(monkeypatch, capsys):
+    """The bf16 matmul peak is measured only when a bf16 variant runs (where bf16 is emulated,
+    the default 2048³ bf16 matmul takes about a minute per repeat); with one it is measured."""
+    bench = load_bench()
+    dtypes = []
+    real = bench.matmul_peak
+
+    def recording(dtype, device, reps=5, n=0):
+        dtypes.append(dtype)
+        return real(dtype, device, reps=1, n=16)
+
+    monkeypatch.setattr(bench, "matmul_peak", recording)
+    argv = ["--preset", "tiny", "--vocab", "60", "--max-tokens", "300", "--ratios", "4"]
+    argv += ["--steps", "1", "--threads", "1"]
+    assert bench.main([*argv, "--variants", "fp32-eager"]) == 0
+    assert dtypes and set(dtypes) == {torch.float32}
+    assert "bf16 nan GFLOP/s" in capsys.readouterr().out
+    dtypes.clear()
+    assert bench.main([*argv, "--variants", "fp32-eager,bf16-eager"]) == 0
+    assert dtypes.count(torch.bfloat16) == dtypes.count(torch.float32) > 0
+
+
 def test_rows_add_up_and_whole_steps_train(tmp_path):
     bench = load_bench()
     out = tmp_path / "rows.json"
