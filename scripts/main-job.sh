@@ -20,14 +20,22 @@
 #
 # TEACHER=DIR (default: none) trains on sequence-level distilled data: an AT model directory
 # (config.json, model.safetensors, spm.model) in the prepared data's vocabulary re-translates the
-# training set once the data are prepared (fadat distill, beam 5; about 18 minutes on one thread
-# with CTranslate2), and the NLL and FA-DAT stages train on its targets; valid and test keep the
-# real references. Its data and runs carry the teacher's name and the first 8 hex digits of its
-# weights' SHA-256 (data/bible-en-es-kd-NAME-HASH, runs/main-kd-NAME-HASH), so that runs with and
-# without a teacher, or with another one, never resume each other's. --quick distils only the
-# first QUICK_KD_PAIRS training pairs (kd300 in the names).
+# training set once the data are prepared (fadat distill, beam 5; 21 minutes on one thread of an
+# AMD Zen 3 with CTranslate2), and the NLL and FA-DAT stages train on its targets; valid and test
+# keep the real references. Its data and runs carry the teacher's name and the first 8 hex digits
+# of its weights' SHA-256 (data/bible-en-es-kd-NAME-HASH, runs/main-kd-NAME-HASH), so that runs
+# with and without a teacher, or with another one, never resume each other's. --quick distils
+# only the first QUICK_KD_PAIRS training pairs (kd300 in the names).
 #   TEACHER=models/bible-en-es-at-cpu-small THREADS=1 bash scripts/main-job.sh
 #   TEACHER=models/bible-en-es-at-cpu-small QUICK_KD_PAIRS=300 bash scripts/main-job.sh --quick
+# KD_BEAM=K (default 5) distils with beam K instead (1 = greedy search: about 3x faster with
+# CTranslate2; the data and runs names then carry "beamK").
+#
+# DESIGN=NAME (default: none, 3 encoder + 3 decoder layers at lambda = 4) trains another design of
+# the speed sweep (docs/speed-sweep.md), configs/dat-cpu-small-NAME-nll.yaml: 5x1 and 4x2 are
+# the deep-encoder, shallow-decoder DATs, range and *-range train lambda over a range. Its runs
+# carry the name (runs/main-NAME...); the FA-DAT stage keeps the NLL model's design.
+#   DESIGN=5x1 THREADS=1 bash scripts/main-job.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,8 +53,22 @@ if [ -n "${TEACHER:-}" ]; then
         exit 2
     fi
     QUICK_KD_PAIRS=${QUICK_KD_PAIRS:-300}
+    KD_BEAM=${KD_BEAM:-5}
     KD=kd$([ "$QUICK" = 1 ] && echo "$QUICK_KD_PAIRS" || true)
+    if [ "$KD_BEAM" != 5 ]; then KD+=-beam$KD_BEAM; fi
     KD+=-$(basename "$(cd "$TEACHER" && pwd -P)")-$(sha256sum "$TEACHER/model.safetensors" | cut -c1-8)
+fi
+
+# NLL_CONFIG: the design's NLL pre-training recipe (checked before the set-up's minutes).
+NLL_CONFIG=configs/dat-cpu-small-nll.yaml
+if [ -n "${DESIGN:-}" ]; then
+    NLL_CONFIG=configs/dat-cpu-small-$DESIGN-nll.yaml
+    if [[ "$DESIGN" == */* ]] || [ ! -f "$NLL_CONFIG" ]; then
+        designs=$(cd configs && ls dat-cpu-small-*-nll.yaml | sed 's/^dat-cpu-small-//; s/-nll.yaml$//')
+        echo "main-job: DESIGN=$DESIGN: no configs/dat-cpu-small-$DESIGN-nll.yaml (designs:" \
+            $designs")" >&2
+        exit 2
+    fi
 fi
 
 bash scripts/setup.sh
@@ -70,8 +92,10 @@ else
     BEST=3  # NLL validates every 200 updates: the best three are near the end
 fi
 EXTRA+=(--threads "${THREADS:-0}")
-# The learning check does not depend on the Bible data: one run of it, with or without a teacher.
+# The learning check does not depend on the Bible data: one run of it, with or without a teacher,
+# of any design.
 LEARN_RUN=$RUNS/learn
+if [ -n "${DESIGN:-}" ]; then RUNS=$RUNS-$DESIGN; fi
 # TRAIN_DATA: what the NLL and FA-DAT stages train on; the evaluation always reads DATA.
 TRAIN_DATA=$DATA; ON=""; NLL_MODEL=nll-model; FADAT_MODEL=fadat-model
 if [ -n "$KD" ]; then
@@ -122,19 +146,19 @@ if [ ! -f "$DATA/meta.json" ]; then
 fi
 
 if [ -n "$KD" ]; then
-    KD_ARGS=(--beam 5 --engine auto)
+    KD_ARGS=(--beam "$KD_BEAM" --engine auto)
     # fadat distill takes a thread count: THREADS=0 (all cores) is the cores this job may use.
     KD_ARGS+=(--threads "$([ "${THREADS:-0}" = 0 ] && nproc || echo "$THREADS")")
     if [ "$QUICK" = 1 ]; then KD_ARGS+=(--max-pairs "$QUICK_KD_PAIRS"); fi
-    stage "distil the training set with the teacher $TEACHER into $TRAIN_DATA"
+    stage "distil the training set with the teacher $TEACHER (beam $KD_BEAM) into $TRAIN_DATA"
     KD_START=$SECONDS
     # Prints the distillation statistics: targets changed, length ratio, BLEU against the references.
     $FADAT distill --model "$TEACHER" --data "$DATA" --output "$TRAIN_DATA" "${KD_ARGS[@]}"
     echo "   distillation stage: $((SECONDS - KD_START)) s"
 fi
 
-stage "NLL pre-training with glancing ($NLL_UPDATES updates or $NLL_TIME)$ON"
-train_stage "$RUNS/nll" --config configs/dat-cpu-small-nll.yaml --data "$TRAIN_DATA" --bf16 \
+stage "NLL pre-training with glancing, $NLL_CONFIG ($NLL_UPDATES updates or $NLL_TIME)$ON"
+train_stage "$RUNS/nll" --config "$NLL_CONFIG" --data "$TRAIN_DATA" --bf16 \
     --max-updates "$NLL_UPDATES" --max-time "$NLL_TIME" "${EXTRA[@]}"
 [ -f "$RUNS/$NLL_MODEL/config.json" ] || $FADAT average --run "$RUNS/nll" --best "$BEST" --output "$RUNS/$NLL_MODEL"
 
@@ -151,13 +175,14 @@ if [ "$SUBSET" -gt 0 ]; then  # the first SUBSET sentences, as the evaluation be
     head -n "$SUBSET" "$DATA/raw/test.src.txt" >"$TEST_INPUT"
 fi
 $FADAT translate --model "$RUNS/$FADAT_MODEL" --input "$TEST_INPUT" \
-    --output "$RUNS/test.lookahead.txt" --strategy lookahead
+    --output "$RUNS/test.lookahead.txt" --strategy lookahead --threads "${THREADS:-0}"
 head -n 3 "$DATA/raw/test.src.txt" | paste - <(head -n 3 "$RUNS/test.lookahead.txt")
 
 stage "evaluate (test split)"
 $FADAT evaluate --model "$RUNS/$NLL_MODEL" "$RUNS/$FADAT_MODEL" --data "$DATA" --split test \
     --strategies greedy,lookahead,joint-viterbi --subset "$SUBSET" --bootstrap 0 \
-    --latency-subset "$LATENCY_SUBSET" --warmup "$WARMUP" --report "$RUNS/report.json"
+    --latency-subset "$LATENCY_SUBSET" --warmup "$WARMUP" --report "$RUNS/report.json" \
+    --threads "${THREADS:-0}"
 if [ -n "$KD" ]; then
     echo "$NLL_MODEL, $FADAT_MODEL: trained on $TRAIN_DATA, training targets translated by" \
         "$TEACHER$([ "$QUICK" = 1 ] && echo " (its first $QUICK_KD_PAIRS pairs only)" || true);" \

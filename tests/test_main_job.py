@@ -4,6 +4,7 @@ verb): without TEACHER the job runs the commands it always ran, in runs/main; wi
 distils the training set (beam 5, the job's threads, the first QUICK_KD_PAIRS pairs in --quick)
 into a dataset named after the teacher, trains on it in runs of their own, and evaluates on the
 real data; runs with and without a teacher, or with another teacher, never resume each other's.
+DESIGN picks the NLL config and names the runs; THREADS reaches every verb.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ def run_job(root: Path, *args: str, code: int = 0, **env: str) -> tuple[list[lis
     """The job's fadat command lines (each split into words) and its output."""
     log = root / f"fadat-{len(list(root.glob('fadat-*.log')))}.log"
     log.touch()
-    full_env = {k: v for k, v in os.environ.items() if k not in ("TEACHER", "THREADS")}
+    chosen = ("TEACHER", "THREADS", "DESIGN", "KD_BEAM")  # the job's knobs: only from **env
+    full_env = {k: v for k, v in os.environ.items() if k not in chosen}
     full_env.update(FADAT_LOG=str(log), **env)
     proc = subprocess.run(
         ["bash", "scripts/main-job.sh", *args],
@@ -201,3 +203,61 @@ def test_a_teacher_without_weights_stops_the_job_before_anything_runs(root):
     commands, output = run_job(root, code=2, TEACHER=str(root / "missing"))
     assert commands == []
     assert f"TEACHER={root / 'missing'} holds no model.safetensors" in output
+
+
+def test_the_jobs_threads_reach_translate_and_evaluate(root):
+    """THREADS=1 is one thread for every stage, the translation and the evaluation included (their
+    own defaults would use more)."""
+    commands, _ = run_job(root, THREADS="1")
+    for verb in ("train", "translate", "evaluate"):
+        assert {flag(c, "--threads") for c in verbs(commands, verb)} == {"1"}, verb
+
+
+def test_a_design_trains_its_config_in_runs_of_its_own(root):
+    (root / "configs").mkdir()
+    for name in ("dat-cpu-small-nll.yaml", "dat-cpu-small-5x1-nll.yaml"):
+        (root / "configs" / name).write_text("arch: dat\n")
+    commands, output = run_job(root, THREADS="1", DESIGN="5x1")
+    nll, fuzzy = verbs(commands, "train")
+    assert flag(nll, "--config") == "configs/dat-cpu-small-5x1-nll.yaml"
+    assert (flag(nll, "--run-dir"), flag(fuzzy, "--run-dir")) == (
+        "runs/main-5x1/nll",
+        "runs/main-5x1/fuzzy",
+    )
+    assert flag(fuzzy, "--init-from") == "runs/main-5x1/nll-model"
+    assert "configs/dat-cpu-small-5x1-nll.yaml" in output
+    # the default design trains the 3+3 config in runs/main; the learning check is shared
+    commands, _ = run_job(root, THREADS="1")
+    assert flag(verbs(commands, "train")[0], "--config") == "configs/dat-cpu-small-nll.yaml"
+    commands, _ = run_job(root, "--quick", THREADS="1", DESIGN="5x1")
+    assert [flag(c, "--run-dir") for c in verbs(commands, "train")] == [
+        "runs/main-quick/learn",
+        "runs/main-quick-5x1/nll",
+        "runs/main-quick-5x1/fuzzy",
+    ]
+
+
+@pytest.mark.parametrize("design", ["7x0", "../configs/dat-cpu-small", ""])
+def test_an_unknown_design_stops_the_job_before_anything_runs(root, design):
+    (root / "configs").mkdir()
+    (root / "configs" / "dat-cpu-small-5x1-nll.yaml").write_text("arch: dat\n")
+    (root / "configs" / "dat-cpu-small-nll.yaml").write_text("arch: dat\n")
+    if not design:  # empty: the default design
+        commands, _ = run_job(root, THREADS="1", DESIGN=design)
+        assert flag(verbs(commands, "train")[0], "--config") == "configs/dat-cpu-small-nll.yaml"
+        return
+    commands, output = run_job(root, code=2, DESIGN=design)
+    assert commands == []
+    assert f"DESIGN={design}: no configs/dat-cpu-small-{design}-nll.yaml (designs: 5x1)" in output
+
+
+def test_a_distillation_beam_names_its_data_and_runs(root):
+    at, digest = teacher(root, "at", b"weights")
+    commands, _ = run_job(root, THREADS="1", TEACHER=str(at), KD_BEAM="1")
+    distill = verbs(commands, "distill")[0]
+    assert flag(distill, "--beam") == "1"
+    kd = f"data/bible-en-es-kd-beam1-at-{digest}"
+    assert flag(distill, "--output") == kd
+    nll, _ = verbs(commands, "train")
+    assert flag(nll, "--data") == kd
+    assert flag(nll, "--run-dir") == f"runs/main-kd-beam1-at-{digest}/nll"
