@@ -290,12 +290,19 @@ _REPLICA: dict = {}
 
 
 def _replica_init(
-    dat_dir: str, precisions: list[str], shortlists: list[str], onnx_dirs: Sequence[str] = ()
+    dat_dir: str,
+    precisions: list[str],
+    shortlists: list[str],
+    onnx_dirs: Sequence[str] = (),
+    barrier: Any = None,
 ) -> None:
     """Worker start: one torch thread; every precision's model, every shortlist and every ONNX
-    export (a one-thread session each) loaded now, so that no timed call pays for loading."""
+    export (a one-thread session each) loaded now, so that no timed call pays for loading;
+    ``barrier`` (a ``multiprocessing`` Barrier of the pool's size) is what
+    :func:`_replica_ready` waits on."""
     from fadat.models.shortlist import load_shortlist
 
+    _REPLICA["barrier"] = barrier
     torch.set_num_threads(1)
     _REPLICA["models"], _REPLICA["shortlists"] = {}, {}
     if precisions:
@@ -308,8 +315,11 @@ def _replica_init(
 
 
 def _replica_ready(seconds: float) -> int:
-    """Keeps a worker busy a moment, so that submitting t of these starts all t workers."""
-    time.sleep(seconds)
+    """Keeps a worker busy until every worker of the pool has started one of these (waiting on
+    the pool's barrier, at most ``seconds``), so that submitting t of these starts all t
+    workers however long loading takes: a worker that has finished cannot take a second one
+    while another is still loading."""
+    _REPLICA["barrier"].wait(seconds)
     return os.getpid()
 
 
@@ -348,13 +358,15 @@ class Replicas:
         import multiprocessing
 
         self.workers = workers
+        context = multiprocessing.get_context("spawn")
         self.pool = concurrent.futures.ProcessPoolExecutor(
             workers,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=context,
             initializer=_replica_init,
-            initargs=(dat_dir, precisions, shortlists, list(onnx_dirs)),
+            initargs=(dat_dir, precisions, shortlists, list(onnx_dirs), context.Barrier(workers)),
         )
-        pids = {f.result() for f in [self.pool.submit(_replica_ready, 1.0) for _ in range(workers)]}
+        ready = [self.pool.submit(_replica_ready, 600.0) for _ in range(workers)]
+        pids = {f.result() for f in ready}
         if len(pids) != workers:
             raise RuntimeError(f"{workers} replicas asked for, {len(pids)} started")
 

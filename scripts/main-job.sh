@@ -54,6 +54,10 @@ if [ -n "${TEACHER:-}" ]; then
     fi
     QUICK_KD_PAIRS=${QUICK_KD_PAIRS:-300}
     KD_BEAM=${KD_BEAM:-5}
+    if ! [[ "$KD_BEAM" =~ ^[1-9][0-9]*$ ]]; then
+        echo "main-job: KD_BEAM=$KD_BEAM: the beam size must be a positive integer" >&2
+        exit 2
+    fi
     KD=kd$([ "$QUICK" = 1 ] && echo "$QUICK_KD_PAIRS" || true)
     if [ "$KD_BEAM" != 5 ]; then KD+=-beam$KD_BEAM; fi
     KD+=-$(basename "$(cd "$TEACHER" && pwd -P)")-$(sha256sum "$TEACHER/model.safetensors" | cut -c1-8)

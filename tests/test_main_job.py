@@ -261,3 +261,11 @@ def test_a_distillation_beam_names_its_data_and_runs(root):
     nll, _ = verbs(commands, "train")
     assert flag(nll, "--data") == kd
     assert flag(nll, "--run-dir") == f"runs/main-kd-beam1-at-{digest}/nll"
+
+
+@pytest.mark.parametrize("beam", ["0", "five", "1/2"])
+def test_a_bad_distillation_beam_stops_the_job_before_anything_runs(root, beam):
+    at, _ = teacher(root, "at", b"weights")
+    commands, output = run_job(root, code=2, TEACHER=str(at), KD_BEAM=beam)
+    assert commands == []
+    assert f"KD_BEAM={beam}: the beam size must be a positive integer" in output
