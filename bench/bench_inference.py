@@ -293,8 +293,8 @@ def _replica_init(
     dat_dir: str,
     precisions: list[str],
     shortlists: list[str],
-    onnx_dirs: Sequence[str] = (),
-    barrier: Any = None,
+    onnx_dirs: Sequence[str],
+    barrier: Any,
 ) -> None:
     """Worker start: one torch thread; every precision's model, every shortlist and every ONNX
     export (a one-thread session each) loaded now, so that no timed call pays for loading;
