@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time see __getattr_
     from fadat.models.shortlist import shortlist as shortlist
     from fadat.training.average import average as average
     from fadat.training.config import TrainConfig as TrainConfig
+    from fadat.training.snapshot import snapshot as snapshot
     from fadat.training.trainer import train as train
     from fadat.translation.distill import distill as distill
     from fadat.translation.export import export as export
@@ -48,6 +49,7 @@ _LAZY: dict[str, str] = {
     "TrainConfig": "fadat.training.config",
     "train": "fadat.training.trainer",
     "average": "fadat.training.average",
+    "snapshot": "fadat.training.snapshot",
     "evaluate": "fadat.evaluation.evaluate",
     "analyze": "fadat.evaluation.analysis",
     "show_graph": "fadat.evaluation.show_graph",

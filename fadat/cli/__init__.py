@@ -37,6 +37,10 @@ VERBS: dict[str, tuple[str, str]] = {
         "fadat.cli.average",
         "average the best checkpoints of a run into a model directory",
     ),
+    "snapshot": (
+        "fadat.cli.snapshot",
+        "a compact copy of a run (fp16 weights, no optimizer state) to continue training from",
+    ),
     "translate": ("fadat.cli.translate", "translate raw text with a DAT or AT model directory"),
     "score": ("fadat.cli.score", "log P(y|x) and per-token NLL of source/target pairs"),
     "evaluate": (

@@ -108,6 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``fadat train`` (fairseq-style names)."""
     parser.add_argument("--config", help="YAML file of config keys (flags override it)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    parser.add_argument(
+        "--reset-optimizer",
+        action="store_true",
+        help="with --resume: start AdamW afresh (zero moments; as fairseq's --reset-optimizer) "
+        "instead of loading its state; the update count, LR schedule, data position and RNG "
+        "continue. Required to continue a compact copy of fadat snapshot",
+    )
     for flag, key, typ, help_text in _FLAGS:
         nargs = 2 if key == "upsample_ratio_range" else None
         metavar = ("A", "B") if nargs else None
@@ -207,10 +214,12 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
 
 def run(args: argparse.Namespace) -> int:
     """``fadat train``: returns 0; Ctrl-C → KeyboardInterrupt (exit 130) after a checkpoint."""
+    if args.reset_optimizer and not args.resume:
+        raise InputError("--reset-optimizer applies to a resumed run: add --resume RUN_DIR")
     cfg, resume = resolve_config(args)
     # More threads than cores: refused without --force; the trainer logs the warning.
     check_threads(cfg.threads, args.force, "--threads" if args.threads is not None else "threads")
-    summary = train(cfg, resume=resume)
+    summary = train(cfg, resume=resume, reset_optimizer=args.reset_optimizer)
     if int(os.environ.get("RANK", "0")) == 0:
         best = summary["best"][0]["bleu"] if summary["best"] else float("nan")
         print(

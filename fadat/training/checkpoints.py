@@ -10,6 +10,12 @@ report best-5 averages)::
     RUN_DIR/checkpoint_last.pt     model, optimizer, scheduler, grad scaler, RNG, data position
     RUN_DIR/checkpoint_best_uNNNNNNNN.pt   the best ``--keep-best`` checkpoints by validation BLEU
     RUN_DIR/best.json              index of the best checkpoints (file, BLEU, update)
+
+A compact copy of a run (``fadat snapshot``, :mod:`fadat.training.snapshot`) is a run directory
+too: the same files without the best checkpoints, and a checkpoint_last whose weights are stored
+in float16 (or bfloat16) and that holds no optimizer state (:func:`light_state`; marked
+``"optimizer_reset_required": True``). ``fadat train --resume COPY --reset-optimizer`` continues
+it with fresh AdamW moments (:func:`restore_last`).
 """
 
 from __future__ import annotations
@@ -37,6 +43,13 @@ BEST_INDEX = "best.json"
 CONFIG_FILE = "config.yaml"
 TRAIN_LOG = "train_log.jsonl"
 VALID_LOG = "valid_log.jsonl"
+
+#: The key of a compact checkpoint_last (:func:`light_state`): ``True`` when it holds no
+#: optimizer state, so that a resume must start the optimizer afresh (``--reset-optimizer``).
+RESET_REQUIRED = "optimizer_reset_required"
+
+#: The dtypes a compact copy may store its weights in (loading casts them back to the model's).
+LIGHT_DTYPES = ("float16", "bfloat16", "float32")
 
 
 def capture_rng_state() -> dict[str, torch.Tensor]:
@@ -211,6 +224,9 @@ class Progress:
     bad_validations: int = 0
     last_validated: int = -1
     skipped_updates: int = 0
+    # The highest BLEU of best checkpoints that a compact copy did not keep (None: none were
+    # dropped); --patience compares new validations against it as against the best list.
+    earlier_best_bleu: float | None = None
 
 
 def last_state(
@@ -255,9 +271,13 @@ def restore_last(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler,
+    reset_optimizer: bool = False,
 ) -> Progress:
     """Load checkpoint_last's ``state`` into the model, optimizer, grad scaler and this rank's
     RNG; returns the run's :class:`Progress`.
+
+    Weights stored in another floating dtype than the model's (a compact copy's float16) are
+    cast to the model's dtype by ``load_state_dict``.
 
     Args:
         state: from :func:`load_checkpoint`.
@@ -265,11 +285,17 @@ def restore_last(
         train_config: the resumed run's config as a dict.
         fixed_keys: config keys that must equal the saved ones.
         info: the :class:`fadat.training.distributed.DistInfo` of this process.
+        reset_optimizer: leave ``optimizer`` as it is (fresh: no moments, step counts 0)
+            instead of loading the saved optimizer state; required for a compact checkpoint
+            (:func:`is_light`), which holds none. The grad scaler, schedule position, data
+            position and RNG are restored either way.
 
     Raises:
-        InputError: a changed fixed key, another number of processes, or a corrupt state (NaN
-            or infinite weights included).
+        InputError: a changed fixed key, another number of processes, a compact checkpoint
+            without ``reset_optimizer``, or a corrupt state (NaN or infinite weights included).
     """
+    if is_light(state) and not reset_optimizer:
+        raise InputError(light_without_reset(where))
     saved = state.get("train_config", {})
     for key in sorted(fixed_keys):
         mine = train_config[key]
@@ -296,7 +322,8 @@ def restore_last(
                 raise InputError(f"{where}: weight {name} holds NaN or infinite values (damaged)")
     try:
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        if not reset_optimizer:
+            optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         p = state["progress"]
         progress = Progress(
@@ -308,11 +335,77 @@ def restore_last(
             bad_validations=int(p["bad_validations"]),
             last_validated=int(p["last_validated"]),
             skipped_updates=int(p["skipped_updates"]),
+            earlier_best_bleu=(
+                None if p.get("earlier_best_bleu") is None else float(p["earlier_best_bleu"])
+            ),
         )
         restore_rng_state(state["rng"][info.rank])
     except (KeyError, RuntimeError, ValueError, TypeError, IndexError) as err:
         raise InputError(f"{where}: corrupt or incompatible checkpoint ({err})") from None
     return progress
+
+
+def is_light(state: dict[str, Any]) -> bool:
+    """Whether a checkpoint_last state is a compact copy's (:func:`light_state`): no optimizer
+    state, so it resumes only with a fresh optimizer."""
+    return bool(state.get(RESET_REQUIRED, False))
+
+
+def light_without_reset(where: str | Path) -> str:
+    """The one-line refusal of resuming the compact checkpoint ``where`` without a reset."""
+    run_dir = Path(where).parent
+    return (
+        f"{where}: a compact copy without optimizer state (fadat snapshot); continue it with "
+        f"fadat train --resume {run_dir} --reset-optimizer"
+    )
+
+
+def light_state(state: dict[str, Any], where: str | Path, dtype: str = "float16") -> dict[str, Any]:
+    """A compact copy of a checkpoint_last ``state``: everything but the optimizer state
+    (AdamW's two moments per weight, 2/3 of the file), with the floating model weights stored as
+    ``dtype`` and ``"optimizer_reset_required": True`` (:data:`RESET_REQUIRED`), ``"weights_dtype":
+    dtype`` added. Kept as they are: architecture and configs, grad-scaler state (fp16 loss
+    scale; independent of the moments), scheduler, progress (update, epoch, data position, best
+    list) and every rank's RNG state. A ``state`` that already is compact is cast again.
+
+    For ``float16`` a tiny model's file is about 2 bytes per parameter plus ≈ 30 kB (RNG states,
+    configs); a full checkpoint_last holds 12 (fp32 weights and two moments).
+
+    Args:
+        state: from :func:`load_checkpoint` (``"model"``: name → tensor).
+        where: its path (for messages).
+        dtype: one of :data:`LIGHT_DTYPES`.
+
+    Raises:
+        InputError: an unknown ``dtype``, no model weights, a weight with NaN or infinite values,
+            or one whose magnitude ``dtype`` cannot hold (float16: above 65504; use
+            ``bfloat16``), named.
+    """
+    if dtype not in LIGHT_DTYPES:
+        raise InputError(f"dtype must be one of {', '.join(LIGHT_DTYPES)}, got {dtype!r}")
+    weights = state.get("model")
+    if not isinstance(weights, dict):
+        raise InputError(f"{where}: holds no model weights")
+    target = getattr(torch, dtype)
+    cast: dict[str, Any] = {}
+    for name, value in weights.items():
+        if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+            cast[name] = value
+            continue
+        if not bool(torch.isfinite(value).all()):
+            raise InputError(f"{where}: weight {name} holds NaN or infinite values (damaged)")
+        stored = value.to(target)
+        if not bool(torch.isfinite(stored).all()):
+            raise InputError(
+                f"{where}: weight {name} has values beyond the range of {dtype} "
+                f"(largest magnitude {float(value.abs().max()):.6g}); use --dtype bfloat16"
+            )
+        cast[name] = stored
+    light = {k: v for k, v in state.items() if k != "optimizer"}
+    light["model"] = cast
+    light[RESET_REQUIRED] = True
+    light["weights_dtype"] = dtype
+    return light
 
 
 def rank_best(

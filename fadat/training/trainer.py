@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import json
 import logging
 import math
 import os
@@ -52,6 +53,7 @@ from fadat.objectives import OBJECTIVES, ObjectiveConfig, compute_loss
 from fadat.objectives.glancing import parse_glancing_schedule
 from fadat.options import check_threads
 from fadat.training.checkpoints import (
+    BEST_INDEX,
     CONFIG_FILE,
     LAST_NAME,
     TRAIN_LOG,
@@ -59,7 +61,9 @@ from fadat.training.checkpoints import (
     Progress,
     atomic_save,
     atomic_write_text,
+    is_light,
     last_state,
+    light_without_reset,
     load_checkpoint,
     rank_best,
     restore_last,
@@ -122,8 +126,13 @@ CORE_STATS = ("loss_sum", "count", "sentences", "target_tokens", "stop")
 class Trainer:
     """State and steps of one training run. Use :func:`train` to run it."""
 
-    def __init__(self, cfg: TrainConfig, resume: bool) -> None:
+    def __init__(self, cfg: TrainConfig, resume: bool, reset_optimizer: bool = False) -> None:
         started = time.perf_counter()
+        if reset_optimizer and not resume:
+            raise InputError("--reset-optimizer applies to a resumed run: add --resume RUN_DIR")
+        self.reset_optimizer = reset_optimizer
+        self._reset_notes: list[str] = []  # logged once train.log is open
+        self._mark_reset = False  # the next update record carries "optimizer_reset": true
         # A Python caller built the TrainConfig: name its fields, not flags. The fields it set
         # (those off their defaults) must apply; a resumed run keeps what it was started with.
         changed = field_sources(cfg)
@@ -184,6 +193,8 @@ class Trainer:
         from fadat.models.config import ModelConfig
 
         path = self.run_dir / LAST_NAME
+        if is_light(self._resume_state) and not self.reset_optimizer:
+            raise InputError(light_without_reset(path))
         try:
             model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))
         except (KeyError, TypeError) as err:
@@ -246,6 +257,8 @@ class Trainer:
             self.run_dir / CONFIG_FILE, yaml.safe_dump(config_to_dict(cfg), sort_keys=False)
         )
         self.log = RunLog(self.run_dir, logger, cfg.log_every)
+        for note in self._reset_notes:
+            logger.info("%s", note)
         n_params = sum(p.numel() for p in self.params)
         logger.info(
             "%s model, %d parameters, objective %s, %d training sentences (%d longer than the "
@@ -278,6 +291,7 @@ class Trainer:
     def _resume(self) -> None:
         state = self._resume_state
         self._resume_state = None  # free the memory once loaded
+        light = is_light(state)
         self.progress = restore_last(
             state,
             self.run_dir / LAST_NAME,
@@ -289,10 +303,40 @@ class Trainer:
             self.model,
             self.optimizer,
             self.scaler,
+            reset_optimizer=self.reset_optimizer,
         )
+        p = self.progress
+        if self.reset_optimizer:
+            self._mark_reset = True
+            what = (
+                f"{LAST_NAME} is a compact copy (weights {state.get('weights_dtype', '?')}, "
+                "no optimizer state)"
+                if light
+                else f"the optimizer state of {LAST_NAME} is dropped"
+            )
+            self._reset_notes.append(
+                f"optimizer reset at update {p.update}: {what}; AdamW starts with zero moments "
+                "and step counts (bias correction from the next update on); the learning rate "
+                "follows the schedule at the run's update count"
+            )
+        if light and p.best:
+            # A compact copy keeps no best checkpoint: the best list restarts empty, so that
+            # new validations fill it; --patience still counts from the best BLEU so far.
+            top = max(b["bleu"] for b in p.best)
+            if p.earlier_best_bleu is None or top > p.earlier_best_bleu:
+                p.earlier_best_bleu = top
+            self._reset_notes.append(
+                f"the {len(p.best)} best checkpoint(s) listed in {LAST_NAME} (best BLEU "
+                f"{top:.2f}) are not kept in a compact copy; {BEST_INDEX} lists only those saved "
+                "from now on"
+            )
+            p.best = []
         if self.info.is_main:
-            truncate_log(self.run_dir / TRAIN_LOG, self.progress.update)
-            truncate_log(self.run_dir / VALID_LOG, self.progress.update)
+            truncate_log(self.run_dir / TRAIN_LOG, p.update)
+            truncate_log(self.run_dir / VALID_LOG, p.update)
+            if light:
+                index = {"metric": "bleu", "checkpoints": p.best}
+                atomic_write_text(self.run_dir / BEST_INDEX, json.dumps(index, indent=2) + "\n")
 
     # ---- checkpoints
 
@@ -582,6 +626,9 @@ class Trainer:
             "elapsed": round(self.progress.elapsed, 1),
         }
         record.update(self.objective.log(stats))
+        if self._mark_reset:
+            record["optimizer_reset"] = True  # the first update with fresh AdamW moments
+            self._mark_reset = False
         if not math.isfinite(stats["grad_norm"]):
             record["skipped"] = True
             record["grad_norm"] = None
@@ -618,6 +665,8 @@ class Trainer:
             return float("nan")
         bleu = float(result[0])
         previous_best = max((b["bleu"] for b in p.best), default=-math.inf)
+        if p.earlier_best_bleu is not None:
+            previous_best = max(previous_best, p.earlier_best_bleu)
         p.bad_validations = 0 if bleu > previous_best else p.bad_validations + 1
         if self.info.is_main:
             self._save_best(bleu)
@@ -631,7 +680,7 @@ class Trainer:
         p.best = rank_best(p.best, bleu, p.update, self.cfg.keep_best)[1]
 
 
-def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
+def train(cfg: TrainConfig, resume: bool = False, reset_optimizer: bool = False) -> dict[str, Any]:
     """Run (or resume) training as configured; returns the summary (stop reason, update, best).
     ``fadat train`` (:mod:`fadat.cli.train`) resolves its flags and YAML into ``cfg`` and calls
     this; from Python::
@@ -644,6 +693,13 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
             the flags').
         resume: continue the run in ``cfg.run_dir`` from its ``checkpoint_last.pt`` (model,
             optimizer, schedule, data order and random state).
+        reset_optimizer: with ``resume``: start AdamW afresh (zero moments, step counts 0, as
+            fairseq's ``--reset-optimizer``) instead of loading its saved state; the learning
+            rate still follows the schedule at the restored update count, and weights, grad
+            scaler, data position and RNG are restored as in any resume. Required for a
+            compact copy (``fadat snapshot``), whose checkpoint holds no optimizer state;
+            logged in ``train.log`` and as ``"optimizer_reset": true`` in the first update's
+            line of ``train_log.jsonl``.
 
     The run directory has one trainer at a time: before anything is written, rank 0 takes its
     lock (:func:`fadat.outputs.directory_lock`, held until the process ends) and then removes
@@ -651,10 +707,13 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
 
     Raises:
         InputError: bad config, data, ``--init-from`` or resume state; a run directory that
-            another process trains in (the message names its PID).
+            another process trains in (the message names its PID); ``reset_optimizer``
+            without ``resume``; a compact checkpoint resumed without ``reset_optimizer``.
         KeyboardInterrupt: after Ctrl-C, once checkpoint_last is written.
     """
     run_dir = Path(cfg.run_dir)
+    if reset_optimizer and not resume:
+        raise InputError("--reset-optimizer applies to a resumed run: add --resume RUN_DIR")
     # Before any work: a new, empty or fadat run directory in a writable place (fadat.outputs).
     option = "--resume" if resume else "--run-dir"
     if not resume:
@@ -682,7 +741,7 @@ def train(cfg: TrainConfig, resume: bool = False) -> dict[str, Any]:
             )
         if main_rank:
             outputs.remove_temporaries(run_dir)
-        trainer = Trainer(cfg, resume=resume)
+        trainer = Trainer(cfg, resume=resume, reset_optimizer=reset_optimizer)
         try:
             return trainer.run()
         finally:

@@ -1,0 +1,51 @@
+"""``fadat snapshot``: its flags, mapped onto :func:`fadat.training.snapshot.snapshot`."""
+
+from __future__ import annotations
+
+import argparse
+
+from fadat.training.checkpoints import LAST_NAME, LIGHT_DTYPES
+from fadat.training.snapshot import snapshot
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags of ``fadat snapshot``."""
+    parser.add_argument(
+        "--run", required=True, metavar="RUN_DIR", help="run directory of fadat train"
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        metavar="DIR",
+        help="the compact copy: a run directory to continue with fadat train --resume DIR "
+        "--reset-optimizer",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="float16",
+        choices=LIGHT_DTYPES,
+        help="dtype of the stored weights (bfloat16 for weights beyond float16's ±65504; "
+        "float32 keeps them exact); resuming casts them back to fp32",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing copy at --output (as a whole; refused while it holds files "
+        "that fadat did not write there, such as checkpoints of a continued run)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the compact copy (:func:`fadat.training.snapshot.snapshot`); returns 0.
+
+    Raises:
+        InputError: as :func:`~fadat.training.snapshot.snapshot`.
+    """
+    output = snapshot(args.run, args.output, dtype=args.dtype, force=args.force)
+    size = (output / LAST_NAME).stat().st_size
+    print(
+        f"wrote a compact copy of {args.run} to {args.output} ({LAST_NAME}: "
+        f"{size / 1e6:.1f} MB, weights {args.dtype}, no optimizer state, no best checkpoints); "
+        f"continue it with: fadat train --resume {args.output} --reset-optimizer"
+    )
+    return 0

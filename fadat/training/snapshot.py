@@ -1,0 +1,144 @@
+"""A compact copy of a training run that training can continue from (``fadat snapshot``):
+:func:`snapshot`, which ``fadat snapshot`` (:mod:`fadat.cli.snapshot`) runs.
+
+A run's ``checkpoint_last.pt`` holds fp32 weights and AdamW's two moments per weight (12 bytes
+per parameter: ≈ 95 MB for 7.9M parameters), too large to keep in git. The copy is itself a run
+directory, with everything a resume restores except the optimizer state, and the weights in
+float16 (2 bytes per parameter: ≈ 16 MB for 7.9M)::
+
+    COPY/config.yaml           the run's resolved config (copied)
+    COPY/train_log.jsonl       the run's update lines up to the checkpoint's update
+    COPY/valid_log.jsonl       the run's validation lines up to the checkpoint's update
+    COPY/train.log             the run's log (copied)
+    COPY/best.json             the best list as of the checkpoint (not the checkpoints)
+    COPY/checkpoint_last.pt    weights in float16, no optimizer state,
+                               "optimizer_reset_required": True (checkpoints.light_state)
+
+``fadat train --resume COPY --reset-optimizer`` continues it like fairseq's
+``--reset-optimizer``: the update count, epoch, learning-rate schedule, data position, RNG
+states, grad scaler and logs continue; AdamW starts with zero moments; the weights are cast
+back to the model's fp32. Not kept: the ``checkpoint_best_*.pt`` files (each as large as the
+fp32 model) and ``tensorboard/``. The continued run's best list therefore starts empty, and
+``fadat average --run COPY --best K`` averages only best checkpoints saved after the
+continuation (:mod:`fadat.training.trainer`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from fadat import outputs
+from fadat.errors import InputError
+from fadat.training.checkpoints import (
+    BEST_INDEX,
+    CONFIG_FILE,
+    LAST_NAME,
+    LIGHT_DTYPES,
+    TRAIN_LOG,
+    VALID_LOG,
+    atomic_save,
+    atomic_write_text,
+    light_state,
+    load_checkpoint,
+)
+
+#: The human-readable log of a run (:mod:`fadat.training.run_log`).
+TRAIN_TEXT_LOG = "train.log"
+
+
+def _log_lines_until(path: Path, update: int) -> str:
+    """The JSON lines of ``path`` whose ``update`` is at most ``update`` (a trainer still running
+    may have logged later updates than its checkpoint; a torn last line is dropped)."""
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and int(record.get("update", -1)) <= update:
+            kept.append(line + "\n")
+    return "".join(kept)
+
+
+def snapshot(
+    run: str | Path,
+    output: str | Path,
+    *,
+    dtype: str = "float16",
+    force: bool = False,
+) -> Path:
+    """Write a compact copy of the run ``run`` to the run directory ``output``
+    (``fadat snapshot``).
+
+    The copy is built in a staging directory next to ``output`` and renamed into place when
+    complete (:func:`fadat.outputs.replace_dir`): an existing copy (a fadat run directory holding
+    only files fadat wrote there) is replaced as a whole, and only with ``force``; a directory
+    that fadat did not create, or a run holding files written after the copy (checkpoints of a
+    continued training), is never replaced. Every check on ``output`` comes before the
+    checkpoint is read. ``run`` may be training meanwhile: the checkpoint is read whole (it is
+    replaced atomically) and the logs are cut at its update.
+
+    Args:
+        run: a run directory of ``fadat train`` (or a compact copy) with ``checkpoint_last.pt``
+            and ``config.yaml``.
+        output: the run directory to write; not ``run``, not inside it, not holding it.
+        dtype: the dtype of the stored weights, one of
+            :data:`~fadat.training.checkpoints.LIGHT_DTYPES` (``float16``: 2 bytes per
+            parameter; ``bfloat16`` for weights beyond float16's range of ±65504; ``float32``
+            keeps them exact and only drops the optimizer state).
+        force: replace an existing copy at ``output``.
+
+    Returns:
+        ``output`` as a Path; its ``checkpoint_last.pt`` holds ``"model"`` (name → tensor of
+        ``dtype``, integer tensors unchanged), no ``"optimizer"``,
+        ``"optimizer_reset_required": True`` and ``"weights_dtype": dtype``.
+
+    Raises:
+        InputError: an unknown ``dtype``; ``run`` is not a run directory or lacks
+            ``checkpoint_last.pt`` / ``config.yaml``; a damaged checkpoint, or a weight that
+            ``dtype`` cannot hold; an ``output`` that is or lies inside ``run`` or holds it, that
+            is not new, empty or a fadat run directory, an existing run without ``force``, or
+            one holding files fadat did not write there.
+    """
+    if dtype not in LIGHT_DTYPES:
+        raise InputError(f"dtype must be one of {', '.join(LIGHT_DTYPES)}, got {dtype!r}")
+    run = Path(run)
+    if not run.is_dir():
+        what = "is a file, not" if run.exists() else "does not exist: expected"
+        raise InputError(f"--run {run} {what} a run directory of fadat train")
+    for name in (LAST_NAME, CONFIG_FILE):
+        if not (run / name).is_file():
+            raise InputError(f"--run {run}: {name} does not exist (not a run of fadat train?)")
+    # Before any work (fadat.outputs).
+    outputs.check_not_input(output, [("--run", run)], "--output")
+    if outputs.check_output_dir(output, "run", "--output"):
+        if not force:
+            raise InputError(
+                f"--output {output}: an existing run directory; pass --force to replace it "
+                "(as a whole), or give another --output"
+            )
+        outputs.check_replaceable(output, "run", "--output")
+    state = load_checkpoint(run / LAST_NAME)
+    light = light_state(state, run / LAST_NAME, dtype)
+    try:
+        update = int(light["progress"]["update"])
+        best = [dict(b) for b in light["progress"]["best"]]
+    except (KeyError, TypeError, ValueError) as err:
+        raise InputError(f"{run / LAST_NAME}: corrupt checkpoint (progress: {err})") from None
+    staged = outputs.staging_dir(output)
+    try:
+        shutil.copyfile(run / CONFIG_FILE, staged / CONFIG_FILE)
+        if (run / TRAIN_TEXT_LOG).is_file():
+            shutil.copyfile(run / TRAIN_TEXT_LOG, staged / TRAIN_TEXT_LOG)
+        for name in (TRAIN_LOG, VALID_LOG):
+            if (run / name).is_file():
+                atomic_write_text(staged / name, _log_lines_until(run / name, update))
+        index = {"metric": "bleu", "checkpoints": best}
+        atomic_write_text(staged / BEST_INDEX, json.dumps(index, indent=2) + "\n")
+        atomic_save(light, staged / LAST_NAME)
+        outputs.replace_dir(staged, output, "run", "--output")
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return Path(output)

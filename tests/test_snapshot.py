@@ -1,0 +1,213 @@
+"""``fadat snapshot`` (a compact copy of a run: float16 weights, no optimizer state) and
+``fadat train --resume RUN --reset-optimizer``, on the training tests' copy task (tiny DAT, one
+thread, a few updates):
+
+- the copy's checkpoint_last holds float16 weights and no optimizer state; its size is the
+  fp16 weights plus a small overhead (RNG states, configs), about 1/6 of the full checkpoint;
+- the copy continued with --reset-optimizer trains exactly as the full checkpoint continued
+  with --reset-optimizer after rounding its weights to float16 (update numbers, LR, losses,
+  data position, RNG, final weights: all identical), and within a stated tolerance of the full
+  checkpoint continued without rounding (only the fp16 rounding differs);
+- the copy resumed without --reset-optimizer exits 2 with one line naming the file and the flag;
+  --reset-optimizer on a full checkpoint drops its moments and says so in train.log and
+  train_log.jsonl; AdamW's step counts restart with the moments;
+- output rules: never the run itself or inside it, never a directory fadat did not create (with
+  or without --force), an existing copy only with --force.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from fadat.cli import main
+
+LAST = "checkpoint_last.pt"
+#: The run of every test: a tiny DAT, 4 updates, then continued to 7.
+COMMON = [
+    "--arch", "dat", "--preset", "tiny", "--max-tokens", "250", "--validate-every", "2",
+    "--valid-subset", "4", "--threads", "1", "--no-progress-bar", "--seed", "3",
+]  # fmt: skip
+FIRST, TOTAL = 4, 7
+#: |loss(full weights) − loss(weights rounded to fp16)| per update over the 3 continued updates
+#: (losses ≈ 2.6; measured ≤ 4.2e-6 on this tiny model: fp16 keeps 11 significant bits, a
+#: relative error ≤ 4.9e-4 per weight, which mostly averages out in the loss).
+LOSS_TOL = 1e-4
+
+
+def _records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trained(copy_data, tmp_path_factory) -> Path:
+    """A run of FIRST updates (read-only to the tests: copy it to continue it)."""
+    run = tmp_path_factory.mktemp("snap") / "run"
+    args = ["train", "--data", str(copy_data), "--run-dir", str(run), "--max-updates", str(FIRST)]
+    assert main([*args, *COMMON]) == 0
+    assert list(run.glob("checkpoint_best_u*.pt"))
+    return run
+
+
+def _copy_run(run: Path, to: Path) -> Path:
+    shutil.copytree(run, to)
+    return to
+
+
+def _continue(run: Path, *extra: str) -> int:
+    return main(["train", "--resume", str(run), "--max-updates", str(TOTAL), *extra])
+
+
+def test_compact_copy_has_fp16_weights_no_optimizer_and_its_size(trained, tmp_path, capsys):
+    out = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", str(out)]) == 0
+    assert "--reset-optimizer" in capsys.readouterr().out
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(
+        [".fadat-output.json", "best.json", LAST, "config.yaml", "train.log", "train_log.jsonl",
+         "valid_log.jsonl"]
+    )  # fmt: skip
+    assert (out / "config.yaml").read_bytes() == (trained / "config.yaml").read_bytes()
+    assert (out / "train_log.jsonl").read_bytes() == (trained / "train_log.jsonl").read_bytes()
+    full = torch.load(trained / LAST, weights_only=True)
+    light = torch.load(out / LAST, weights_only=True)
+    assert "optimizer" not in light and light["optimizer_reset_required"] is True
+    assert light["weights_dtype"] == "float16"
+    assert {v.dtype for v in light["model"].values()} == {torch.float16}
+    for name, value in full["model"].items():
+        assert torch.equal(light["model"][name], value.half()), name
+    for key in ("progress", "scheduler", "scaler", "train_config", "model_config", "world_size"):
+        assert light[key] == full[key], key
+    for key, value in full["rng"][0].items():
+        assert torch.equal(light["rng"][0][key], value), key
+    # best.json keeps the list; the checkpoints it names are not copied
+    assert json.loads((out / "best.json").read_text())["checkpoints"] == full["progress"]["best"]
+    params = sum(v.numel() for v in full["model"].values())
+    fp16_bytes = 2 * params
+    light_size, full_size = (out / LAST).stat().st_size, (trained / LAST).stat().st_size
+    # the fp16 weights plus ≤ 64 kB (RNG states ≈ 15 kB, configs, zip records); the full file
+    # holds 12 bytes per parameter (fp32 weights, AdamW's two moments)
+    assert fp16_bytes < light_size < fp16_bytes + 64_000, (light_size, fp16_bytes)
+    assert full_size > 12 * params
+    assert light_size < full_size / 4
+
+
+def test_continued_copy_matches_the_full_checkpoint_reset_with_rounded_weights(trained, tmp_path):
+    copy = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", str(copy)]) == 0
+    full = _copy_run(trained, tmp_path / "full")
+    rounded = _copy_run(trained, tmp_path / "rounded")
+    state = torch.load(rounded / LAST, weights_only=True)
+    state["model"] = {k: v.half().float() for k, v in state["model"].items()}
+    torch.save(state, rounded / LAST)
+    for run in (copy, full, rounded):
+        assert _continue(run, "--reset-optimizer") == 0
+    new = {run.name: _records(run)[FIRST:] for run in (copy, full, rounded)}
+    assert [r["update"] for r in new["copy"]] == list(range(FIRST + 1, TOTAL + 1))
+    # same update numbers and learning rates in all three; the first update says "reset"
+    for name in ("full", "rounded"):
+        assert [(r["update"], r["lr"]) for r in new[name]] == [
+            (r["update"], r["lr"]) for r in new["copy"]
+        ]
+    assert [r.get("optimizer_reset", False) for r in new["copy"]] == [True, False, False]
+    # the copy is the full checkpoint with its weights rounded to fp16, nothing else: the same
+    # losses, data position, RNG and weights, bit for bit
+    assert [r["loss"] for r in new["copy"]] == [r["loss"] for r in new["rounded"]]
+    end_copy = torch.load(copy / LAST, weights_only=True)
+    end_rounded = torch.load(rounded / LAST, weights_only=True)
+    # (the best list aside: the copy's restarted empty, see below)
+    own = ("best", "earlier_best_bleu", "elapsed")  # elapsed: wall-clock seconds
+    assert {k: v for k, v in end_copy["progress"].items() if k not in own} == {
+        k: v for k, v in end_rounded["progress"].items() if k not in own
+    }
+    assert end_copy["progress"]["earlier_best_bleu"] == max(
+        b["bleu"] for b in torch.load(trained / LAST, weights_only=True)["progress"]["best"]
+    )
+    for name, value in end_rounded["model"].items():
+        assert end_copy["model"][name].dtype == torch.float32  # trains in fp32 again
+        assert torch.equal(end_copy["model"][name], value), name
+    for key, value in end_rounded["rng"][0].items():
+        assert torch.equal(end_copy["rng"][0][key], value), key
+    # against the unrounded weights, only the fp16 rounding differs
+    diffs = [abs(a["loss"] - b["loss"]) for a, b in zip(new["copy"], new["full"], strict=True)]
+    assert max(diffs) < LOSS_TOL, diffs
+    assert diffs != [0.0] * len(diffs)  # the rounding is there (the comparison can fail)
+    # the copy's best list restarted: best.json names only checkpoints that exist
+    listed = json.loads((copy / "best.json").read_text())["checkpoints"]
+    assert listed and all((copy / b["file"]).is_file() and b["update"] > FIRST for b in listed)
+    log = (copy / "train.log").read_text()
+    assert f"optimizer reset at update {FIRST}: {LAST} is a compact copy" in log
+    assert "are not kept in a compact copy" in log
+    # once continued, checkpoint_last is a full one again
+    assert "optimizer" in end_copy and "optimizer_reset_required" not in end_copy
+
+
+def test_copy_without_reset_optimizer_exits_2(trained, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", str(copy)]) == 0
+    capsys.readouterr()
+    before = (copy / LAST).read_bytes()
+    assert _continue(copy) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert str(copy / LAST) in err and "--reset-optimizer" in err, err
+    assert (copy / LAST).read_bytes() == before
+    # --reset-optimizer without --resume
+    fresh = ["train", "--data", "x", "--run-dir", str(tmp_path / "new"), "--reset-optimizer"]
+    assert main(fresh) == 2
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_reset_optimizer_on_a_full_checkpoint_drops_the_moments(trained, tmp_path):
+    run = _copy_run(trained, tmp_path / "run")
+    saved_step = torch.load(run / LAST, weights_only=True)["optimizer"]["state"][0]["step"]
+    assert float(saved_step) == FIRST
+    assert main(["train", "--resume", str(run), "--max-updates", str(FIRST + 1),
+                 "--reset-optimizer"]) == 0  # fmt: skip
+    end = torch.load(run / LAST, weights_only=True)
+    assert end["progress"]["update"] == FIRST + 1
+    # AdamW restarted: one step since its moments were zero (bias correction of step 1), while
+    # the learning rate is the schedule's at update FIRST + 1
+    assert float(end["optimizer"]["state"][0]["step"]) == 1
+    records = _records(run)
+    assert records[-1]["update"] == FIRST + 1 and records[-1]["optimizer_reset"] is True
+    from fadat.training.schedule import inverse_sqrt_lr
+
+    sched = end["scheduler"]
+    lr = inverse_sqrt_lr(FIRST + 1, sched["lr"], sched["warmup"], sched["warmup_init_lr"])
+    assert records[-1]["lr"] == lr
+    log = (run / "train.log").read_text()
+    assert f"optimizer reset at update {FIRST}: the optimizer state of {LAST} is dropped" in log
+
+
+def test_output_rules(trained, tmp_path, capsys):
+    def refused(*args: str) -> str:
+        assert main(["snapshot", "--run", str(trained), *args]) == 2
+        return capsys.readouterr().err
+
+    # the run itself, a directory inside it
+    assert "is the --run" in refused("--output", str(trained))
+    assert "lies inside the --run" in refused("--output", str(trained / "copy"))
+    assert not (trained / "copy").exists()
+    # a directory that fadat did not create, with or without --force
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine\n")
+    for force in ([], ["--force"]):
+        assert "fadat did not create" in refused("--output", str(foreign), *force)
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    # an existing copy: only with --force (a trailing slash names the same directory)
+    copy = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", f"{copy}/"]) == 0
+    assert "pass --force" in refused("--output", str(copy))
+    assert main(["snapshot", "--run", str(trained), "--output", str(copy), "--force"]) == 0
+    # a run with files of its own (checkpoints, tensorboard) is not replaced, --force or not
+    other = _copy_run(trained, tmp_path / "other")
+    assert "fadat did not write there" in refused("--output", str(other), "--force")
+    # not a run
+    assert main(["snapshot", "--run", str(foreign), "--output", str(tmp_path / "y")]) == 2
+    assert "checkpoint_last.pt does not exist" in capsys.readouterr().err
