@@ -807,8 +807,9 @@ def test_prepare_onto_a_dataset_with_garbage_meta_json(paths, capsys, tmp_path):
 
 
 def test_models_saved_before_the_spm_fingerprint_still_load(paths, tmp_path):
-    """A model directory without ``spm_sha256`` (all saved before it, the committed one in
-    models/ too) loads unchecked; a new one records the sha256 of its spm.model."""
+    """A model directory without ``spm_sha256`` (all saved before it) loads unchecked; a new one
+    records the sha256 of its spm.model, and so does the committed one in models/ (added to its
+    config.json afterwards)."""
     from fadat.data.build import sha256_file
     from fadat.models.directory import read_model_metadata
 
@@ -816,7 +817,7 @@ def test_models_saved_before_the_spm_fingerprint_still_load(paths, tmp_path):
         Path(paths["dat"]) / "spm.model"
     )
     committed = REPO / "models" / "bible-en-es-fadat-cpu-small"
-    assert "spm_sha256" not in read_model_metadata(committed)
+    assert read_model_metadata(committed)["spm_sha256"] == sha256_file(committed / "spm.model")
     old = tmp_path / "old"
     shutil.copytree(paths["m-foreignspm"], old)
     meta = json.loads((old / "config.json").read_text())
