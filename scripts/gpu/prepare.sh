@@ -8,24 +8,31 @@
 #            needs, click, joblib, regex and tqdm, are there). torch is there: never carried.
 #   .carry/  `fadat prepare bible-en-es` with the released DAT's sentencepiece model (its 4k
 #            vocabulary) into .carry/bible-en-es, 6 MB: the test sentences and references in its
-#            raw/ folder, which `fadat evaluate` reads.
+#            raw/ folder, which `fadat evaluate` reads; and `fadat prepare bible-en-es` with its
+#            own 8k vocabulary into .carry/bible-en-es-8k, 5.5 MB: the data of the AT's plateau
+#            run, which scripts/gpu/job-at.sh continues (its fingerprint is checked against the
+#            data of snapshots/bible-en-es-at-plateau's run where that is on this machine).
 # The models travel as tracked files: the released DAT models/bible-en-es-fadat-cpu-small and,
 # once it is committed, the AT models/bible-en-es-at-cpu-small (job.sh skips the AT rows without
 # it). Prints what travels against the tool's 64 MiB, and the `run` call to make.
 #
-# Usage: scripts/gpu/prepare.sh [--python PY] [--no-download]
+# Usage: scripts/gpu/prepare.sh [--python PY] [--no-download] [--no-at-data]
 #   PY (or $PYTHON): an interpreter with fadat's dependencies (default .venv/bin/python, else
 #   /work/main/.venv/bin/python, else python3); fadat itself is taken from this checkout.
 #   --no-download: keep the .whl folder there is (no network).
+#   --no-at-data: no .carry/bible-en-es-8k (job.sh, job-train.sh and job-sweep.sh do not read it;
+#   5.5 MB less to carry, should the 64 MiB ever be short).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 
 PY=${PYTHON:-}
 DOWNLOAD=1
+AT_DATA=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --python) PY=$2; shift 2 ;;
     --no-download) DOWNLOAD=0; shift ;;
+    --no-at-data) AT_DATA=0; shift ;;
     *) echo "prepare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -39,6 +46,8 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 DAT=models/bible-en-es-fadat-cpu-small
 AT=models/bible-en-es-at-cpu-small
 DATA=.carry/bible-en-es
+DATA_8K=.carry/bible-en-es-8k
+SNAPSHOT=snapshots/bible-en-es-at-plateau
 # The version this project's CPU venv runs (so both machines run the same code).
 WHEELS=(sacremoses==0.2.0)
 
@@ -70,6 +79,33 @@ done
 # dataset built from other inputs.
 mkdir -p .carry
 "$PY" -m fadat.cli prepare bible-en-es --output "$DATA" --spm-model "$DAT/spm.model" --force
+if [ "$AT_DATA" = 1 ]; then
+  # the AT's data: `fadat prepare bible-en-es` as the plateau run's (its own 8k sentencepiece
+  # model, trained with a fixed seed), then its fingerprint against the run's data where the
+  # snapshot's config.yaml names a directory that is on this machine
+  "$PY" -m fadat.cli prepare bible-en-es --output "$DATA_8K" --force
+  "$PY" - "$DATA_8K" "$SNAPSHOT/config.yaml" <<'PY'
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+mine = json.loads((Path(sys.argv[1]) / "meta.json").read_text(encoding="utf-8"))["fingerprint"]
+try:
+    data = yaml.safe_load(Path(sys.argv[2]).read_text(encoding="utf-8"))["data"]
+    theirs = json.loads((Path(data) / "meta.json").read_text(encoding="utf-8"))["fingerprint"]
+except (OSError, KeyError, TypeError, ValueError):
+    print(f"AT data: {sys.argv[1]} fingerprint {mine[:12]}…; the run's data is not on this machine")
+    sys.exit(0)
+if mine != theirs:
+    sys.exit(f"prepare.sh: {sys.argv[1]} (fingerprint {mine[:12]}…) differs from {data} "
+             f"({theirs[:12]}…), the data of {sys.argv[2]}'s run: job-at.sh cannot continue it")
+print(f"AT data: {sys.argv[1]} is {data} (fingerprint {mine[:12]}…)")
+PY
+else
+  rm -rf "$DATA_8K"
+fi
 echo "prepared in $(($(date +%s) - t0))s"
 
 if [ -f "$AT/config.json" ]; then
@@ -102,4 +138,7 @@ cat <<EOF
 The device call (the tool sends the checkout the session started in: this one must be it):
   run(command="COMMIT=$commit bash scripts/gpu/job.sh",
       carry=[".whl", ".carry"], timeout_s=540)
+or, continuing the AT's plateau run (docs/gpu-session.md; needs $SNAPSHOT committed):
+  run(command="COMMIT=$commit bash scripts/gpu/job-at.sh",
+      carry=[".whl", ".carry"], timeout_s=600)
 EOF
