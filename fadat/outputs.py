@@ -468,6 +468,25 @@ def check_replaceable(path: str | Path, kind: str, option: str = "--output") -> 
         _refuse_foreign(path, kind, option, set())
 
 
+def check_whole_replacement(path: str | Path, kind: str, option: str, force: bool) -> None:
+    """Before any work: ``path`` can become a ``kind`` directory written whole (staged, then
+    renamed into place): absent or empty, or an existing fadat ``kind`` directory replaced as a
+    whole, only with ``force`` (``fadat average``, ``fadat snapshot``).
+
+    Raises:
+        InputError: as :func:`check_output_dir`; an existing ``kind`` directory without
+            ``force``; one holding files that fadat did not write there (the first named).
+    """
+    path = Path(path)
+    if check_output_dir(path, kind, option):
+        if not force:
+            raise InputError(
+                f"{option} {path}: an existing {kind} directory; pass --force to replace it "
+                f"(as a whole), or give another {option}"
+            )
+        _refuse_foreign(path, kind, option, set())
+
+
 def _refuse_foreign(path: Path, kind: str, option: str, also: set[str]) -> None:
     foreign = _foreign_files(path, kind, also)
     if foreign:

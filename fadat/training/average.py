@@ -74,13 +74,7 @@ def average(
     inputs = [("--run", source if is_run else None), ("--data", data)]
     inputs += [("--checkpoints", p) for p in checkpoints]
     outputs.check_not_input(output, inputs, "--output")
-    if outputs.check_output_dir(output, "model", "--output"):
-        if not force:
-            raise InputError(
-                f"--output {output}: an existing model directory; pass --force to replace "
-                "it, or give another --output"
-            )
-        outputs.check_replaceable(output, "model", "--output")
+    outputs.check_whole_replacement(output, "model", "--output", force)
     if is_run:
         paths = best_checkpoints(source, best)
         config = Path(source) / "config.yaml"

@@ -196,11 +196,10 @@ def atomic_write_text(path: Path, text: str) -> None:
     outputs.atomic_write(path, text)
 
 
-def truncate_log(path: Path, update: int) -> None:
-    """Keep the log lines of updates ≤ ``update`` (a killed run may have logged updates after its
-    last checkpoint, or a torn last line)."""
-    if not path.is_file():
-        return
+def log_lines_until(path: Path, update: int) -> str:
+    """The JSON lines of the log ``path`` whose ``update`` is at most ``update``, each ending in a
+    newline (a killed run, or one still training, may have logged updates after its checkpoint;
+    a torn last line is dropped)."""
     kept = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -208,8 +207,14 @@ def truncate_log(path: Path, update: int) -> None:
         except json.JSONDecodeError:
             continue
         if isinstance(record, dict) and int(record.get("update", -1)) <= update:
-            kept.append(line)
-    atomic_write_text(path, "".join(line + "\n" for line in kept))
+            kept.append(line + "\n")
+    return "".join(kept)
+
+
+def truncate_log(path: Path, update: int) -> None:
+    """Keep the log lines of updates ≤ ``update`` (:func:`log_lines_until`), if ``path`` exists."""
+    if path.is_file():
+        atomic_write_text(path, log_lines_until(path, update))
 
 
 @dataclass
@@ -447,9 +452,15 @@ def save_best(
     for b in drop:
         with contextlib.suppress(FileNotFoundError):
             (run_dir / b["file"]).unlink()
-    index = {"metric": "bleu", "checkpoints": keep}
-    atomic_write_text(run_dir / BEST_INDEX, json.dumps(index, indent=2) + "\n")
+    write_best_index(run_dir, keep)
     return keep
+
+
+def write_best_index(run_dir: Path, best: list[dict[str, Any]]) -> None:
+    """Write ``run_dir``/best.json, the index of the best checkpoints (``file``, ``bleu``,
+    ``update``), atomically."""
+    index = {"metric": "bleu", "checkpoints": best}
+    atomic_write_text(run_dir / BEST_INDEX, json.dumps(index, indent=2) + "\n")
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,14 +25,12 @@ continuation (:mod:`fadat.training.trainer`).
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from fadat import outputs
 from fadat.errors import InputError
 from fadat.training.checkpoints import (
-    BEST_INDEX,
     CONFIG_FILE,
     LAST_NAME,
     LIGHT_DTYPES,
@@ -42,24 +40,12 @@ from fadat.training.checkpoints import (
     atomic_write_text,
     light_state,
     load_checkpoint,
+    log_lines_until,
+    write_best_index,
 )
 
 #: The human-readable log of a run (:mod:`fadat.training.run_log`).
 TRAIN_TEXT_LOG = "train.log"
-
-
-def _log_lines_until(path: Path, update: int) -> str:
-    """The JSON lines of ``path`` whose ``update`` is at most ``update`` (a trainer still running
-    may have logged later updates than its checkpoint; a torn last line is dropped)."""
-    kept = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and int(record.get("update", -1)) <= update:
-            kept.append(line + "\n")
-    return "".join(kept)
 
 
 def snapshot(
@@ -113,13 +99,7 @@ def snapshot(
             raise InputError(f"--run {run}: {name} does not exist (not a run of fadat train?)")
     # Before any work (fadat.outputs).
     outputs.check_not_input(output, [("--run", run)], "--output")
-    if outputs.check_output_dir(output, "run", "--output"):
-        if not force:
-            raise InputError(
-                f"--output {output}: an existing run directory; pass --force to replace it "
-                "(as a whole), or give another --output"
-            )
-        outputs.check_replaceable(output, "run", "--output")
+    outputs.check_whole_replacement(output, "run", "--output", force)
     state = load_checkpoint(run / LAST_NAME)
     light = light_state(state, run / LAST_NAME, dtype)
     try:
@@ -134,9 +114,8 @@ def snapshot(
             shutil.copyfile(run / TRAIN_TEXT_LOG, staged / TRAIN_TEXT_LOG)
         for name in (TRAIN_LOG, VALID_LOG):
             if (run / name).is_file():
-                atomic_write_text(staged / name, _log_lines_until(run / name, update))
-        index = {"metric": "bleu", "checkpoints": best}
-        atomic_write_text(staged / BEST_INDEX, json.dumps(index, indent=2) + "\n")
+                atomic_write_text(staged / name, log_lines_until(run / name, update))
+        write_best_index(staged, best)
         atomic_save(light, staged / LAST_NAME)
         outputs.replace_dir(staged, output, "run", "--output")
     finally:

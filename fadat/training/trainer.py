@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
-import json
 import logging
 import math
 import os
@@ -69,6 +68,7 @@ from fadat.training.checkpoints import (
     restore_last,
     save_best,
     truncate_log,
+    write_best_index,
 )
 from fadat.training.config import (
     RESUMABLE_KEYS,
@@ -128,9 +128,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, resume: bool, reset_optimizer: bool = False) -> None:
         started = time.perf_counter()
-        if reset_optimizer and not resume:
-            raise InputError("--reset-optimizer applies to a resumed run: add --resume RUN_DIR")
-        self.reset_optimizer = reset_optimizer
+        self.reset_optimizer = reset_optimizer  # with resume: train() refuses it without
         self._reset_notes: list[str] = []  # logged once train.log is open
         self._mark_reset = False  # the next update record carries "optimizer_reset": true
         # A Python caller built the TrainConfig: name its fields, not flags. The fields it set
@@ -335,8 +333,7 @@ class Trainer:
             truncate_log(self.run_dir / TRAIN_LOG, p.update)
             truncate_log(self.run_dir / VALID_LOG, p.update)
             if light:
-                index = {"metric": "bleu", "checkpoints": p.best}
-                atomic_write_text(self.run_dir / BEST_INDEX, json.dumps(index, indent=2) + "\n")
+                write_best_index(self.run_dir, p.best)
 
     # ---- checkpoints
 
