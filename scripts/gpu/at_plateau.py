@@ -34,18 +34,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import math
 import shlex
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+# The sibling scripts of scripts/gpu (not a package): sweep_design.py's loader of
+# recipes/experiment.py and its log readers serve this job too.
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+import sweep_design as sweep  # noqa: E402
+
 EXPERIMENT = "recipes/experiments/bible-en-es-plateau.yaml"
 STAGE = "at"
 #: keys of the run's config.yaml that restore-config puts back (resumable keys: fadat train's
@@ -53,26 +58,10 @@ STAGE = "at"
 RESTORED_KEYS = ("device", "max_time", "threads")
 
 
-def _module(name: str, path: Path) -> ModuleType:
-    """A script loaded from its file (registered in sys.modules: dataclasses look it up)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def experiment_module() -> ModuleType:
-    """recipes/experiment.py (not a package: loaded from its file)."""
-    return _module("plateau_experiment", ROOT / "recipes" / "experiment.py")
-
-
 def at_stage(experiment: str = EXPERIMENT, min_updates: int | None = None) -> Any:
     """The ``at`` stage of the experiment file (recipes/experiment.py's ``Stage``), its
     plateau's ``min_updates`` replaced when given."""
-    _, stages = experiment_module().load(str(ROOT / experiment))
+    _, stages = sweep.experiment_module().load(str(ROOT / experiment))
     stage = next((s for s in stages if s.name == STAGE), None)
     if stage is None or stage.plateau is None:
         raise SystemExit(f"{experiment}: no plateau stage {STAGE!r}")
@@ -88,7 +77,7 @@ def criterion(curve: list[dict[str, Any]], plateau: Any) -> dict[str, Any]:
     plateau update ``n`` (None when it does not hold), the ``gain`` b(N) - b(0.7 N) at N, or at
     the last validation when it does not hold (None where no validation lies that early), the
     best BLEU and its update (the earlier of equal ones) and the last validated update."""
-    exp = experiment_module()
+    exp = sweep.experiment_module()
     n = exp.plateau_update(curve, plateau)
     at = n if n is not None else (int(curve[-1]["update"]) if curve else None)
     gain = exp.plateau_gain(curve, at, plateau.window) if at is not None else math.inf
@@ -110,7 +99,7 @@ def criterion(curve: list[dict[str, Any]], plateau: Any) -> dict[str, Any]:
 def status(run: Path, stage: Any) -> dict[str, Any]:
     """Where the run stands: ``updates`` and ``elapsed`` (training seconds, resumes included)
     of its last train-log record, ``data`` (its config.yaml's), and :func:`criterion`."""
-    exp = experiment_module()
+    exp = sweep.experiment_module()
     updates, elapsed = exp.progress(run)
     try:
         config = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
@@ -133,7 +122,7 @@ def choose(run: Path, stage: Any) -> tuple[list[Path], int, str]:
     """
     s = status(run, stage)
     end, how = (s["n"], "plateau") if s["held"] else (s["updates"], "last update")
-    return experiment_module().checkpoints_to_average(run, stage.average, end), end, how
+    return sweep.experiment_module().checkpoints_to_average(run, stage.average, end), end, how
 
 
 def restore_config(copy: Path, original: Path) -> dict[str, Any]:
@@ -153,9 +142,7 @@ def restore_config(copy: Path, original: Path) -> dict[str, Any]:
 
 def manifest(args: argparse.Namespace, stage: Any) -> dict[str, Any]:
     """Write OUT/manifest.json; returns it."""
-    here = Path(__file__).resolve().parent
-    summary = _module("gpu_summary", here / "summary.py")
-    sweep = _module("gpu_sweep_design", here / "sweep_design.py")
+    summary = sweep._module("gpu_summary", HERE / "summary.py")
     out, run, model = Path(args.out), Path(args.run), Path(args.model)
     end = status(run, stage)
     train = sweep.read_jsonl(run / "train_log.jsonl")
@@ -318,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "train":
             if not command:
                 parser.error("train needs the command after --")
-            return experiment_module().train_until_plateau(command, args.run, stage.plateau)
+            return sweep.experiment_module().train_until_plateau(command, args.run, stage.plateau)
         elif args.command == "choose":
             files, end, how = choose(args.run, stage)
             print(f"{end} {how}: {len(files)} checkpoints validated at <= {end}")
