@@ -90,3 +90,30 @@ def copy_data_repeats(tmp_path_factory) -> Path:
     but not the no-repeat one (measured: BLEU 97–100 vs ≈2 at 300 updates, 3 seeds each; the
     no-repeat language model is a strong local optimum for a 1-layer d=32 decoder)."""
     return prepare_copy_data(tmp_path_factory.mktemp("copy_rep"), repeats=True)
+
+
+@pytest.fixture(scope="session")
+def toy_data(tmp_path_factory) -> Path:
+    """The first 20 Bible test sentences as every split, in the released DAT's vocabulary
+    (``fadat prepare`` in this process: it is the GPU jobs' input in their dry runs, not what
+    their tests check). 20, not all 50 of tests/data: the plumbing does not depend on the count,
+    and the sweep's dry run trains on them (its 16 validation sentences fit; job.sh's latency
+    stage reads 4)."""
+    from fadat import cli
+
+    here = Path(__file__).resolve().parent
+    test_50 = here / "data" / "bible-en-es-test-50"
+    released = here.parent / "models" / "bible-en-es-fadat-cpu-small"
+    root = tmp_path_factory.mktemp("toy")
+    files = []
+    for lang in ("en", "es"):
+        lines = Path(f"{test_50}.{lang}").read_text(encoding="utf-8").splitlines()[:20]
+        files.append(str(root / f"first-20.{lang}"))
+        Path(files[-1]).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = root / "data"
+    argv = ["prepare", "--output", str(out)]
+    for split in ("", "valid-", "test-"):
+        argv += [f"--{split}source-file", files[0], f"--{split}target-file", files[1]]
+    argv += ["--spm-model", str(released / "spm.model"), "--source-lang", "en"]
+    assert cli.main([*argv, "--target-lang", "es"]) == 0
+    return out

@@ -20,8 +20,6 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "scripts" / "gpu" / "job-at.sh"
-TEST_50 = ROOT / "tests" / "data" / "bible-en-es-test-50"
-RELEASED = ROOT / "models" / "bible-en-es-fadat-cpu-small"
 
 
 def load_helper():
@@ -136,26 +134,6 @@ def test_restore_config_puts_back_the_resumable_keys(tmp_path):
     assert yaml.safe_load((copy / "config.yaml").read_text()) == {
         "data": "/d", "device": "cpu", "max_time": 180000.0, "threads": 2
     }  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def toy_data(tmp_path_factory) -> Path:
-    """The first 20 Bible test sentences as every split (the released DAT's 4k vocabulary)."""
-    from fadat import cli
-
-    root = tmp_path_factory.mktemp("toy")
-    files = []
-    for lang in ("en", "es"):
-        lines = Path(f"{TEST_50}.{lang}").read_text(encoding="utf-8").splitlines()[:20]
-        files.append(str(root / f"first-20.{lang}"))
-        Path(files[-1]).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out = root / "data"
-    argv = ["prepare", "--output", str(out)]
-    for split in ("", "valid-", "test-"):
-        argv += [f"--{split}source-file", files[0], f"--{split}target-file", files[1]]
-    argv += ["--spm-model", str(RELEASED / "spm.model"), "--source-lang", "en"]
-    assert cli.main([*argv, "--target-lang", "es"]) == 0
-    return out
 
 
 @pytest.mark.slow

@@ -25,8 +25,6 @@ JOB = ROOT / "scripts" / "gpu" / "job.sh"
 SWEEP_JOB = ROOT / "scripts" / "gpu" / "job-sweep.sh"
 SWEEP = ROOT / "recipes" / "experiments" / "bible-en-es-speed-sweep.yaml"
 STAGES = ["tests", "kernels", "train-base", "train-small", "latency", "train-torch-dag"]
-TEST_50 = ROOT / "tests" / "data" / "bible-en-es-test-50"
-RELEASED = ROOT / "models" / "bible-en-es-fadat-cpu-small"
 
 
 def load_summary():
@@ -69,29 +67,6 @@ def check_manifest(out: Path) -> dict:
             assert f["sha256"] == hashlib.sha256(data).hexdigest()
     assert manifest["warnings"] == []
     return manifest
-
-
-@pytest.fixture(scope="module")
-def toy_data(tmp_path_factory) -> Path:
-    """The first 20 Bible test sentences as every split, in the released DAT's vocabulary
-    (``fadat prepare`` in this process: it is the jobs' input, not what these tests check).
-    20, not all 50 of tests/data: the plumbing does not depend on the count, and the sweep's dry
-    run trains on them (its 16 validation sentences fit; job.sh's latency stage reads 4)."""
-    from fadat import cli
-
-    root = tmp_path_factory.mktemp("toy")
-    files = []
-    for lang in ("en", "es"):
-        lines = Path(f"{TEST_50}.{lang}").read_text(encoding="utf-8").splitlines()[:20]
-        files.append(str(root / f"first-20.{lang}"))
-        Path(files[-1]).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out = root / "data"
-    argv = ["prepare", "--output", str(out)]
-    for split in ("", "valid-", "test-"):
-        argv += [f"--{split}source-file", files[0], f"--{split}target-file", files[1]]
-    argv += ["--spm-model", str(RELEASED / "spm.model"), "--source-lang", "en"]
-    assert cli.main([*argv, "--target-lang", "es"]) == 0
-    return out
 
 
 @pytest.mark.slow
