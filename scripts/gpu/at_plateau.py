@@ -232,12 +232,7 @@ def render(m: dict[str, Any]) -> str:
         f"{a['up_to_update']} averaged (BLEU {[round(x['bleu'], 2) for x in a['averaged']]})"
     )
     lines.append(f"snapshot: {m['snapshot'] or 'none'}")
-    lines.append(
-        f"{len(m['files']) + 1} files in OUT: "
-        + ", ".join(f"{f['name']} ({f['bytes']} B)" for f in m["files"])
-        + ", manifest.json"
-    )
-    lines += [f"WARNING: {w}" for w in m["warnings"]]
+    lines += sweep._module("gpu_summary", HERE / "summary.py").files_lines(m)
     return "\n".join(lines)
 
 

@@ -146,6 +146,14 @@ def list_files(out: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return files, warnings
 
 
+def files_lines(manifest: dict[str, Any]) -> list[str]:
+    """The lines that end a job's summary: the files in OUT with their sizes (the manifest
+    included), then one ``WARNING:`` line per warning of :func:`list_files`."""
+    listed = ", ".join(f"{f['name']} ({f['bytes']} B)" for f in manifest["files"])
+    lines = [f"{len(manifest['files']) + 1} files in OUT: {listed}, manifest.json"]
+    return lines + [f"WARNING: {w}" for w in manifest["warnings"]]
+
+
 def summarize(out: Path, stages: list[dict], commit: str, seconds: int | None) -> dict[str, Any]:
     """Write OUT/manifest.json; returns it."""
     tests = test_counts(out / "junit.xml")
@@ -282,12 +290,7 @@ def render(manifest: dict[str, Any]) -> str:
                 ],
             )
         )
-    parts.append(
-        f"{len(manifest['files']) + 1} files in OUT: "
-        + ", ".join(f"{f['name']} ({f['bytes']} B)" for f in manifest["files"])
-        + ", manifest.json"
-    )
-    parts += [f"WARNING: {w}" for w in manifest["warnings"]]
+    parts += files_lines(manifest)
     return "\n\n".join(parts)
 
 

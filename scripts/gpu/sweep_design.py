@@ -251,12 +251,8 @@ def render(m: dict[str, Any]) -> str:
         f"model: {t['model_dir'] or 'none'}, {len(t['averaged'])} checkpoints averaged "
         f"(BLEU {[round(a['bleu'], 2) for a in t['averaged'] if a['bleu'] is not None]})"
     )
-    lines.append(
-        f"{len(m['files']) + 1} files in OUT: "
-        + ", ".join(f"{f['name']} ({f['bytes']} B)" for f in m["files"])
-        + ", manifest.json"
-    )
-    lines += [f"WARNING: {w}" for w in m["warnings"]]
+    summary = _module("gpu_summary", Path(__file__).resolve().parent / "summary.py")
+    lines += summary.files_lines(m)
     return "\n".join(lines)
 
 
