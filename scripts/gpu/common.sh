@@ -1,4 +1,4 @@
-# Shared by scripts/gpu/job.sh, job-train.sh and job-sweep.sh (sourced, not run): the environment
+# Shared by scripts/gpu/job.sh, job-train.sh, job-sweep.sh, job-at.sh and the unpack scripts (sourced, not run): the environment
 # of a device command, the stage runner, and the averaging and packing of a trained model.
 # Expects ROOT (the repository root) and DRY (1 = dry run on this CPU machine).
 
@@ -19,12 +19,27 @@ start_job() {
   export PYTHONUNBUFFERED=1
 }
 
-# PY, the interpreter: the device image's python3; in a dry run this machine's venv (PYTHON, else
-# /work/main/.venv/bin/python, else python3). Installs nothing (setup_python does).
+# This machine's interpreter with fadat's dependencies: the checkout's .venv (README's setup), else
+# that of the main checkout when ROOT is a git worktree of it, else python3. Prints its path.
+local_python() {
+  local common
+  if [ -x "$ROOT/.venv/bin/python" ]; then
+    echo "$ROOT/.venv/bin/python"
+    return 0
+  fi
+  common=$(git -C "$ROOT" rev-parse --path-format=absolute --git-common-dir 2>/dev/null || true)
+  if [ -n "$common" ] && [ -x "$common/../.venv/bin/python" ]; then
+    echo "$(cd "$common/.." && pwd)/.venv/bin/python"
+  else
+    echo python3
+  fi
+}
+
+# PY, the interpreter: the device image's python3; in a dry run this machine's (PYTHON, else
+# local_python). Installs nothing (setup_python does).
 pick_python() {
   if [ "$DRY" = 1 ]; then
-    PY=${PYTHON:-/work/main/.venv/bin/python}
-    [ -x "$PY" ] || PY=python3
+    PY=${PYTHON:-$(local_python)}
   else
     PY=python3
   fi

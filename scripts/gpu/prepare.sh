@@ -17,8 +17,9 @@
 # it). Prints what travels against the tool's 64 MiB, and the `run` call to make.
 #
 # Usage: scripts/gpu/prepare.sh [--python PY] [--no-download] [--no-at-data]
-#   PY (or $PYTHON): an interpreter with fadat's dependencies (default .venv/bin/python, else
-#   /work/main/.venv/bin/python, else python3); fadat itself is taken from this checkout.
+#   PY (or $PYTHON): an interpreter with fadat's dependencies (default .venv/bin/python, else the
+#   main checkout's when this is a git worktree, else python3); fadat itself is taken from this
+#   checkout.
 #   --no-download: keep the .whl folder there is (no network).
 #   --no-at-data: no .carry/bible-en-es-8k (job.sh, job-train.sh and job-sweep.sh do not read it;
 #   5.5 MB less to carry, should the 64 MiB ever be short).
@@ -37,9 +38,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ -z "$PY" ]; then
-  for candidate in .venv/bin/python /work/main/.venv/bin/python python3; do
-    if command -v "$candidate" >/dev/null 2>&1; then PY=$candidate; break; fi
-  done
+  ROOT=$PWD
+  source scripts/gpu/common.sh
+  PY=$(local_python)
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 

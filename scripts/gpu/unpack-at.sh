@@ -21,7 +21,8 @@ fi
 FILES=$1
 MODEL=$2
 SNAP=${3:-$ROOT/snapshots/bible-en-es-at-plateau}
-PY=${PY:-/work/main/.venv/bin/python}
+source "$ROOT/scripts/gpu/common.sh"
+PY=${PY:-$(local_python)}
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 if [ -e "$MODEL" ]; then
   echo "unpack-at.sh: $MODEL exists; remove it or choose another MODEL_DIR" >&2

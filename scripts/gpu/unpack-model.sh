@@ -16,7 +16,8 @@ if [ $# -lt 1 ] || [ $# -gt 2 ]; then
 fi
 FILES=$1
 DEST=${2:-$ROOT/runs/gpu}
-PY=${PY:-/work/main/.venv/bin/python}
+source "$ROOT/scripts/gpu/common.sh"
+PY=${PY:-$(local_python)}
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 model=$("$PY" "$ROOT/scripts/gpu/shards.py" join "$FILES" "$DEST" --name model)
 echo "model directory: $model"
