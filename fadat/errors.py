@@ -35,6 +35,13 @@ class ThreadsAboveCoresWarning(FadatWarning):
     (:func:`fadat.options.check_threads`)."""
 
 
+class UnrecordedDatasetWarning(FadatWarning):
+    """A compact copy (``fadat snapshot``) of a run whose checkpoint does not record the dataset
+    it trained on, made where that dataset is not at the run's data path either: the copy
+    cannot record its fingerprint, so it resumes only with the dataset at that path
+    (:func:`fadat.training.checkpoints.check_resume_data`)."""
+
+
 class InputError(ValueError):
     """Bad input from the user: a file, line, argument or model directory that cannot be used.
 

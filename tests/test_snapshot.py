@@ -12,11 +12,18 @@ thread, a few updates):
   --reset-optimizer on a full checkpoint drops its moments and says so in train.log and
   train_log.jsonl; AdamW's step counts restart with the moments;
 - output rules: never the run itself or inside it, never a directory fadat did not create (with
-  or without --force), an existing copy only with --force.
+  or without --force), an existing copy only with --force;
+- the dataset at another path (``--resume RUN --data DIR``): checkpoint_last records the
+  dataset's fingerprint and a copy carries it (or computes it for an older checkpoint); a run
+  resumed with its data moved (the original gone) trains bit for bit as the same resume at the
+  original path; another dataset (given, or rebuilt in place at the saved path) exits 2 naming
+  both fingerprints and leaves the run untouched; a checkpoint without a fingerprint resumes at
+  its saved path, and elsewhere only where the saved path's dataset can be compared.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -211,3 +218,170 @@ def test_output_rules(trained, tmp_path, capsys):
     # not a run
     assert main(["snapshot", "--run", str(foreign), "--output", str(tmp_path / "y")]) == 2
     assert "checkpoint_last.pt does not exist" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ the data at another path
+
+
+def _fingerprint(data: Path) -> str:
+    return json.loads((data / "meta.json").read_text())["fingerprint"]
+
+
+def _files(run: Path) -> dict[str, str]:
+    """sha256 of every file of the run directory but its lock (which holds the PID of the last
+    trainer that took it: :mod:`fadat.outputs`)."""
+    return {
+        str(p.relative_to(run)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run.rglob("*"))
+        if p.is_file() and p.name != ".fadat-output.lock"
+    }
+
+
+def _run_on_own_data(copy_data: Path, root: Path, updates: int) -> tuple[Path, Path]:
+    """A run trained ``updates`` updates on a copy of the data of its own (``root/data``), so
+    that a test may move, delete or rebuild it: ``(run, data)``."""
+    data = shutil.copytree(copy_data, root / "data")
+    run = root / "run"
+    args = ["train", "--data", str(data), "--run-dir", str(run), "--max-updates", str(updates)]
+    assert main([*args, *COMMON]) == 0
+    return run, data
+
+
+def _without_fingerprint(run: Path) -> None:
+    """Make checkpoint_last as written before fadat recorded the dataset's fingerprint."""
+    state = torch.load(run / LAST, weights_only=True)
+    del state["data_fingerprint"]
+    torch.save(state, run / LAST)
+
+
+def test_checkpoint_and_copy_record_the_dataset_fingerprint(trained, copy_data, tmp_path):
+    expected = _fingerprint(copy_data)
+    assert torch.load(trained / LAST, weights_only=True)["data_fingerprint"] == expected
+    copy = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", str(copy)]) == 0
+    assert torch.load(copy / LAST, weights_only=True)["data_fingerprint"] == expected
+    # a checkpoint written before fadat recorded it: the copy takes the fingerprint of the run's
+    # data directory, which is here
+    old = _copy_run(trained, tmp_path / "old")
+    _without_fingerprint(old)
+    assert main(["snapshot", "--run", str(old), "--output", str(tmp_path / "old-copy")]) == 0
+    assert torch.load(tmp_path / "old-copy" / LAST, weights_only=True)["data_fingerprint"] == (
+        expected
+    )
+
+
+def test_copy_continues_with_the_dataset_at_another_path(trained, copy_data, tmp_path):
+    """The README's recipe: a copy made where the run trained, continued where the same dataset
+    was prepared at another path."""
+    copy = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", str(copy)]) == 0
+    elsewhere = shutil.copytree(copy_data, tmp_path / "elsewhere")
+    assert _continue(copy, "--reset-optimizer", "--data", str(elsewhere)) == 0
+    assert _records(copy)[-1]["update"] == TOTAL
+    assert f"data: {elsewhere}\n" in (copy / "config.yaml").read_text()
+    state = torch.load(copy / LAST, weights_only=True)
+    assert state["train_config"]["data"] == str(elsewhere)
+    assert state["data_fingerprint"] == _fingerprint(copy_data)
+
+
+def test_resume_with_the_data_moved_is_the_resume_at_its_original_path(copy_data, tmp_path):
+    run, data = _run_on_own_data(copy_data, tmp_path, FIRST)
+    at_original = _copy_run(run, tmp_path / "at-original")
+    assert _continue(at_original) == 0
+    moved = data.rename(tmp_path / "moved")  # the original path is gone
+    assert _continue(run) == 2  # (its config names the gone path)
+    assert _continue(run, "--data", str(moved)) == 0
+    assert f"data: {moved}\n" in (run / "config.yaml").read_text()
+    assert [r["loss"] for r in _records(run)] == [r["loss"] for r in _records(at_original)]
+    end, reference = (torch.load(r / LAST, weights_only=True) for r in (run, at_original))
+    assert end["progress"]["update"] == TOTAL
+    assert end["train_config"]["data"] == str(moved)
+    assert end["data_fingerprint"] == reference["data_fingerprint"] == _fingerprint(moved)
+    for name, value in reference["model"].items():
+        assert torch.equal(end["model"][name], value), name
+    for name, value in reference["optimizer"]["state"][0].items():
+        assert torch.equal(end["optimizer"]["state"][0][name], value), name
+    for key, value in reference["rng"][0].items():
+        assert torch.equal(end["rng"][0][key], value), key
+    # from now on the run reads the new path without --data
+    assert main(["train", "--resume", str(run), "--max-updates", str(TOTAL + 1)]) == 0
+
+
+def test_resume_on_another_dataset_exits_2_and_leaves_the_run(
+    trained, copy_data, copy_data_repeats, tmp_path, capsys
+):
+    run = _copy_run(trained, tmp_path / "run")
+    before = _files(run)
+    assert _continue(run, "--data", str(copy_data_repeats)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert "holds another dataset than the run trained on" in err, err
+    for part in (
+        str(run / LAST),
+        str(copy_data_repeats),
+        _fingerprint(copy_data)[:12],
+        _fingerprint(copy_data_repeats)[:12],
+    ):
+        assert part in err, (part, err)
+    assert _files(run) == before
+
+
+def test_data_rebuilt_in_place_is_refused(copy_data, copy_data_repeats, tmp_path, capsys):
+    """The directory at the run's own path now holds another dataset (prepared again with other
+    inputs): a plain resume, which read it silently before, exits 2."""
+    run, data = _run_on_own_data(copy_data, tmp_path, 1)
+    shutil.rmtree(data)
+    shutil.copytree(copy_data_repeats, data)
+    before = _files(run)
+    assert _continue(run) == 2
+    err = capsys.readouterr().err
+    assert f"data directory {data} holds another dataset" in err, err
+    assert _fingerprint(copy_data)[:12] in err and _fingerprint(copy_data_repeats)[:12] in err
+    assert _files(run) == before
+
+
+def test_checkpoint_without_fingerprint(trained, copy_data, copy_data_repeats, tmp_path, capsys):
+    """Written before fadat recorded the dataset: resumed at its saved path as before (and
+    recording the fingerprint from then on); elsewhere only when the saved path's dataset is
+    there to compare with."""
+    same = _copy_run(trained, tmp_path / "same")
+    _without_fingerprint(same)
+    assert main(["train", "--resume", str(same), "--max-updates", str(FIRST + 1)]) == 0
+    state = torch.load(same / LAST, weights_only=True)
+    assert state["data_fingerprint"] == _fingerprint(copy_data)
+    # another path, the saved one still there: compared with its dataset
+    moved = _copy_run(trained, tmp_path / "moved")
+    _without_fingerprint(moved)
+    elsewhere = shutil.copytree(copy_data, tmp_path / "elsewhere")
+    before = _files(moved)
+    assert _continue(moved, "--data", str(copy_data_repeats)) == 2
+    err = capsys.readouterr().err
+    assert "holds another dataset than the run trained on" in err
+    assert f"in the meta.json of {copy_data}" in err, err
+    assert _files(moved) == before
+    assert main(["train", "--resume", str(moved), "--max-updates", str(FIRST + 1),
+                 "--data", str(elsewhere)]) == 0  # fmt: skip
+
+
+def test_checkpoint_without_fingerprint_and_its_data_gone(copy_data, tmp_path, capsys):
+    run, data = _run_on_own_data(copy_data, tmp_path, 1)
+    _without_fingerprint(run)
+    moved = data.rename(tmp_path / "moved")
+    before = _files(run)
+    assert _continue(run, "--data", str(moved)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert f"{run / LAST} does not record which dataset the run trained on" in err, err
+    assert f"data directory {moved} cannot be verified" in err and f"{data}, which is gone" in err
+    assert "fadat snapshot" in err
+    assert _files(run) == before
+    # a copy made here cannot record it either, and says so
+    copy = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(run), "--output", str(copy)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("fadat: warning: ") and "does not record it either" in err, err
+    assert torch.load(copy / LAST, weights_only=True)["data_fingerprint"] is None
+    # with the data back at the saved path, the copy records it
+    moved.rename(data)
+    assert main(["snapshot", "--run", str(run), "--output", str(copy), "--force"]) == 0
+    assert torch.load(copy / LAST, weights_only=True)["data_fingerprint"] == _fingerprint(data)

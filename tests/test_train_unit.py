@@ -23,6 +23,7 @@ from fadat.training.checkpoints import (
     atomic_save,
     average_checkpoints,
     capture_rng_state,
+    check_resume_data,
     load_checkpoint,
     restore_rng_state,
 )
@@ -209,6 +210,83 @@ def test_resume_may_change_the_dag_backend_but_not_the_objective_options(tmp_pat
     assert cfg.objective_options.dag_backend == "torch"
     with pytest.raises(InputError, match="only stop criteria"):
         resolve_config(parse(["--resume", str(tmp_path), "--ngram-order", "3"]))
+
+
+def test_resume_may_give_another_data_path(tmp_path):
+    """``--data`` may change on resume (the trainer then checks the dataset's fingerprint,
+    :func:`check_resume_data`); the other fixed keys may not."""
+    import yaml
+
+    saved = config_to_dict(TrainConfig(data="data/a", run_dir=str(tmp_path), max_updates=5))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    (tmp_path / "checkpoint_last.pt").write_bytes(b"")  # only its existence is checked here
+    cfg, resumed = resolve_config(parse(["--resume", str(tmp_path), "--data", "elsewhere/a"]))
+    assert resumed and cfg.data == "elsewhere/a" and cfg.max_updates == 5
+    with pytest.raises(InputError, match="only stop criteria, logging, device and the data's"):
+        resolve_config(parse(["--resume", str(tmp_path), "--data", "b", "--seed", "9"]))
+
+
+def _dataset(path: Path, fingerprint: str | None) -> Path:
+    """A directory with only a meta.json (all that the fingerprint check reads)."""
+    import json
+
+    path.mkdir()
+    meta = {"format": 1} if fingerprint is None else {"format": 1, "fingerprint": fingerprint}
+    (path / "meta.json").write_text(json.dumps(meta))
+    return path
+
+
+def test_check_resume_data_follows_the_rules(tmp_path, monkeypatch):
+    """The matrix of :func:`check_resume_data`, in its order: a recorded fingerprint must be the
+    data's (path changed or not); without one, the saved path is accepted as it is, and another
+    path only against the saved path's dataset."""
+    monkeypatch.chdir(tmp_path)
+    a, a2 = _dataset(tmp_path / "a", "a" * 64), _dataset(tmp_path / "a2", "a" * 64)
+    b, none = _dataset(tmp_path / "b", "b" * 64), _dataset(tmp_path / "none", None)
+    where = tmp_path / "run" / "checkpoint_last.pt"
+
+    def state(saved: Path | str, fingerprint: str | None = None, key: bool = True) -> dict:
+        out = {"train_config": {"data": str(saved)}}
+        if key:
+            out["data_fingerprint"] = fingerprint
+        return out
+
+    recorded = state(a, "a" * 64)
+    for data in (a, a2, "a"):  # the same path, another path, the same one spelled otherwise
+        check_resume_data(recorded, where, data)
+    for data, theirs in ((b, "bbbbbbbbbbbb…"), (none, "none")):
+        with pytest.raises(InputError) as err:
+            check_resume_data(recorded, where, data)
+        message = str(err.value)
+        assert f"data directory {data} holds another dataset than the run trained on" in message
+        assert f"fingerprint {theirs} in its meta.json, aaaaaaaaaaaa… recorded by {where}" in (
+            message
+        )
+    # the saved path rebuilt in place
+    with pytest.raises(InputError, match="holds another dataset"):
+        check_resume_data(state(b, "a" * 64), where, b)
+    # no fingerprint recorded (an older checkpoint, or a dataset without one): the saved path
+    for old in (state(b, key=False), state(b, None), state(none, key=False)):
+        check_resume_data(old, where, old["train_config"]["data"])
+    check_resume_data(state(tmp_path / "gone", key=False), where, tmp_path / "gone")
+    check_resume_data(state(a, key=False), where, "./a")  # the same directory
+    # ... another path: compared with the saved path's dataset where it has a fingerprint
+    check_resume_data(state(a, key=False), where, a2)
+    with pytest.raises(InputError, match=f"in the meta.json of {a}, the data directory"):
+        check_resume_data(state(a, key=False), where, b)
+    for saved, why in ((tmp_path / "gone", "is gone"), (none, "has no fingerprint either")):
+        with pytest.raises(InputError) as err:
+            check_resume_data(state(saved, key=False), where, a)
+        message = str(err.value)
+        assert message.startswith(f"{where} does not record which dataset the run trained on")
+        assert f"data directory {a} cannot be verified against the saved {saved}, which {why}" in (
+            message
+        )
+        assert f"make that dataset available at {saved}" in message
+        assert "fadat snapshot" in message and "\n" not in message
+    # the data's meta.json is read: a directory without one is named
+    with pytest.raises(InputError, match="meta.json: not found"):
+        check_resume_data(recorded, where, tmp_path / "gone")
 
 
 def test_missing_data_flag():

@@ -18,7 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         metavar="DIR",
         help="the compact copy: a run directory to continue with fadat train --resume DIR "
-        "--reset-optimizer",
+        "--reset-optimizer (--data DATA for the run's dataset at another path: the copy records "
+        "its fingerprint)",
     )
     parser.add_argument(
         "--dtype",
@@ -40,12 +41,17 @@ def run(args: argparse.Namespace) -> int:
 
     Raises:
         InputError: as :func:`~fadat.training.snapshot.snapshot`.
+
+    Warns:
+        UnrecordedDatasetWarning: as :func:`~fadat.training.snapshot.snapshot` (one line on
+            stderr, ``fadat: warning: ...``).
     """
     output = snapshot(args.run, args.output, dtype=args.dtype, force=args.force)
     size = (output / LAST_NAME).stat().st_size
     print(
         f"wrote a compact copy of {args.run} to {args.output} ({LAST_NAME}: "
         f"{size / 1e6:.1f} MB, weights {args.dtype}, no optimizer state, no best checkpoints); "
-        f"continue it with: fadat train --resume {args.output} --reset-optimizer"
+        f"continue it with: fadat train --resume {args.output} --reset-optimizer (and --data "
+        "DIR where the run's dataset is at another path)"
     )
     return 0

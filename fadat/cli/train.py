@@ -20,11 +20,11 @@ from fadat.options import check_threads
 from fadat.training.config import (
     CONFIG_FILE,
     LAST_NAME,
-    RESUMABLE_KEYS,
     TrainConfig,
     coerce_value,
     config_from_dict,
     config_keys,
+    fixed_resume_keys,
     flag_of,
     load_yaml_config,
     validate_config,
@@ -36,7 +36,14 @@ from fadat.training.trainer import train
 # flag -> (config key, type, help). Every flag defaults to None so that only explicit flags
 # override the YAML file and the defaults.
 _FLAGS: list[tuple[str, str, Any, str]] = [
-    ("--data", "data", str, "binarized data directory (from fadat prepare)"),
+    (
+        "--data",
+        "data",
+        str,
+        "binarized data directory (from fadat prepare); with --resume, the run's dataset at "
+        "another path than its config.yaml's: accepted when its meta.json has the fingerprint "
+        "that the run's checkpoint records",
+    ),
     ("--run-dir", "run_dir", str, "run directory (config, logs, checkpoints)"),
     ("--arch", "arch", str, f"architecture: {', '.join(ARCHITECTURES)} (dat: DA-Transformer)"),
     (
@@ -107,7 +114,12 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``fadat train`` (fairseq-style names)."""
     parser.add_argument("--config", help="YAML file of config keys (flags override it)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR with its saved config; only stop criteria, logging, "
+        "device and --data (the same dataset at another path) may change",
+    )
     parser.add_argument(
         "--reset-optimizer",
         action="store_true",
@@ -161,8 +173,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     """Defaults < saved config (``--resume``) or ``--config`` YAML < explicit flags.
 
+    With ``--resume``, ``--data`` may name another path than the saved one: the trainer accepts
+    it when it holds the run's dataset (:func:`fadat.training.checkpoints.check_resume_data`).
+
     Raises:
-        InputError: unknown YAML keys, bad values, or flags that conflict with a resumed run.
+        InputError: unknown YAML keys, bad values, or flags that conflict with a resumed run
+            (a key outside :data:`~fadat.training.config.RESUMABLE_KEYS` and ``data``).
     """
     explicit = {}
     for key in config_keys():
@@ -175,11 +191,12 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
         if not (run_dir / LAST_NAME).is_file():
             raise InputError(f"cannot resume: {run_dir / LAST_NAME} does not exist")
         saved = load_yaml_config(saved_path)
-        for key, value in explicit.items():
-            if key not in RESUMABLE_KEYS and key != "run_dir" and saved.get(key) != value:
+        for key in sorted(fixed_resume_keys(explicit)):
+            if saved.get(key) != explicit[key]:
                 raise InputError(
                     f"--resume {run_dir}: {key} is {saved.get(key)!r} in the run, "
-                    f"{value!r} given; only stop criteria, logging and device may change"
+                    f"{explicit[key]!r} given; only stop criteria, logging, device and the "
+                    "data's path may change"
                 )
         values = {**saved, **explicit, "run_dir": str(run_dir)}
         return config_from_dict(values, str(saved_path)), True

@@ -16,6 +16,10 @@ too: the same files without the best checkpoints, and a checkpoint_last whose we
 in float16 (or bfloat16) and that holds no optimizer state (:func:`light_state`; marked
 ``"optimizer_reset_required": True``). ``fadat train --resume COPY --reset-optimizer`` continues
 it with fresh AdamW moments (:func:`restore_last`).
+
+checkpoint_last records the dataset it trained on: the fingerprint of its ``meta.json``
+(:data:`DATA_FINGERPRINT`; :func:`fadat.data.build.fingerprint`). A resumed run may read its data
+from another path when the dataset there has that fingerprint (:func:`check_resume_data`).
 """
 
 from __future__ import annotations
@@ -47,6 +51,11 @@ VALID_LOG = "valid_log.jsonl"
 #: The key of a compact checkpoint_last (:func:`light_state`): ``True`` when it holds no
 #: optimizer state, so that a resume must start the optimizer afresh (``--reset-optimizer``).
 RESET_REQUIRED = "optimizer_reset_required"
+
+#: The key of a checkpoint_last that records the dataset the run trained on: the
+#: ``"fingerprint"`` of its ``meta.json`` (``None`` for a dataset without one; absent in
+#: checkpoints written before fadat recorded it).
+DATA_FINGERPRINT = "data_fingerprint"
 
 #: The dtypes a compact copy may store its weights in (loading casts them back to the model's).
 LIGHT_DTYPES = ("float16", "bfloat16", "float32")
@@ -243,9 +252,12 @@ def last_state(
     scaler: torch.amp.GradScaler,
     progress: Progress,
     rng: list[dict[str, torch.Tensor]],
+    data_fingerprint: str | None,
 ) -> dict[str, Any]:
     """The content of checkpoint_last: everything an exact resumption needs (``rng``: every
-    rank's RNG state, :func:`capture_rng_state`)."""
+    rank's RNG state, :func:`capture_rng_state`), and the fingerprint of the dataset it trains
+    on (``data_fingerprint``: its ``meta.json``'s, ``None`` if it has none), stored as
+    :data:`DATA_FINGERPRINT`."""
     return {
         "format": CHECKPOINT_FORMAT,
         "arch": arch,
@@ -264,7 +276,92 @@ def last_state(
         },
         "progress": dataclasses.asdict(progress),
         "rng": rng,
+        DATA_FINGERPRINT: data_fingerprint,
     }
+
+
+def dataset_fingerprint(data_dir: str | Path) -> str | None:
+    """The ``"fingerprint"`` of ``data_dir``'s ``meta.json`` (:func:`fadat.data.build.fingerprint`),
+    ``None`` when it records none (datasets prepared before fadat wrote one).
+
+    Raises:
+        InputError: a missing or unreadable ``meta.json`` (:func:`fadat.data.binarized.read_meta`).
+    """
+    from fadat.data.binarized import read_meta
+
+    fingerprint = read_meta(data_dir).get("fingerprint")
+    return None if fingerprint is None else str(fingerprint)
+
+
+def _fingerprint_if_there(data_dir: str | Path) -> str | None:
+    """:func:`dataset_fingerprint` of ``data_dir``, ``None`` where there is no readable dataset."""
+    try:
+        return dataset_fingerprint(data_dir)
+    except InputError:
+        return None
+
+
+def _same_directory(a: str | Path, b: str | Path) -> bool:
+    """Whether two paths name one directory (the same string, or both exist and are one)."""
+    if str(a) == str(b):
+        return True
+    try:
+        return Path(a).samefile(b)
+    except OSError:
+        return False
+
+
+def _short(fingerprint: str | None) -> str:
+    return "none" if fingerprint is None else f"{fingerprint[:12]}…"
+
+
+def check_resume_data(state: dict[str, Any], where: str | Path, data: str | Path) -> None:
+    """Check that the data directory ``data`` of a resumed run holds the dataset the checkpoint
+    ``state`` (read from ``where``) trained on, so that a run may read its data from another
+    path than the one it was started with (a run directory or compact copy moved to another
+    machine), and is not resumed on a dataset rebuilt with other inputs or options:
+
+    - the checkpoint records a fingerprint (:data:`DATA_FINGERPRINT`): ``data``'s ``meta.json``
+      must have the same, whether or not the path changed;
+    - it records none (written before fadat recorded it, or a dataset without one) and ``data``
+      is the path it saved (``train_config["data"]``): accepted, as nothing can be compared;
+    - it records none and ``data`` is another path: the saved path's dataset, where it still
+      exists with a fingerprint, must have the same as ``data``'s.
+
+    Raises:
+        InputError: ``data`` holds another dataset (both fingerprints' first 12 hex digits,
+            ``where`` and ``data`` named), or the checkpoint records none and ``data`` is
+            another path that cannot be compared with the saved one (it is gone, or has no
+            fingerprint); a missing or unreadable ``data/meta.json`` where it is read.
+    """
+    recorded = state.get(DATA_FINGERPRINT)
+    config = state.get("train_config")
+    saved = config.get("data") if isinstance(config, dict) else None
+    source = f"recorded by {where}"
+    if recorded is None:
+        if saved is None or _same_directory(saved, data):
+            return
+        recorded = _fingerprint_if_there(saved)
+        source = f"in the meta.json of {saved}, the data directory {where} saved"
+        if recorded is None:
+            there = "is gone" if not Path(saved).exists() else "has no fingerprint either"
+            raise InputError(
+                f"{where} does not record which dataset the run trained on (an older checkpoint, "
+                f"or a dataset without a fingerprint), so data directory {data} cannot be "
+                f"verified against the saved {saved}, which {there}; make that dataset "
+                f"available at {saved} (a symbolic link will do) and resume there, or re-save "
+                "the run with a current "
+                "`fadat snapshot` while its data is there (the copy records the fingerprint) and "
+                f"resume the copy with --data {data}"
+            )
+    mine = dataset_fingerprint(data)
+    if mine != recorded:
+        raise InputError(
+            f"data directory {data} holds another dataset than the run trained on: fingerprint "
+            f"{_short(mine)} in its meta.json, {_short(str(recorded))} {source}; "
+            "give --data the run's dataset (fadat prepare with the run's corpus and options "
+            "rebuilds it) or start a new run"
+        )
 
 
 def restore_last(
@@ -288,7 +385,9 @@ def restore_last(
         state: from :func:`load_checkpoint`.
         where: its path (for messages).
         train_config: the resumed run's config as a dict.
-        fixed_keys: config keys that must equal the saved ones.
+        fixed_keys: config keys that must equal the saved ones (the trainer's:
+            :func:`fadat.training.config.fixed_resume_keys`; it checks ``data`` with
+            :func:`check_resume_data` when it reads the checkpoint).
         info: the :class:`fadat.training.distributed.DistInfo` of this process.
         reset_optimizer: leave ``optimizer`` as it is (fresh: no moments, step counts 0)
             instead of loading the saved optimizer state; required for a compact checkpoint
@@ -371,7 +470,8 @@ def light_state(state: dict[str, Any], where: str | Path, dtype: str = "float16"
     ``dtype`` and ``"optimizer_reset_required": True`` (:data:`RESET_REQUIRED`), ``"weights_dtype":
     dtype`` added. Kept as they are: architecture and configs, grad-scaler state (fp16 loss
     scale; independent of the moments), scheduler, progress (update, epoch, data position, best
-    list) and every rank's RNG state. A ``state`` that already is compact is cast again.
+    list), every rank's RNG state and the dataset's fingerprint (:data:`DATA_FINGERPRINT`, where
+    the state has it). A ``state`` that already is compact is cast again.
 
     For ``float16`` a tiny model's file is about 2 bytes per parameter plus ≈ 30 kB (RNG states,
     configs); a full checkpoint_last holds 12 (fp32 weights and two moments).

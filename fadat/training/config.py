@@ -9,7 +9,9 @@ another objective is an error, except in a saved config (runs saved before objec
 options list every objective's keys; a resumed run ignores those of other objectives).
 
 Resolution order: defaults < ``--config`` YAML (or the saved config of ``--resume``) < explicit
-flags. Keys use underscores or dashes. A resumed run may change only :data:`RESUMABLE_KEYS`.
+flags. Keys use underscores or dashes. A resumed run may change only :data:`RESUMABLE_KEYS`,
+and ``data`` to another path of the same dataset (:data:`VERIFIED_RESUME_KEYS`): the keys that
+must stay are :func:`fixed_resume_keys`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,6 +148,20 @@ RESUMABLE_KEYS = {
     "keep_best",
     "dag_backend",
 }
+
+#: Keys that a resumed run may change only to a value naming the same thing: ``data``, another
+#: path to the dataset the run trained on (its ``meta.json`` fingerprint equals the one the run's
+#: checkpoint records; checked when the checkpoint is read,
+#: :func:`fadat.training.checkpoints.check_resume_data`).
+VERIFIED_RESUME_KEYS = {"data"}
+
+
+def fixed_resume_keys(keys: Iterable[str]) -> set[str]:
+    """The keys among ``keys`` that a resumed run must keep as saved: all but
+    :data:`RESUMABLE_KEYS`, :data:`VERIFIED_RESUME_KEYS` and ``run_dir`` (the run directory is
+    where the run is, not a setting of it). ``fadat train --resume`` checks its flags with it,
+    the trainer the checkpoint's saved config."""
+    return set(keys) - RESUMABLE_KEYS - VERIFIED_RESUME_KEYS - {"run_dir"}
 
 
 def parse_duration(value: str | float | int) -> float:

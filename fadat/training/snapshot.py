@@ -12,7 +12,8 @@ float16 (2 bytes per parameter: ≈ 16 MB for 7.9M)::
     COPY/train.log             the run's log (copied)
     COPY/best.json             the best list as of the checkpoint (not the checkpoints)
     COPY/checkpoint_last.pt    weights in float16, no optimizer state,
-                               "optimizer_reset_required": True (checkpoints.light_state)
+                               "optimizer_reset_required": True (checkpoints.light_state),
+                               the fingerprint of the run's dataset ("data_fingerprint")
 
 ``fadat train --resume COPY --reset-optimizer`` continues it like fairseq's
 ``--reset-optimizer``: the update count, epoch, learning-rate schedule, data position, RNG
@@ -21,23 +22,34 @@ back to the model's fp32. Not kept: the ``checkpoint_best_*.pt`` files (each as 
 fp32 model) and ``tensorboard/``. The continued run's best list therefore starts empty, and
 ``fadat average --run COPY --best K`` averages only best checkpoints saved after the
 continuation (:mod:`fadat.training.trainer`).
+
+The copy records the fingerprint of the dataset the run trained on (its ``meta.json``'s), so
+that it continues on another machine with the same dataset prepared at another path
+(``fadat train --resume COPY --reset-optimizer --data DIR``;
+:func:`fadat.training.checkpoints.check_resume_data`). A checkpoint written before fadat
+recorded it gets the fingerprint of the run's data directory (its config's ``data``) where that
+is on this machine.
 """
 
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
+from typing import Any
 
 from fadat import outputs
-from fadat.errors import InputError
+from fadat.errors import InputError, UnrecordedDatasetWarning
 from fadat.training.checkpoints import (
     CONFIG_FILE,
+    DATA_FINGERPRINT,
     LAST_NAME,
     LIGHT_DTYPES,
     TRAIN_LOG,
     VALID_LOG,
     atomic_save,
     atomic_write_text,
+    dataset_fingerprint,
     light_state,
     load_checkpoint,
     log_lines_until,
@@ -79,7 +91,15 @@ def snapshot(
     Returns:
         ``output`` as a Path; its ``checkpoint_last.pt`` holds ``"model"`` (name → tensor of
         ``dtype``, integer tensors unchanged), no ``"optimizer"``,
-        ``"optimizer_reset_required": True`` and ``"weights_dtype": dtype``.
+        ``"optimizer_reset_required": True``, ``"weights_dtype": dtype`` and
+        ``"data_fingerprint"``: the run's (:data:`~fadat.training.checkpoints.DATA_FINGERPRINT`),
+        or where its checkpoint records none, that of the ``meta.json`` in the run's data
+        directory (``train_config["data"]``), ``None`` when that is not here or has none.
+
+    Warns:
+        UnrecordedDatasetWarning: the copy records no fingerprint (the checkpoint has none and
+            the run's data directory is not here or has none): it resumes only with its data at
+            the saved path (:class:`fadat.errors.UnrecordedDatasetWarning`).
 
     Raises:
         InputError: an unknown ``dtype``; ``run`` is not a run directory or lacks
@@ -102,6 +122,8 @@ def snapshot(
     outputs.check_whole_replacement(output, "run", "--output", force)
     state = load_checkpoint(run / LAST_NAME)
     light = light_state(state, run / LAST_NAME, dtype)
+    if light.get(DATA_FINGERPRINT) is None:
+        light[DATA_FINGERPRINT] = _run_data_fingerprint(light, run / LAST_NAME)
     try:
         update = int(light["progress"]["update"])
         best = [dict(b) for b in light["progress"]["best"]]
@@ -121,3 +143,29 @@ def snapshot(
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return Path(output)
+
+
+def _run_data_fingerprint(state: dict[str, Any], where: Path) -> str | None:
+    """The fingerprint of the run's data directory (``train_config["data"]`` of the checkpoint
+    ``state`` read from ``where``) for a checkpoint that records none: ``None``, with an
+    :class:`~fadat.errors.UnrecordedDatasetWarning`, when the directory is not here or its
+    ``meta.json`` records none."""
+    config = state.get("train_config")
+    data = config.get("data") if isinstance(config, dict) else None
+    fingerprint, why = None, "its config names no data directory"
+    if data:
+        try:
+            fingerprint = dataset_fingerprint(data)
+            why = f"the meta.json of its data directory {data} records none"
+        except InputError:
+            found = "holds no readable meta.json" if Path(data).exists() else "is not here"
+            why = f"its data directory {data} {found}"
+    if fingerprint is None:
+        warnings.warn(
+            f"{where} does not record which dataset the run trained on and {why}: the copy "
+            f"does not record it either, so it resumes only with the dataset at {data}; make "
+            "the copy where the run's data is to let it resume with --data elsewhere",
+            UnrecordedDatasetWarning,
+            stacklevel=3,
+        )
+    return fingerprint

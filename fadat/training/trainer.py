@@ -60,6 +60,7 @@ from fadat.training.checkpoints import (
     Progress,
     atomic_save,
     atomic_write_text,
+    check_resume_data,
     is_light,
     last_state,
     light_without_reset,
@@ -71,10 +72,10 @@ from fadat.training.checkpoints import (
     write_best_index,
 )
 from fadat.training.config import (
-    RESUMABLE_KEYS,
     TrainConfig,
     config_to_dict,
     field_sources,
+    fixed_resume_keys,
     objective_config,
     validate_config,
 )
@@ -149,6 +150,9 @@ class Trainer:
         self.stat_keys = (*CORE_STATS, *self.objective.statistics)
         self.schedule = parse_glancing_schedule(cfg.resolved_glat_p())
         self.train_data, self.valid_data = load_data(cfg)
+        # Recorded in checkpoint_last: a resume may then read the same dataset from elsewhere.
+        fingerprint = self.train_data.meta.get("fingerprint")
+        self.data_fingerprint = None if fingerprint is None else str(fingerprint)
         self.model = self._build_model(resume)
         self.model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -175,7 +179,9 @@ class Trainer:
 
         Raises:
             InputError: checkpoint_last holds no model config, an invalid one, or one of
-                another architecture than the run's.
+                another architecture than the run's; the run's data directory holds another
+                dataset than the checkpoint trained on, or one that cannot be verified
+                (:func:`fadat.training.checkpoints.check_resume_data`).
         """
         cfg = self.cfg
         vocab = data_vocab_size(Path(cfg.data))
@@ -193,6 +199,7 @@ class Trainer:
         path = self.run_dir / LAST_NAME
         if is_light(self._resume_state) and not self.reset_optimizer:
             raise InputError(light_without_reset(path))
+        check_resume_data(self._resume_state, path, cfg.data)
         try:
             model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))
         except (KeyError, TypeError) as err:
@@ -295,8 +302,9 @@ class Trainer:
             self.run_dir / LAST_NAME,
             config_to_dict(self.cfg),
             # The run's own keys: a config saved before objectives owned their options also
-            # holds other objectives' keys, which this run does not read.
-            set(config_to_dict(self.cfg)) - RESUMABLE_KEYS - {"run_dir"},
+            # holds other objectives' keys, which this run does not read. (data: checked by
+            # check_resume_data in _build_model.)
+            fixed_resume_keys(config_to_dict(self.cfg)),
             self.info,
             self.model,
             self.optimizer,
@@ -350,6 +358,7 @@ class Trainer:
                 self.scaler,
                 self.progress,
                 rng,
+                self.data_fingerprint,
             )
             atomic_save(state, self.run_dir / LAST_NAME)
 
@@ -689,7 +698,11 @@ def train(cfg: TrainConfig, resume: bool = False, reset_optimizer: bool = False)
         cfg: the configuration (:class:`fadat.training.config.TrainConfig`; its defaults are
             the flags').
         resume: continue the run in ``cfg.run_dir`` from its ``checkpoint_last.pt`` (model,
-            optimizer, schedule, data order and random state).
+            optimizer, schedule, data order and random state). ``cfg`` keeps the run's saved
+            config but for its resumable keys
+            (:data:`fadat.training.config.RESUMABLE_KEYS`) and ``data``, which may name another
+            path of the dataset the run trained on: one whose ``meta.json`` has the fingerprint
+            the checkpoint records (:func:`fadat.training.checkpoints.check_resume_data`).
         reset_optimizer: with ``resume``: start AdamW afresh (zero moments, step counts 0, as
             fairseq's ``--reset-optimizer``) instead of loading its saved state; the learning
             rate still follows the schedule at the restored update count, and weights, grad
@@ -705,7 +718,10 @@ def train(cfg: TrainConfig, resume: bool = False, reset_optimizer: bool = False)
     Raises:
         InputError: bad config, data, ``--init-from`` or resume state; a run directory that
             another process trains in (the message names its PID); ``reset_optimizer``
-            without ``resume``; a compact checkpoint resumed without ``reset_optimizer``.
+            without ``resume``; a compact checkpoint resumed without ``reset_optimizer``; a
+            resumed run whose data directory holds another dataset than its checkpoint
+            trained on (another fingerprint: moved or rebuilt in place), or, for a checkpoint
+            that records none, a data path other than the saved one that cannot be verified.
         KeyboardInterrupt: after Ctrl-C, once checkpoint_last is written.
     """
     run_dir = Path(cfg.run_dir)
