@@ -36,9 +36,10 @@ class ThreadsAboveCoresWarning(FadatWarning):
 
 
 class UnrecordedDatasetWarning(FadatWarning):
-    """A compact copy (``fadat snapshot``) of a run whose checkpoint does not record the dataset
-    it trained on, made where that dataset is not at the run's data path either: the copy
-    cannot record its fingerprint, so it resumes only with the dataset at that path
+    """A compact copy (``fadat snapshot``) of a run whose checkpoint was written before fadat
+    recorded the dataset it trained on, made where that dataset is not at the run's data path:
+    the copy cannot record the dataset's digest (the sha256 of its training files), so it
+    resumes only with the dataset at that path
     (:func:`fadat.training.checkpoints.check_resume_data`)."""
 
 

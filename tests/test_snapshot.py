@@ -14,11 +14,14 @@ thread, a few updates):
 - output rules: never the run itself or inside it, never a directory fadat did not create (with
   or without --force), an existing copy only with --force;
 - the dataset at another path (``--resume RUN --data DIR``): checkpoint_last records the
-  dataset's fingerprint and a copy carries it (or computes it for an older checkpoint); a run
-  resumed with its data moved (the original gone) trains bit for bit as the same resume at the
-  original path; another dataset (given, or rebuilt in place at the saved path) exits 2 naming
-  both fingerprints and leaves the run untouched; a checkpoint without a fingerprint resumes at
-  its saved path, and elsewhere only where the saved path's dataset can be compared.
+  dataset's digest (the sha256 of the files a run reads, ``training_digest``) and a copy carries
+  it (or computes it for an older checkpoint); a run resumed with its data moved (the original
+  gone) trains bit for bit as the same resume at the original path; the digest ignores
+  meta.json (whose build cache key changes with fadat's data code) and is the same for the corpus
+  prepared twice, but one token id, one byte of spm.model or one reference line changes it;
+  another dataset (given, or rebuilt in place at the saved path) exits 2 naming both digests and
+  leaves the run untouched; a checkpoint without a digest resumes at its saved path, and
+  elsewhere only where the saved path's dataset can be compared.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from copy_task import prepare_copy_data
 
 from fadat.cli import main
+from fadat.data.binarized import training_digest
 
 LAST = "checkpoint_last.pt"
 #: The run of every test: a tiny DAT, 4 updates, then continued to 7.
@@ -223,10 +229,6 @@ def test_output_rules(trained, tmp_path, capsys):
 # ------------------------------------------------------------------ the data at another path
 
 
-def _fingerprint(data: Path) -> str:
-    return json.loads((data / "meta.json").read_text())["fingerprint"]
-
-
 def _files(run: Path) -> dict[str, str]:
     """sha256 of every file of the run directory but its lock (which holds the PID of the last
     trainer that took it: :mod:`fadat.outputs`)."""
@@ -247,27 +249,25 @@ def _run_on_own_data(copy_data: Path, root: Path, updates: int) -> tuple[Path, P
     return run, data
 
 
-def _without_fingerprint(run: Path) -> None:
-    """Make checkpoint_last as written before fadat recorded the dataset's fingerprint."""
+def _without_digest(run: Path) -> None:
+    """Make checkpoint_last as written before fadat recorded the dataset's digest."""
     state = torch.load(run / LAST, weights_only=True)
-    del state["data_fingerprint"]
+    del state["data_digest"]
     torch.save(state, run / LAST)
 
 
-def test_checkpoint_and_copy_record_the_dataset_fingerprint(trained, copy_data, tmp_path):
-    expected = _fingerprint(copy_data)
-    assert torch.load(trained / LAST, weights_only=True)["data_fingerprint"] == expected
+def test_checkpoint_and_copy_record_the_dataset_digest(trained, copy_data, tmp_path):
+    expected = training_digest(copy_data)
+    assert torch.load(trained / LAST, weights_only=True)["data_digest"] == expected
     copy = tmp_path / "copy"
     assert main(["snapshot", "--run", str(trained), "--output", str(copy)]) == 0
-    assert torch.load(copy / LAST, weights_only=True)["data_fingerprint"] == expected
-    # a checkpoint written before fadat recorded it: the copy takes the fingerprint of the run's
-    # data directory, which is here
+    assert torch.load(copy / LAST, weights_only=True)["data_digest"] == expected
+    # a checkpoint written before fadat recorded it: the copy takes the digest of the run's data
+    # directory, which is here
     old = _copy_run(trained, tmp_path / "old")
-    _without_fingerprint(old)
+    _without_digest(old)
     assert main(["snapshot", "--run", str(old), "--output", str(tmp_path / "old-copy")]) == 0
-    assert torch.load(tmp_path / "old-copy" / LAST, weights_only=True)["data_fingerprint"] == (
-        expected
-    )
+    assert torch.load(tmp_path / "old-copy" / LAST, weights_only=True)["data_digest"] == expected
 
 
 def test_copy_continues_with_the_dataset_at_another_path(trained, copy_data, tmp_path):
@@ -281,7 +281,7 @@ def test_copy_continues_with_the_dataset_at_another_path(trained, copy_data, tmp
     assert f"data: {elsewhere}\n" in (copy / "config.yaml").read_text()
     state = torch.load(copy / LAST, weights_only=True)
     assert state["train_config"]["data"] == str(elsewhere)
-    assert state["data_fingerprint"] == _fingerprint(copy_data)
+    assert state["data_digest"] == training_digest(copy_data)
 
 
 def test_resume_with_the_data_moved_is_the_resume_at_its_original_path(copy_data, tmp_path):
@@ -296,7 +296,7 @@ def test_resume_with_the_data_moved_is_the_resume_at_its_original_path(copy_data
     end, reference = (torch.load(r / LAST, weights_only=True) for r in (run, at_original))
     assert end["progress"]["update"] == TOTAL
     assert end["train_config"]["data"] == str(moved)
-    assert end["data_fingerprint"] == reference["data_fingerprint"] == _fingerprint(moved)
+    assert end["data_digest"] == reference["data_digest"] == training_digest(moved)
     for name, value in reference["model"].items():
         assert torch.equal(end["model"][name], value), name
     for name, value in reference["optimizer"]["state"][0].items():
@@ -319,8 +319,8 @@ def test_resume_on_another_dataset_exits_2_and_leaves_the_run(
     for part in (
         str(run / LAST),
         str(copy_data_repeats),
-        _fingerprint(copy_data)[:12],
-        _fingerprint(copy_data_repeats)[:12],
+        training_digest(copy_data)[:12],
+        training_digest(copy_data_repeats)[:12],
     ):
         assert part in err, (part, err)
     assert _files(run) == before
@@ -336,36 +336,36 @@ def test_data_rebuilt_in_place_is_refused(copy_data, copy_data_repeats, tmp_path
     assert _continue(run) == 2
     err = capsys.readouterr().err
     assert f"data directory {data} holds another dataset" in err, err
-    assert _fingerprint(copy_data)[:12] in err and _fingerprint(copy_data_repeats)[:12] in err
+    assert training_digest(copy_data)[:12] in err and training_digest(copy_data_repeats)[:12] in err
     assert _files(run) == before
 
 
-def test_checkpoint_without_fingerprint(trained, copy_data, copy_data_repeats, tmp_path, capsys):
+def test_checkpoint_without_digest(trained, copy_data, copy_data_repeats, tmp_path, capsys):
     """Written before fadat recorded the dataset: resumed at its saved path as before (and
-    recording the fingerprint from then on); elsewhere only when the saved path's dataset is
-    there to compare with."""
+    recording the digest from then on); elsewhere only when the saved path's dataset is there
+    to compare with."""
     same = _copy_run(trained, tmp_path / "same")
-    _without_fingerprint(same)
+    _without_digest(same)
     assert main(["train", "--resume", str(same), "--max-updates", str(FIRST + 1)]) == 0
     state = torch.load(same / LAST, weights_only=True)
-    assert state["data_fingerprint"] == _fingerprint(copy_data)
+    assert state["data_digest"] == training_digest(copy_data)
     # another path, the saved one still there: compared with its dataset
     moved = _copy_run(trained, tmp_path / "moved")
-    _without_fingerprint(moved)
+    _without_digest(moved)
     elsewhere = shutil.copytree(copy_data, tmp_path / "elsewhere")
     before = _files(moved)
     assert _continue(moved, "--data", str(copy_data_repeats)) == 2
     err = capsys.readouterr().err
     assert "holds another dataset than the run trained on" in err
-    assert f"in the meta.json of {copy_data}" in err, err
+    assert f"for {copy_data}, the data directory {moved / LAST} saved" in err, err
     assert _files(moved) == before
     assert main(["train", "--resume", str(moved), "--max-updates", str(FIRST + 1),
                  "--data", str(elsewhere)]) == 0  # fmt: skip
 
 
-def test_checkpoint_without_fingerprint_and_its_data_gone(copy_data, tmp_path, capsys):
+def test_checkpoint_without_digest_and_its_data_gone(copy_data, tmp_path, capsys):
     run, data = _run_on_own_data(copy_data, tmp_path, 1)
-    _without_fingerprint(run)
+    _without_digest(run)
     moved = data.rename(tmp_path / "moved")
     before = _files(run)
     assert _continue(run, "--data", str(moved)) == 2
@@ -380,8 +380,67 @@ def test_checkpoint_without_fingerprint_and_its_data_gone(copy_data, tmp_path, c
     assert main(["snapshot", "--run", str(run), "--output", str(copy)]) == 0
     err = capsys.readouterr().err
     assert err.startswith("fadat: warning: ") and "does not record it either" in err, err
-    assert torch.load(copy / LAST, weights_only=True)["data_fingerprint"] is None
+    assert torch.load(copy / LAST, weights_only=True)["data_digest"] is None
     # with the data back at the saved path, the copy records it
     moved.rename(data)
     assert main(["snapshot", "--run", str(run), "--output", str(copy), "--force"]) == 0
-    assert torch.load(copy / LAST, weights_only=True)["data_fingerprint"] == _fingerprint(data)
+    assert torch.load(copy / LAST, weights_only=True)["data_digest"] == training_digest(data)
+
+
+def test_the_digest_ignores_meta_json(trained, copy_data, tmp_path):
+    """The point of the digest: the same dataset prepared by a later fadat, whose data-building
+    code changed, has another meta.json "fingerprint" (the build cache key) but the same
+    training files, and a run resumes on it with --data."""
+    elsewhere = shutil.copytree(copy_data, tmp_path / "elsewhere")
+    meta = json.loads((elsewhere / "meta.json").read_text())
+    assert meta["fingerprint"] != "0" * 64
+    meta["fingerprint"] = "0" * 64
+    (elsewhere / "meta.json").write_text(json.dumps(meta))
+    assert training_digest(elsewhere) == training_digest(copy_data)
+    run = _copy_run(trained, tmp_path / "run")
+    assert _continue(run, "--data", str(elsewhere)) == 0
+    assert _records(run)[-1]["update"] == TOTAL
+
+
+def _change_a_token_id(data: Path) -> None:
+    ids = np.load(data / "train.tgt.ids.npy", mmap_mode="r+")
+    ids[1] = 4 if ids[1] != 4 else 5  # the first target's first word (after <s>): another word
+    ids.flush()
+
+
+def _change_a_byte_of_spm_model(data: Path) -> None:
+    """The lowest byte of the score of the piece "▁alpha" (a float: the model stays loadable)."""
+    model = bytearray((data / "spm.model").read_bytes())
+    # field 1 (the piece: 8 bytes, "▁" is 3 in UTF-8), then field 2 (its score, a float)
+    piece = b"\n\x08" + "▁alpha".encode() + b"\x15"
+    at = model.index(piece) + len(piece)
+    model[at] ^= 1
+    (data / "spm.model").write_bytes(bytes(model))
+
+
+def _change_a_reference_line(data: Path) -> None:
+    lines = (data / "raw" / "valid.ref.txt").read_text(encoding="utf-8").splitlines()
+    lines[0] = "omega " + lines[0]
+    (data / "raw" / "valid.ref.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "change", [_change_a_token_id, _change_a_byte_of_spm_model, _change_a_reference_line]
+)
+def test_one_changed_training_file_is_another_dataset(change, trained, copy_data, tmp_path, capsys):
+    other = shutil.copytree(copy_data, tmp_path / "other")
+    change(other)
+    assert training_digest(other) != training_digest(copy_data)
+    run = _copy_run(trained, tmp_path / "run")
+    before = _files(run)
+    assert _continue(run, "--data", str(other)) == 2
+    err = capsys.readouterr().err
+    assert f"data directory {other} holds another dataset than the run trained on" in err, err
+    assert training_digest(other)[:12] in err and training_digest(copy_data)[:12] in err
+    assert _files(run) == before
+
+
+def test_the_same_corpus_prepared_twice_has_one_digest(copy_data, tmp_path):
+    again = prepare_copy_data(tmp_path, repeats=False)
+    assert again != copy_data
+    assert training_digest(again) == training_digest(copy_data)

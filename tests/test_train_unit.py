@@ -1,6 +1,6 @@
-"""Unit tests of fadat.training.trainer that need no dataset: config resolution, learning-rate
-schedule, RNG state round trip, checkpoint I/O (weights_only), checkpoint averaging, shipped YAML
-files."""
+"""Unit tests of fadat.training.trainer that need no prepared dataset: config resolution,
+learning-rate schedule, RNG state round trip, checkpoint I/O (weights_only), checkpoint
+averaging, the resume data check (on small synthetic dataset files), shipped YAML files."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fadat.cli.train import add_arguments, resolve_config
+from fadat.data.binarized import training_digest
 from fadat.errors import InputError
 from fadat.models.config import make_config
 from fadat.models.dat import DATModel
@@ -213,7 +214,7 @@ def test_resume_may_change_the_dag_backend_but_not_the_objective_options(tmp_pat
 
 
 def test_resume_may_give_another_data_path(tmp_path):
-    """``--data`` may change on resume (the trainer then checks the dataset's fingerprint,
+    """``--data`` may change on resume (the trainer then checks the dataset's digest,
     :func:`check_resume_data`); the other fixed keys may not."""
     import yaml
 
@@ -226,55 +227,74 @@ def test_resume_may_give_another_data_path(tmp_path):
         resolve_config(parse(["--resume", str(tmp_path), "--data", "b", "--seed", "9"]))
 
 
-def _dataset(path: Path, fingerprint: str | None) -> Path:
-    """A directory with only a meta.json (all that the fingerprint check reads)."""
+def _dataset(path: Path, word: int = 4, build_key: str = "f" * 64) -> Path:
+    """A small synthetic dataset with every file that :func:`training_digest` reads (train and
+    valid splits by the real writer, an spm.model of a few bytes, one reference file) and a
+    meta.json whose ``"fingerprint"`` (fadat prepare's build cache key) is ``build_key``;
+    ``word`` is the first source word."""
     import json
 
-    path.mkdir()
-    meta = {"format": 1} if fingerprint is None else {"format": 1, "fingerprint": fingerprint}
-    (path / "meta.json").write_text(json.dumps(meta))
+    from fadat.data.binarized import write_split
+
+    (path / "raw").mkdir(parents=True)
+    for split in ("train", "valid"):
+        write_split(path, split, [[word, 5, 2], [6, 2]], [[0, 7, 2], [0, 8, 9, 2]], 12)
+    (path / "spm.model").write_bytes(b"not parsed by the digest")
+    (path / "raw" / "valid.ref.txt").write_text("a b\nc\n", encoding="utf-8")
+    (path / "meta.json").write_text(json.dumps({"format": 1, "fingerprint": build_key}))
     return path
 
 
 def test_check_resume_data_follows_the_rules(tmp_path, monkeypatch):
-    """The matrix of :func:`check_resume_data`, in its order: a recorded fingerprint must be the
-    data's (path changed or not); without one, the saved path is accepted as it is, and another
-    path only against the saved path's dataset."""
+    """The matrix of :func:`check_resume_data`, in its order: a recorded digest must be the
+    data's (path changed or not; meta.json plays no part); without one, the saved path is
+    accepted as it is, and another path only against the saved path's dataset."""
     monkeypatch.chdir(tmp_path)
-    a, a2 = _dataset(tmp_path / "a", "a" * 64), _dataset(tmp_path / "a2", "a" * 64)
-    b, none = _dataset(tmp_path / "b", "b" * 64), _dataset(tmp_path / "none", None)
+    a = _dataset(tmp_path / "a")
+    a2 = _dataset(tmp_path / "a2", build_key="0" * 64)  # a's content, another build key
+    b = _dataset(tmp_path / "b", word=7)  # one token id differs
+    empty = tmp_path / "empty"  # a directory without a dataset
+    empty.mkdir()
+    da, db = training_digest(a), training_digest(b)
+    assert training_digest(a2) == da != db
     where = tmp_path / "run" / "checkpoint_last.pt"
 
-    def state(saved: Path | str, fingerprint: str | None = None, key: bool = True) -> dict:
+    def state(saved: Path | str, digest: str | None = None, key: bool = True) -> dict:
         out = {"train_config": {"data": str(saved)}}
         if key:
-            out["data_fingerprint"] = fingerprint
+            out["data_digest"] = digest
         return out
 
-    recorded = state(a, "a" * 64)
+    recorded = state(a, da)
     for data in (a, a2, "a"):  # the same path, another path, the same one spelled otherwise
         check_resume_data(recorded, where, data)
-    for data, theirs in ((b, "bbbbbbbbbbbb…"), (none, "none")):
-        with pytest.raises(InputError) as err:
-            check_resume_data(recorded, where, data)
-        message = str(err.value)
-        assert f"data directory {data} holds another dataset than the run trained on" in message
-        assert f"fingerprint {theirs} in its meta.json, aaaaaaaaaaaa… recorded by {where}" in (
-            message
-        )
+    with pytest.raises(InputError) as err:
+        check_resume_data(recorded, where, b)
+    message = str(err.value)
+    assert f"data directory {b} holds another dataset than the run trained on" in message
+    assert f"its training files' sha256 {db[:12]}…, {da[:12]}… recorded by {where}" in message
+    assert "\n" not in message
+    # the caller's digest of the data is used as given (the trainer computes it once)
+    check_resume_data(recorded, where, b, digest=da)
+    with pytest.raises(InputError, match="holds another dataset"):
+        check_resume_data(recorded, where, a, digest=db)
     # the saved path rebuilt in place
     with pytest.raises(InputError, match="holds another dataset"):
-        check_resume_data(state(b, "a" * 64), where, b)
-    # no fingerprint recorded (an older checkpoint, or a dataset without one): the saved path
-    for old in (state(b, key=False), state(b, None), state(none, key=False)):
+        check_resume_data(state(b, da), where, b)
+    # no digest recorded (a checkpoint written before fadat recorded it, or a copy of one made
+    # where its data was not): the saved path is accepted as it is, even gone or empty
+    for old in (state(b, key=False), state(b, None), state(empty, key=False)):
         check_resume_data(old, where, old["train_config"]["data"])
     check_resume_data(state(tmp_path / "gone", key=False), where, tmp_path / "gone")
     check_resume_data(state(a, key=False), where, "./a")  # the same directory
-    # ... another path: compared with the saved path's dataset where it has a fingerprint
+    # ... another path: compared with the saved path's dataset
     check_resume_data(state(a, key=False), where, a2)
-    with pytest.raises(InputError, match=f"in the meta.json of {a}, the data directory"):
+    with pytest.raises(InputError) as err:
         check_resume_data(state(a, key=False), where, b)
-    for saved, why in ((tmp_path / "gone", "is gone"), (none, "has no fingerprint either")):
+    assert f"sha256 {db[:12]}…, {da[:12]}… for {a}, the data directory {where} saved" in str(
+        err.value
+    )
+    for saved, why in ((tmp_path / "gone", "is gone"), (empty, "no longer holds a readable")):
         with pytest.raises(InputError) as err:
             check_resume_data(state(saved, key=False), where, a)
         message = str(err.value)
@@ -284,8 +304,10 @@ def test_check_resume_data_follows_the_rules(tmp_path, monkeypatch):
         )
         assert f"make that dataset available at {saved}" in message
         assert "fadat snapshot" in message and "\n" not in message
-    # the data's meta.json is read: a directory without one is named
-    with pytest.raises(InputError, match="meta.json: not found"):
+    # the data's training files are read: a directory without them, or none, is named
+    with pytest.raises(InputError, match=r"empty/train\.src\.ids\.npy: missing"):
+        check_resume_data(recorded, where, empty)
+    with pytest.raises(InputError, match="gone does not exist"):
         check_resume_data(recorded, where, tmp_path / "gone")
 
 

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="the compact copy: a run directory to continue with fadat train --resume DIR "
         "--reset-optimizer (--data DATA for the run's dataset at another path: the copy records "
-        "its fingerprint)",
+        "the sha256 of its training files)",
     )
     parser.add_argument(
         "--dtype",

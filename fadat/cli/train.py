@@ -41,8 +41,8 @@ _FLAGS: list[tuple[str, str, Any, str]] = [
         "data",
         str,
         "binarized data directory (from fadat prepare); with --resume, the run's dataset at "
-        "another path than its config.yaml's: accepted when its meta.json has the fingerprint "
-        "that the run's checkpoint records",
+        "another path than its config.yaml's: accepted when its training files have the content "
+        "(sha256) that the run's checkpoint records, whichever fadat version prepared it",
     ),
     ("--run-dir", "run_dir", str, "run directory (config, logs, checkpoints)"),
     ("--arch", "arch", str, f"architecture: {', '.join(ARCHITECTURES)} (dat: DA-Transformer)"),

@@ -14,12 +14,19 @@ Layout of a prepared data directory ``DIR`` (written by ``fadat prepare``):
   of the valid and test splits (scores are computed against it, never against decoded ids).
 
 Only ``.npy`` files are read (``allow_pickle=False``).
+
+A dataset's identity for training is the content of the files a training run reads
+(:func:`training_digest`), not ``meta.json``'s ``"fingerprint"``: that is ``fadat prepare``'s
+build cache key, which also hashes the code that builds the data
+(:func:`fadat.data.build.fingerprint`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -313,3 +320,83 @@ def raw_references(data_dir: str | Path, split: str) -> list[list[str]]:
     if any(len(s) != len(streams[0]) for s in streams):
         raise InputError(f"{raw}: reference files of {split} differ in line count")
     return streams
+
+
+#: The files of the train split, in :func:`training_files`' order: a training run needs them all.
+TRAIN_FILES = tuple(f"train.{side}.{kind}.npy" for side in SIDES for kind in ("ids", "off"))
+#: The files of the valid split, in :func:`training_files`' order.
+VALID_FILES = tuple(f"valid.{side}.{kind}.npy" for side in SIDES for kind in ("ids", "off"))
+#: Bytes read at a time by :func:`training_digest`.
+DIGEST_CHUNK = 1 << 20
+
+
+def training_files(data_dir: str | Path) -> list[str]:
+    """The files of the dataset ``data_dir`` that a training run reads, relative to it (``/``
+    separated), in the order :func:`training_digest` hashes them:
+
+    - ``spm.model``, where there is one (every ``fadat prepare`` output has one; the trainer
+      reads it to check the vocabulary size and to detokenise validation outputs);
+    - ``train.{src,tgt}.{ids,off}.npy``: required;
+    - ``valid.{src,tgt}.{ids,off}.npy``, each where present (a dataset without a valid split
+      trains without validation);
+    - ``raw/valid.ref.txt``, ``raw/valid.ref2.txt``, …: the reference streams that validation
+      scores against, as :func:`raw_references` finds them (``ref{k}`` while it exists).
+
+    Not among them: ``meta.json`` (``fadat prepare``'s build cache key and statistics),
+    ``raw/valid.src.txt`` (validation translates the binarized sources, never the raw text),
+    ``spm.vocab``, the test split, ``.fadat-output.json`` and anything else in the directory.
+
+    Raises:
+        InputError: ``data_dir`` is not a directory, or a train file is missing (named).
+    """
+    root = Path(data_dir)
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise InputError(f"data directory {data_dir} {what}")
+    for name in TRAIN_FILES:
+        if not (root / name).is_file():
+            raise InputError(f"{root / name}: missing (run `fadat prepare` again)")
+    names = ["spm.model"] if (root / "spm.model").is_file() else []
+    names += [*TRAIN_FILES, *(n for n in VALID_FILES if (root / n).is_file())]
+    k, ref = 1, "raw/valid.ref.txt"
+    while (root / ref).is_file():
+        names.append(ref)
+        k += 1
+        ref = f"raw/valid.ref{k}.txt"
+    return names
+
+
+def training_digest(data_dir: str | Path) -> str:
+    """The identity of the dataset ``data_dir`` for training: the sha256 of the files a training
+    run reads (:func:`training_files`, in that order), each preceded by its relative name and
+    size (``"NAME\\nSIZE\\n"``), so that a file missing, renamed or changed in one byte gives
+    another digest.
+
+    Two directories holding the same content have the same digest, wherever and by whichever
+    version of fadat they were prepared; ``meta.json`` is not hashed (its ``"fingerprint"`` is
+    ``fadat prepare``'s build cache key, which changes with the code that builds the data).
+    ``fadat train`` records it in checkpoint_last to recognise the run's dataset on resume
+    (:func:`fadat.training.checkpoints.check_resume_data`).
+
+    Cost: one sequential read of those files, in chunks of :data:`DIGEST_CHUNK` bytes, so that
+    memory stays small whatever their size; its time is that of ``sha256sum`` on the same files
+    (all of the train split: for a dataset of GBs, seconds to minutes where it is not cached).
+
+    Returns:
+        64 lowercase hex digits.
+
+    Raises:
+        InputError: as :func:`training_files`, or a file that cannot be read (named).
+    """
+    root = Path(data_dir)
+    digest = hashlib.sha256()
+    for name in training_files(root):
+        path = root / name
+        try:
+            with open(path, "rb") as f:
+                digest.update(f"{name}\n{os.fstat(f.fileno()).st_size}\n".encode())
+                while chunk := f.read(DIGEST_CHUNK):
+                    digest.update(chunk)
+        except OSError as err:
+            raise InputError(f"{path}: unreadable ({err})") from err
+    return digest.hexdigest()

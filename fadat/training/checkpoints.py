@@ -17,9 +17,10 @@ in float16 (or bfloat16) and that holds no optimizer state (:func:`light_state`;
 ``"optimizer_reset_required": True``). ``fadat train --resume COPY --reset-optimizer`` continues
 it with fresh AdamW moments (:func:`restore_last`).
 
-checkpoint_last records the dataset it trained on: the fingerprint of its ``meta.json``
-(:data:`DATA_FINGERPRINT`; :func:`fadat.data.build.fingerprint`). A resumed run may read its data
-from another path when the dataset there has that fingerprint (:func:`check_resume_data`).
+checkpoint_last records the dataset it trained on: the sha256 of the files a training run reads
+(:data:`DATA_DIGEST`; :func:`fadat.data.binarized.training_digest`), its content, whatever its
+path or the version of fadat that prepared it. A resumed run may read its data from another path
+when the dataset there has that digest (:func:`check_resume_data`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import numpy as np
 import torch
 
 from fadat import outputs
+from fadat.data.binarized import training_digest
 from fadat.errors import InputError
 from fadat.models.architectures import ARCHITECTURES, model_class
 
@@ -52,10 +54,11 @@ VALID_LOG = "valid_log.jsonl"
 #: optimizer state, so that a resume must start the optimizer afresh (``--reset-optimizer``).
 RESET_REQUIRED = "optimizer_reset_required"
 
-#: The key of a checkpoint_last that records the dataset the run trained on: the
-#: ``"fingerprint"`` of its ``meta.json`` (``None`` for a dataset without one; absent in
-#: checkpoints written before fadat recorded it).
-DATA_FINGERPRINT = "data_fingerprint"
+#: The key of a checkpoint_last that records the dataset the run trained on: the sha256 of the
+#: files a training run reads (:func:`fadat.data.binarized.training_digest`, 64 hex digits).
+#: Absent in checkpoints written before fadat recorded it; ``None`` in a compact copy of such a
+#: checkpoint made where its dataset was not (:mod:`fadat.training.snapshot`).
+DATA_DIGEST = "data_digest"
 
 #: The dtypes a compact copy may store its weights in (loading casts them back to the model's).
 LIGHT_DTYPES = ("float16", "bfloat16", "float32")
@@ -252,12 +255,12 @@ def last_state(
     scaler: torch.amp.GradScaler,
     progress: Progress,
     rng: list[dict[str, torch.Tensor]],
-    data_fingerprint: str | None,
+    data_digest: str,
 ) -> dict[str, Any]:
     """The content of checkpoint_last: everything an exact resumption needs (``rng``: every
-    rank's RNG state, :func:`capture_rng_state`), and the fingerprint of the dataset it trains
-    on (``data_fingerprint``: its ``meta.json``'s, ``None`` if it has none), stored as
-    :data:`DATA_FINGERPRINT`."""
+    rank's RNG state, :func:`capture_rng_state`), and the identity of the dataset it trains on
+    (``data_digest``: :func:`fadat.data.binarized.training_digest` of its data directory),
+    stored as :data:`DATA_DIGEST`."""
     return {
         "format": CHECKPOINT_FORMAT,
         "arch": arch,
@@ -276,29 +279,8 @@ def last_state(
         },
         "progress": dataclasses.asdict(progress),
         "rng": rng,
-        DATA_FINGERPRINT: data_fingerprint,
+        DATA_DIGEST: data_digest,
     }
-
-
-def dataset_fingerprint(data_dir: str | Path) -> str | None:
-    """The ``"fingerprint"`` of ``data_dir``'s ``meta.json`` (:func:`fadat.data.build.fingerprint`),
-    ``None`` when it records none (datasets prepared before fadat wrote one).
-
-    Raises:
-        InputError: a missing or unreadable ``meta.json`` (:func:`fadat.data.binarized.read_meta`).
-    """
-    from fadat.data.binarized import read_meta
-
-    fingerprint = read_meta(data_dir).get("fingerprint")
-    return None if fingerprint is None else str(fingerprint)
-
-
-def _fingerprint_if_there(data_dir: str | Path) -> str | None:
-    """:func:`dataset_fingerprint` of ``data_dir``, ``None`` where there is no readable dataset."""
-    try:
-        return dataset_fingerprint(data_dir)
-    except InputError:
-        return None
 
 
 def _same_directory(a: str | Path, b: str | Path) -> bool:
@@ -311,56 +293,67 @@ def _same_directory(a: str | Path, b: str | Path) -> bool:
         return False
 
 
-def _short(fingerprint: str | None) -> str:
-    return "none" if fingerprint is None else f"{fingerprint[:12]}…"
-
-
-def check_resume_data(state: dict[str, Any], where: str | Path, data: str | Path) -> None:
+def check_resume_data(
+    state: dict[str, Any], where: str | Path, data: str | Path, digest: str | None = None
+) -> None:
     """Check that the data directory ``data`` of a resumed run holds the dataset the checkpoint
     ``state`` (read from ``where``) trained on, so that a run may read its data from another
     path than the one it was started with (a run directory or compact copy moved to another
-    machine), and is not resumed on a dataset rebuilt with other inputs or options:
+    machine, its dataset prepared there, possibly by a later version of fadat), and is not
+    resumed on another dataset. A dataset is identified by the content of the files a training
+    run reads (:func:`fadat.data.binarized.training_digest`), not by its path or ``meta.json``:
 
-    - the checkpoint records a fingerprint (:data:`DATA_FINGERPRINT`): ``data``'s ``meta.json``
-      must have the same, whether or not the path changed;
-    - it records none (written before fadat recorded it, or a dataset without one) and ``data``
-      is the path it saved (``train_config["data"]``): accepted, as nothing can be compared;
-    - it records none and ``data`` is another path: the saved path's dataset, where it still
-      exists with a fingerprint, must have the same as ``data``'s.
+    - the checkpoint records a digest (:data:`DATA_DIGEST`): ``data``'s digest must be the
+      same, whether or not the path changed (a dataset rebuilt in place is caught too);
+    - it records none (a checkpoint written before fadat recorded it, or a compact copy of one
+      made where its dataset was not) and ``data`` is the path it saved
+      (``train_config["data"]``): accepted, as there is nothing to compare with;
+    - it records none and ``data`` is another path: the digest of the saved path's dataset,
+      which must still be there, must be ``data``'s.
+
+    Args:
+        state: from :func:`load_checkpoint`.
+        where: its path (for messages).
+        data: the resumed run's data directory.
+        digest: ``data``'s :func:`~fadat.data.binarized.training_digest` where the caller has
+            computed it already (the trainer, once at start-up); ``None``: computed here when
+            it is needed.
 
     Raises:
-        InputError: ``data`` holds another dataset (both fingerprints' first 12 hex digits,
-            ``where`` and ``data`` named), or the checkpoint records none and ``data`` is
-            another path that cannot be compared with the saved one (it is gone, or has no
-            fingerprint); a missing or unreadable ``data/meta.json`` where it is read.
+        InputError: ``data`` holds another dataset (both digests' first 12 hex digits,
+            ``where`` and ``data`` named); the checkpoint records none and ``data`` is another
+            path while the saved one is gone or no longer holds a readable dataset (both paths
+            named, with what to do); ``data`` not a directory, missing a train file or holding
+            an unreadable one, where its digest is computed here
+            (:func:`~fadat.data.binarized.training_digest`).
     """
-    recorded = state.get(DATA_FINGERPRINT)
+    recorded = state.get(DATA_DIGEST)
     config = state.get("train_config")
     saved = config.get("data") if isinstance(config, dict) else None
     source = f"recorded by {where}"
     if recorded is None:
         if saved is None or _same_directory(saved, data):
             return
-        recorded = _fingerprint_if_there(saved)
-        source = f"in the meta.json of {saved}, the data directory {where} saved"
-        if recorded is None:
-            there = "is gone" if not Path(saved).exists() else "has no fingerprint either"
+        try:
+            recorded = training_digest(saved)
+        except InputError:
+            there = "is gone" if not Path(saved).exists() else "no longer holds a readable dataset"
             raise InputError(
-                f"{where} does not record which dataset the run trained on (an older checkpoint, "
-                f"or a dataset without a fingerprint), so data directory {data} cannot be "
-                f"verified against the saved {saved}, which {there}; make that dataset "
-                f"available at {saved} (a symbolic link will do) and resume there, or re-save "
-                "the run with a current "
-                "`fadat snapshot` while its data is there (the copy records the fingerprint) and "
-                f"resume the copy with --data {data}"
-            )
-    mine = dataset_fingerprint(data)
+                f"{where} does not record which dataset the run trained on (a checkpoint written "
+                f"before fadat recorded it), so data directory {data} cannot be verified against "
+                f"the saved {saved}, which {there}; make that dataset available at {saved} (a "
+                "symbolic link will do) and resume there, or re-save the run with a current "
+                "`fadat snapshot` while its data is there (the copy records the dataset's "
+                f"digest) and resume the copy with --data {data}"
+            ) from None
+        source = f"for {saved}, the data directory {where} saved"
+    mine = digest if digest is not None else training_digest(data)
     if mine != recorded:
         raise InputError(
-            f"data directory {data} holds another dataset than the run trained on: fingerprint "
-            f"{_short(mine)} in its meta.json, {_short(str(recorded))} {source}; "
-            "give --data the run's dataset (fadat prepare with the run's corpus and options "
-            "rebuilds it) or start a new run"
+            f"data directory {data} holds another dataset than the run trained on: its training "
+            f"files' sha256 {mine[:12]}…, {str(recorded)[:12]}… {source}; give --data the run's "
+            "dataset (fadat prepare with the run's corpus and options rebuilds it) or start a "
+            "new run"
         )
 
 
@@ -470,8 +463,8 @@ def light_state(state: dict[str, Any], where: str | Path, dtype: str = "float16"
     ``dtype`` and ``"optimizer_reset_required": True`` (:data:`RESET_REQUIRED`), ``"weights_dtype":
     dtype`` added. Kept as they are: architecture and configs, grad-scaler state (fp16 loss
     scale; independent of the moments), scheduler, progress (update, epoch, data position, best
-    list), every rank's RNG state and the dataset's fingerprint (:data:`DATA_FINGERPRINT`, where
-    the state has it). A ``state`` that already is compact is cast again.
+    list), every rank's RNG state and the dataset's digest (:data:`DATA_DIGEST`, where the state
+    has it). A ``state`` that already is compact is cast again.
 
     For ``float16`` a tiny model's file is about 2 bytes per parameter plus ≈ 30 kB (RNG states,
     configs); a full checkpoint_last holds 12 (fp32 weights and two moments).

@@ -150,9 +150,9 @@ RESUMABLE_KEYS = {
 }
 
 #: Keys that a resumed run may change only to a value naming the same thing: ``data``, another
-#: path to the dataset the run trained on (its ``meta.json`` fingerprint equals the one the run's
-#: checkpoint records; checked when the checkpoint is read,
-#: :func:`fadat.training.checkpoints.check_resume_data`).
+#: path to the dataset the run trained on (its training files have the content the run's
+#: checkpoint records, :func:`fadat.data.binarized.training_digest`; checked when the checkpoint
+#: is read, :func:`fadat.training.checkpoints.check_resume_data`).
 VERIFIED_RESUME_KEYS = {"data"}
 
 

@@ -13,7 +13,7 @@ float16 (2 bytes per parameter: ≈ 16 MB for 7.9M)::
     COPY/best.json             the best list as of the checkpoint (not the checkpoints)
     COPY/checkpoint_last.pt    weights in float16, no optimizer state,
                                "optimizer_reset_required": True (checkpoints.light_state),
-                               the fingerprint of the run's dataset ("data_fingerprint")
+                               the digest of the run's dataset ("data_digest")
 
 ``fadat train --resume COPY --reset-optimizer`` continues it like fairseq's
 ``--reset-optimizer``: the update count, epoch, learning-rate schedule, data position, RNG
@@ -23,12 +23,13 @@ fp32 model) and ``tensorboard/``. The continued run's best list therefore starts
 ``fadat average --run COPY --best K`` averages only best checkpoints saved after the
 continuation (:mod:`fadat.training.trainer`).
 
-The copy records the fingerprint of the dataset the run trained on (its ``meta.json``'s), so
-that it continues on another machine with the same dataset prepared at another path
-(``fadat train --resume COPY --reset-optimizer --data DIR``;
-:func:`fadat.training.checkpoints.check_resume_data`). A checkpoint written before fadat
-recorded it gets the fingerprint of the run's data directory (its config's ``data``) where that
-is on this machine.
+The copy records the dataset the run trained on: the sha256 of the files a training run reads
+(:func:`fadat.data.binarized.training_digest`), so that it continues on another machine with the
+same dataset prepared at another path, by this or another version of fadat (``fadat train
+--resume COPY --reset-optimizer --data DIR``: accepted when ``DIR``'s files have that content;
+:func:`fadat.training.checkpoints.check_resume_data`). A checkpoint written before fadat recorded
+it gets the digest of the run's data directory (its config's ``data``) where that is on this
+machine.
 """
 
 from __future__ import annotations
@@ -39,17 +40,17 @@ from pathlib import Path
 from typing import Any
 
 from fadat import outputs
+from fadat.data.binarized import training_digest
 from fadat.errors import InputError, UnrecordedDatasetWarning
 from fadat.training.checkpoints import (
     CONFIG_FILE,
-    DATA_FINGERPRINT,
+    DATA_DIGEST,
     LAST_NAME,
     LIGHT_DTYPES,
     TRAIN_LOG,
     VALID_LOG,
     atomic_save,
     atomic_write_text,
-    dataset_fingerprint,
     light_state,
     load_checkpoint,
     log_lines_until,
@@ -92,14 +93,15 @@ def snapshot(
         ``output`` as a Path; its ``checkpoint_last.pt`` holds ``"model"`` (name → tensor of
         ``dtype``, integer tensors unchanged), no ``"optimizer"``,
         ``"optimizer_reset_required": True``, ``"weights_dtype": dtype`` and
-        ``"data_fingerprint"``: the run's (:data:`~fadat.training.checkpoints.DATA_FINGERPRINT`),
-        or where its checkpoint records none, that of the ``meta.json`` in the run's data
-        directory (``train_config["data"]``), ``None`` when that is not here or has none.
+        ``"data_digest"``: the run's (:data:`~fadat.training.checkpoints.DATA_DIGEST`), or where
+        its checkpoint records none, the :func:`~fadat.data.binarized.training_digest` of the
+        run's data directory (``train_config["data"]``), ``None`` when that is not here or holds
+        no readable dataset.
 
     Warns:
-        UnrecordedDatasetWarning: the copy records no fingerprint (the checkpoint has none and
-            the run's data directory is not here or has none): it resumes only with its data at
-            the saved path (:class:`fadat.errors.UnrecordedDatasetWarning`).
+        UnrecordedDatasetWarning: the copy records no digest (the checkpoint has none and the
+            run's data directory is not here, or holds no readable dataset): it resumes only
+            with its data at the saved path (:class:`fadat.errors.UnrecordedDatasetWarning`).
 
     Raises:
         InputError: an unknown ``dtype``; ``run`` is not a run directory or lacks
@@ -122,8 +124,8 @@ def snapshot(
     outputs.check_whole_replacement(output, "run", "--output", force)
     state = load_checkpoint(run / LAST_NAME)
     light = light_state(state, run / LAST_NAME, dtype)
-    if light.get(DATA_FINGERPRINT) is None:
-        light[DATA_FINGERPRINT] = _run_data_fingerprint(light, run / LAST_NAME)
+    if light.get(DATA_DIGEST) is None:
+        light[DATA_DIGEST] = _run_data_digest(light, run / LAST_NAME)
     try:
         update = int(light["progress"]["update"])
         best = [dict(b) for b in light["progress"]["best"]]
@@ -145,27 +147,28 @@ def snapshot(
     return Path(output)
 
 
-def _run_data_fingerprint(state: dict[str, Any], where: Path) -> str | None:
-    """The fingerprint of the run's data directory (``train_config["data"]`` of the checkpoint
-    ``state`` read from ``where``) for a checkpoint that records none: ``None``, with an
-    :class:`~fadat.errors.UnrecordedDatasetWarning`, when the directory is not here or its
-    ``meta.json`` records none."""
+def _run_data_digest(state: dict[str, Any], where: Path) -> str | None:
+    """The :func:`~fadat.data.binarized.training_digest` of the run's data directory
+    (``train_config["data"]`` of the checkpoint ``state`` read from ``where``) for a checkpoint
+    that records none: ``None``, with an :class:`~fadat.errors.UnrecordedDatasetWarning`, when
+    that directory is not here or holds no readable dataset."""
     config = state.get("train_config")
     data = config.get("data") if isinstance(config, dict) else None
-    fingerprint, why = None, "its config names no data directory"
     if data:
         try:
-            fingerprint = dataset_fingerprint(data)
-            why = f"the meta.json of its data directory {data} records none"
-        except InputError:
-            found = "holds no readable meta.json" if Path(data).exists() else "is not here"
+            return training_digest(data)
+        except InputError as err:
+            found = (
+                "is not here" if not Path(data).exists() else f"holds no readable dataset ({err})"
+            )
             why = f"its data directory {data} {found}"
-    if fingerprint is None:
-        warnings.warn(
-            f"{where} does not record which dataset the run trained on and {why}: the copy "
-            f"does not record it either, so it resumes only with the dataset at {data}; make "
-            "the copy where the run's data is to let it resume with --data elsewhere",
-            UnrecordedDatasetWarning,
-            stacklevel=3,
-        )
-    return fingerprint
+    else:
+        why = "its config names no data directory"
+    warnings.warn(
+        f"{where} does not record which dataset the run trained on and {why}: the copy does not "
+        f"record it either, so it resumes only with the dataset at {data}; make the copy where "
+        "the run's data is to let it resume with --data elsewhere",
+        UnrecordedDatasetWarning,
+        stacklevel=3,
+    )
+    return None

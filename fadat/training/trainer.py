@@ -45,6 +45,7 @@ import torch.distributed as dist
 import yaml
 
 from fadat import outputs
+from fadat.data.binarized import training_digest
 from fadat.data.contract import Batch
 from fadat.errors import InputError
 from fadat.models.architectures import model_class
@@ -150,9 +151,10 @@ class Trainer:
         self.stat_keys = (*CORE_STATS, *self.objective.statistics)
         self.schedule = parse_glancing_schedule(cfg.resolved_glat_p())
         self.train_data, self.valid_data = load_data(cfg)
-        # Recorded in checkpoint_last: a resume may then read the same dataset from elsewhere.
-        fingerprint = self.train_data.meta.get("fingerprint")
-        self.data_fingerprint = None if fingerprint is None else str(fingerprint)
+        # The dataset's identity, its training files' sha256 (one read of them, here on every
+        # rank): checked against checkpoint_last on resume and recorded in it, so that a resume
+        # may read the same dataset from another path.
+        self.data_digest = training_digest(cfg.data)
         self.model = self._build_model(resume)
         self.model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -199,7 +201,7 @@ class Trainer:
         path = self.run_dir / LAST_NAME
         if is_light(self._resume_state) and not self.reset_optimizer:
             raise InputError(light_without_reset(path))
-        check_resume_data(self._resume_state, path, cfg.data)
+        check_resume_data(self._resume_state, path, cfg.data, self.data_digest)
         try:
             model_config = ModelConfig.from_dict(dict(self._resume_state["model_config"]))
         except (KeyError, TypeError) as err:
@@ -358,7 +360,7 @@ class Trainer:
                 self.scaler,
                 self.progress,
                 rng,
-                self.data_fingerprint,
+                self.data_digest,
             )
             atomic_save(state, self.run_dir / LAST_NAME)
 
@@ -701,8 +703,11 @@ def train(cfg: TrainConfig, resume: bool = False, reset_optimizer: bool = False)
             optimizer, schedule, data order and random state). ``cfg`` keeps the run's saved
             config but for its resumable keys
             (:data:`fadat.training.config.RESUMABLE_KEYS`) and ``data``, which may name another
-            path of the dataset the run trained on: one whose ``meta.json`` has the fingerprint
-            the checkpoint records (:func:`fadat.training.checkpoints.check_resume_data`).
+            path of the dataset the run trained on: one whose training files have the content
+            the checkpoint records (their sha256,
+            :func:`fadat.data.binarized.training_digest`; checked by
+            :func:`fadat.training.checkpoints.check_resume_data`), whichever version of fadat
+            prepared it.
         reset_optimizer: with ``resume``: start AdamW afresh (zero moments, step counts 0, as
             fairseq's ``--reset-optimizer``) instead of loading its saved state; the learning
             rate still follows the schedule at the restored update count, and weights, grad
@@ -720,8 +725,9 @@ def train(cfg: TrainConfig, resume: bool = False, reset_optimizer: bool = False)
             another process trains in (the message names its PID); ``reset_optimizer``
             without ``resume``; a compact checkpoint resumed without ``reset_optimizer``; a
             resumed run whose data directory holds another dataset than its checkpoint
-            trained on (another fingerprint: moved or rebuilt in place), or, for a checkpoint
-            that records none, a data path other than the saved one that cannot be verified.
+            trained on (another digest: given with ``data`` or rebuilt in place), or, for a
+            checkpoint that records none, a data path other than the saved one while the saved
+            one is gone or holds no readable dataset.
         KeyboardInterrupt: after Ctrl-C, once checkpoint_last is written.
     """
     run_dir = Path(cfg.run_dir)

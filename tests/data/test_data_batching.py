@@ -1,4 +1,5 @@
-"""TokenBatchSampler against brute-force checks; BinarizedDataset corruption errors."""
+"""TokenBatchSampler against brute-force checks; BinarizedDataset corruption errors; the
+dataset's training digest (what it hashes, what it ignores)."""
 
 from __future__ import annotations
 
@@ -117,6 +118,80 @@ def test_dataset_errors_name_the_file(tmp_path):
         BinarizedDataset(tmp_path, "train")
     with pytest.raises(InputError, match="meta.json: not found"):
         BinarizedDataset(tmp_path / "nothing", "train")
+
+
+def test_training_digest_hashes_the_files_a_run_reads(tmp_path):
+    """:func:`training_digest`: the sha256 of ``NAME\\nSIZE\\n`` and the bytes of each file of
+    :func:`training_files`, in that order: spm.model, the train and valid splits' ``.npy``
+    files and the reference streams validation reads; nothing else of the directory."""
+    import hashlib
+    import re
+
+    from fadat.data.binarized import raw_references, training_digest, training_files
+
+    d = tmp_path / "d"
+    (d / "raw").mkdir(parents=True)
+    for split, first in (("train", 4), ("valid", 5), ("test", 6)):
+        write_split(d, split, [[first, 2], [5, 6, 2]], [[0, 4, 2], [0, 2]], 10)
+    files = {
+        "spm.model": b"model",
+        "raw/valid.ref.txt": b"r\ns\n",
+        "raw/valid.ref2.txt": b"r2\ns2\n",
+        # not read by a run:
+        "spm.vocab": b"vocab",
+        "meta.json": b'{"fingerprint": "x"}',
+        ".fadat-output.json": b"{}",
+        "raw/valid.src.txt": b"x\ny\n",
+        "raw/valid.ref4.txt": b"no ref3: not a stream\n",
+        "raw/test.src.txt": b"x\n",
+        "raw/test.ref.txt": b"x\n",
+    }
+    for name, content in files.items():
+        (d / name).write_bytes(content)
+    splits = [f"{s}.{side}.{kind}.npy" for s in ("train", "valid") for side in ("src", "tgt")
+              for kind in ("ids", "off")]  # fmt: skip
+    names = training_files(d)
+    assert names == ["spm.model", *splits, "raw/valid.ref.txt", "raw/valid.ref2.txt"]
+    assert len(raw_references(d, "valid")) == 2  # the streams validation scores against
+    expected = hashlib.sha256()
+    for name in names:
+        content = (d / name).read_bytes()
+        expected.update(f"{name}\n{len(content)}\n".encode() + content)
+    digest = training_digest(d)
+    assert digest == expected.hexdigest() and re.fullmatch("[0-9a-f]{64}", digest)
+    # what a run does not read plays no part
+    unread = [n for n in files if n not in names] + ["test.src.ids.npy", "test.tgt.off.npy"]
+    for name in unread:
+        (d / name).write_bytes(b"changed")
+    (d / "notes.txt").write_text("anything")
+    assert training_digest(d) == digest
+    # one changed byte of any file a run reads changes it
+    for name in names:
+        content = (d / name).read_bytes()
+        (d / name).write_bytes(content[:-1] + bytes([content[-1] ^ 1]))
+        assert training_digest(d) != digest, name
+        (d / name).write_bytes(content)
+    assert training_digest(d) == digest
+    # so does a byte moved from one file to the next (each file's size is hashed)
+    (d / "raw/valid.ref.txt").write_bytes(b"r\ns")
+    (d / "raw/valid.ref2.txt").write_bytes(b"\nr2\ns2\n")
+    assert training_digest(d) != digest
+    (d / "raw/valid.ref.txt").write_bytes(files["raw/valid.ref.txt"])
+    (d / "raw/valid.ref2.txt").write_bytes(files["raw/valid.ref2.txt"])
+    # optional files (spm.model, the valid split, the references): one gone changes it
+    for name in ("spm.model", "valid.tgt.off.npy", "raw/valid.ref2.txt"):
+        (d / name).rename(tmp_path / "aside")
+        assert name not in training_files(d) and training_digest(d) != digest, name
+        (tmp_path / "aside").rename(d / name)
+    assert training_digest(d) == digest
+    # a train file is required, and named; so is the directory
+    (d / "train.tgt.off.npy").unlink()
+    with pytest.raises(InputError, match=r"d/train\.tgt\.off\.npy: missing"):
+        training_digest(d)
+    with pytest.raises(InputError, match="data directory .*nothing does not exist"):
+        training_digest(tmp_path / "nothing")
+    with pytest.raises(InputError, match="is not a directory"):
+        training_digest(d / "spm.model")
 
 
 def _greedy_reference(costs: list[int], budget: int) -> list[int]:
