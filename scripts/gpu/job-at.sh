@@ -4,9 +4,9 @@
 # configs/at-cpu-small.yaml on the 8k data), whose run the CPU trains, continued on CUDA from its
 # compact copy (snapshots/bible-en-es-at-plateau, `fadat snapshot`), and brought back:
 #   1. the copy into a run directory; its config.yaml's data directory made to point at the
-#      carried .carry/bible-en-es-8k (a link at that path where it is missing: the committed copy
-#      records no dataset digest, so --resume --data elsewhere is refused once the saved path is
-#      gone; scripts/gpu/prepare.sh checks the training files' digest against the run's data);
+#      carried .carry/bible-en-es-8k (a link at that path where it is missing, which also serves
+#      a copy that records no dataset digest; scripts/gpu/prepare.sh checks the carried data
+#      against the digest the copy records, checkpoints.check_resume_data);
 #   2. `fadat train --resume RUN --reset-optimizer --device cuda --max-time E+T`, E the run's
 #      training seconds so far (--max-time counts its resumes) and T what the budget leaves,
 #      stopped with SIGINT as soon as the plateau criterion holds (scripts/gpu/at_plateau.py

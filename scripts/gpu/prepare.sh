@@ -11,8 +11,8 @@
 #            raw/ folder, which `fadat evaluate` reads; and `fadat prepare bible-en-es` with its
 #            own 8k vocabulary into .carry/bible-en-es-8k, 5.5 MB: the data of the AT's plateau
 #            run, which scripts/gpu/job-at.sh continues (its training files' digest,
-#            fadat.data.binarized.training_digest, is checked against the data of
-#            snapshots/bible-en-es-at-plateau's run where that is on this machine).
+#            fadat.data.binarized.training_digest, is checked against the one that
+#            snapshots/bible-en-es-at-plateau's checkpoint records).
 # The models travel as tracked files: the released DAT models/bible-en-es-fadat-cpu-small and,
 # once it is committed, the AT models/bible-en-es-at-cpu-small (job.sh skips the AT rows without
 # it). Prints what travels against the tool's 64 MiB, and the `run` call to make.
@@ -83,33 +83,32 @@ mkdir -p .carry
 "$PY" -m fadat.cli prepare bible-en-es --output "$DATA" --spm-model "$DAT/spm.model" --force
 if [ "$AT_DATA" = 1 ]; then
   # the AT's data: `fadat prepare bible-en-es` as the plateau run's (its own 8k sentencepiece
-  # model, trained with a fixed seed), then the digest of its training files against the run's
-  # data where the snapshot's config.yaml names a directory that is on this machine (not
-  # meta.json's fingerprint: that build cache key changes with fadat's data code, the files
-  # need not)
+  # model, trained with a fixed seed), then checked against the dataset the snapshot's checkpoint
+  # records, by the trainer's own rule (checkpoints.check_resume_data: the training files'
+  # digest, not meta.json's fingerprint, which changes with fadat's data code); a copy that
+  # records none is compared with its run's data where that is on this machine
   "$PY" -m fadat.cli prepare bible-en-es --output "$DATA_8K" --force
-  "$PY" - "$DATA_8K" "$SNAPSHOT/config.yaml" <<'PY'
+  "$PY" - "$DATA_8K" "$SNAPSHOT/checkpoint_last.pt" <<'PY'
 import sys
 from pathlib import Path
 
-import yaml
-
 from fadat.data.binarized import training_digest
 from fadat.errors import InputError
+from fadat.training.checkpoints import DATA_DIGEST, check_resume_data, load_checkpoint
 
-mine = training_digest(sys.argv[1])
-try:
-    data = yaml.safe_load(Path(sys.argv[2]).read_text(encoding="utf-8"))["data"]
-    theirs = training_digest(data)
-except (OSError, KeyError, TypeError, ValueError, InputError):
-    print(f"AT data: {sys.argv[1]} training files' sha256 {mine[:12]}…; the run's data is not "
-          "on this machine")
+data, last = sys.argv[1], Path(sys.argv[2])
+mine = training_digest(data)
+state = load_checkpoint(last)
+saved = state.get("train_config", {}).get("data")
+if state.get(DATA_DIGEST) is None and not (saved and Path(saved).exists()):
+    print(f"AT data: {data} training files' sha256 {mine[:12]}…; {last} records none and its "
+          "run's data is not on this machine")
     sys.exit(0)
-if mine != theirs:
-    sys.exit(f"prepare.sh: {sys.argv[1]} (training files' sha256 {mine[:12]}…) differs from "
-             f"{data} ({theirs[:12]}…), the data of {sys.argv[2]}'s run: job-at.sh cannot "
-             "continue it")
-print(f"AT data: {sys.argv[1]} is {data} (training files' sha256 {mine[:12]}…)")
+try:
+    check_resume_data(state, last, data, mine)
+except InputError as err:
+    sys.exit(f"prepare.sh: {err}; job-at.sh cannot continue it")
+print(f"AT data: {data} is the dataset of {last} (training files' sha256 {mine[:12]}…)")
 PY
 else
   rm -rf "$DATA_8K"
