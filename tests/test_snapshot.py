@@ -159,6 +159,26 @@ def test_continued_copy_matches_the_full_checkpoint_reset_with_rounded_weights(t
     assert "optimizer" in end_copy and "optimizer_reset_required" not in end_copy
 
 
+def test_final_line_gives_the_best_bleu_from_before_the_copy(trained, tmp_path, capsys):
+    """The best list restarts empty in a copy; the final line still reports the run's best."""
+    copy = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", str(copy)]) == 0
+    state = torch.load(copy / LAST, weights_only=True)
+    state["progress"]["best"][0]["bleu"] = 99.0  # above anything the tiny model validates
+    torch.save(state, copy / LAST)
+    capsys.readouterr()
+    assert _continue(copy, "--reset-optimizer") == 0
+    out = capsys.readouterr().out
+    kept = json.loads((copy / "best.json").read_text())["checkpoints"][0]["bleu"]
+    assert "best BLEU 99.00 (before the compact copy it continued from; the best kept " in out
+    assert f"checkpoint's {kept:.2f})" in out
+    # without a copy, the line is the best kept checkpoint's, as before
+    full = _copy_run(trained, tmp_path / "full")
+    assert _continue(full) == 0
+    best = json.loads((full / "best.json").read_text())["checkpoints"][0]["bleu"]
+    assert f"best BLEU {best:.2f}; run directory" in capsys.readouterr().out
+
+
 def test_copy_without_reset_optimizer_exits_2(trained, tmp_path, capsys):
     copy = tmp_path / "copy"
     assert main(["snapshot", "--run", str(trained), "--output", str(copy)]) == 0

@@ -229,6 +229,19 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
     return cfg, False
 
 
+def best_text(summary: dict) -> str:
+    """The final line's best valid BLEU: the best of the run's whole history. After a resume from
+    a compact copy (``fadat snapshot``) the best-checkpoint list restarts empty, and the best
+    BLEU before the copy is kept as ``earlier_best_bleu``; when that is the higher one, the line
+    says so and also gives the best of the checkpoints that exist."""
+    kept = summary["best"][0]["bleu"] if summary["best"] else None
+    earlier = summary.get("earlier_best_bleu")
+    if earlier is not None and (kept is None or earlier > kept):
+        since = "none validated since" if kept is None else f"the best kept checkpoint's {kept:.2f}"
+        return f"best BLEU {earlier:.2f} (before the compact copy it continued from; {since})"
+    return f"best BLEU {float('nan') if kept is None else kept:.2f}"
+
+
 def run(args: argparse.Namespace) -> int:
     """``fadat train``: returns 0; Ctrl-C → KeyboardInterrupt (exit 130) after a checkpoint."""
     if args.reset_optimizer and not args.resume:
@@ -238,10 +251,9 @@ def run(args: argparse.Namespace) -> int:
     check_threads(cfg.threads, args.force, "--threads" if args.threads is not None else "threads")
     summary = train(cfg, resume=resume, reset_optimizer=args.reset_optimizer)
     if int(os.environ.get("RANK", "0")) == 0:
-        best = summary["best"][0]["bleu"] if summary["best"] else float("nan")
         print(
             f"stopped ({stop_text(summary['stop_reason'], cfg, summary['update'])}), "
-            f"best BLEU {best:.2f}; run directory {cfg.run_dir}"
+            f"{best_text(summary)}; run directory {cfg.run_dir}"
         )
     if dist.is_initialized():
         # Every rank waits here before tearing down: gloo aborts a process ("terminate called

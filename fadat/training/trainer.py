@@ -550,6 +550,7 @@ class Trainer:
             "update": p.update,
             "epoch": p.epoch,
             "best": p.best,
+            "earlier_best_bleu": p.earlier_best_bleu,
             "elapsed": p.elapsed,
             "skipped_updates": p.skipped_updates,
         }
