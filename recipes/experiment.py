@@ -36,7 +36,8 @@ Top level: ``name``; ``data`` (dataset directory, relative to ``--data-root``) a
 (its ``fadat prepare`` arguments, run when the directory has no ``meta.json``); ``vars``;
 ``seeds``; ``stages``; ``evaluate: {models, shared, strategies, data}`` (or a list of such
 comparisons, each after the first with a ``name``); ``datasets``: derived datasets that a
-stage's ``data`` may name, built when a stage needs them (``distill`` by a stage's AT model,
+stage's ``data`` may name, built when a stage needs them (``distill`` by a stage's AT model or
+a model directory of the checkout,
 ``retokenize`` with another dataset's sentencepiece model; see :func:`make_dataset`).
 
 A stage: ``name``, ``config`` (relative to the checkout), ``seeds`` (default: the top level's),
@@ -212,6 +213,11 @@ def load(path: str) -> tuple[dict[str, Any], list[Stage]]:
     for name, recipe in (spec.get("datasets") or {}).items():
         if sorted(recipe) not in (["distill"], ["retokenize"]):
             raise SystemExit(f"{path}: dataset {name!r}: give one of distill, retokenize")
+        if "distill" in recipe and len({"teacher", "model"} & set(recipe["distill"])) != 1:
+            raise SystemExit(
+                f"{path}: dataset {name!r}: distill needs one of teacher (a stage) or model (a "
+                "model directory in the checkout)"
+            )
     items = {item["name"]: item for item in spec["stages"]}
     stages: list[Stage] = []
     for item in spec["stages"]:
@@ -451,7 +457,10 @@ def make_dataset(name: str, spec: dict[str, Any], paths: Paths, threads: int) ->
     returns "" when it is ready, else what it waits for.
 
     ``distill: {teacher: STAGE, seed: S, data: DATASET, beam: 5}``: ``fadat distill`` by the
-    stage's averaged AT model (resumable after a kill; not cut into slices).
+    stage's averaged AT model (resumable after a kill; not cut into slices); with
+    ``model: PATH`` instead of ``teacher``/``seed``, by that AT model directory of the checkout
+    (a released model, e.g. ``models/bible-en-es-at-cpu-small``: the dataset then rebuilds from a
+    clone without training the teacher).
     ``retokenize: {data: DATASET, spm_model_of: DATASET}``: the first dataset's pairs prepared
     again with the second's sentencepiece model (a 4k DAT on data distilled by an 8k AT); its
     test references must come out identical.
@@ -470,7 +479,10 @@ def make_dataset(name: str, spec: dict[str, Any], paths: Paths, threads: int) ->
         if wait:
             return wait
     if kind == "distill":
-        teacher = paths.model(f"{settings['teacher']}-s{settings.get('seed', 1)}")
+        if "model" in settings:
+            teacher = ROOT / settings["model"]
+        else:
+            teacher = paths.model(f"{settings['teacher']}-s{settings.get('seed', 1)}")
         if not (teacher / "config.json").exists():
             return f"waits for the teacher {teacher}"
         rc = fadat(

@@ -638,9 +638,9 @@ def test_distilled_dataset_is_built_when_a_stage_needs_it(tmp_path, monkeypatch,
     monkeypatch.setattr(ex, "export_text", lambda source, out: ["--source-file", str(out)])
     # named, an optional stage waits for the AT teacher
     ex.main(["run", *where, "--only", "kd-pretrain-s1"])
-    teacher = model_of(runs / "at-s1")
+    teacher = tmp_path / "models" / "bible-en-es-at-cpu-small"  # in the (fake) checkout
     assert f"kd-pretrain-s1: waits for the teacher {teacher}" in capsys.readouterr().out
-    for model in (teacher, model_of(runs / "pretrain-s1")):
+    for model in (teacher, model_of(runs / "at-s1"), model_of(runs / "pretrain-s1")):
         model.mkdir(parents=True)
         (model / "config.json").write_text("{}")
     # not named, it does not run (the others wait for the pre-training's plateau)
@@ -669,6 +669,42 @@ def test_distilled_dataset_is_built_when_a_stage_needs_it(tmp_path, monkeypatch,
     test_refs["bible-en-es-4k-kd"] = "a\nB\n"
     with pytest.raises(SystemExit, match="test.ref.txt: differs from"):
         ex.main(["run", *where, "--only", "kd-pretrain-s1"])
+
+
+def test_distilled_dataset_by_a_model_of_the_checkout(tmp_path, monkeypatch):
+    """``distill: {model: PATH}``: the teacher is a model directory of the checkout (a released
+    model), so the dataset rebuilds from a clone; it waits while the model is not there."""
+    ex = load_recipe("experiment")
+    monkeypatch.setattr(ex, "ROOT", tmp_path / "checkout")
+    (tmp_path / "data" / "raw8k").mkdir(parents=True)
+    (tmp_path / "data" / "raw8k" / "meta.json").write_text("{}")
+    spec = {"datasets": {"kd": {"distill": {"model": "models/at", "data": "raw8k", "beam": 1}}}}
+    paths = ex.Paths(tmp_path / "runs", tmp_path / "data")
+    calls: list[list[str]] = []
+
+    def fake(*args):
+        calls.append(list(args))
+        return 0
+
+    monkeypatch.setattr(ex, "fadat", fake)
+    teacher = tmp_path / "checkout" / "models" / "at"
+    assert ex.make_dataset("kd", spec, paths, 2) == f"waits for the teacher {teacher}"
+    teacher.mkdir(parents=True)
+    (teacher / "config.json").write_text("{}")
+    assert ex.make_dataset("kd", spec, paths, 2) == "" and calls == [
+        ["distill", "--model", str(teacher), "--data", str(tmp_path / "data" / "raw8k"),
+         "--output", str(tmp_path / "data" / "kd"), "--beam", "1", "--threads", "2",
+         "--no-progress-bar"],
+    ]  # fmt: skip
+    # one of teacher and model, not both or neither
+    both = {"distill": {"model": "models/at", "teacher": "at", "data": "raw8k"}}
+    for recipe in (both, {"distill": {"data": "raw8k"}}):
+        experiment = tmp_path / "e.yaml"
+        experiment.write_text(
+            yaml.safe_dump({"name": "e", "datasets": {"kd": recipe}, "stages": []})
+        )
+        with pytest.raises(SystemExit, match="distill needs one of teacher"):
+            ex.load(str(experiment))
 
 
 def test_retokenize_round_trips_a_prepared_dataset(tmp_path, capsys):
