@@ -4,7 +4,10 @@ most 8 files come back with a manifest whose hashes are the files', a stage that
 the deadline is skipped with a line saying so; and scripts/gpu/summary.py's counts and manifest
 against hand-made inputs. scripts/gpu/job-sweep.sh (one speed-sweep design trained on the GPU)
 the same way: its dry run brings back a model that unpack-model.sh restores with the design's
-depths, an unknown design is refused with the list, its manifest reads a run cut short."""
+depths, an unknown design is refused with the list, its manifest reads a run cut short; its data
+is the experiment file's dataset as prepare.sh carries it (sweep_design.py carry-data: a copy of
+the local dataset, built by the recipe's make_dataset only where missing), and data without the
+recorded digest is refused before training."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -319,3 +323,142 @@ def test_sweep_manifest_of_a_run_cut_short(tmp_path):
     assert "training: 37 of 6000 updates (complete: false, stopped by max_time)" in sweep.render(
         manifest
     )
+
+
+# ---- the sweep's dataset: carried by prepare.sh (sweep_design.py carry-data), checked by
+# job-sweep.sh before it trains
+
+
+def sweep_dataset_name() -> str:
+    """The dataset the sweep trains on, as the experiment file names it."""
+    return yaml.safe_load(SWEEP.read_text())["data"]
+
+
+def run_sweep(out: Path, carry: Path, *args: str) -> subprocess.CompletedProcess:
+    """job-sweep.sh with OUT=out, CARRY=carry and this interpreter (exit status not checked)."""
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "CARRY": str(carry)}
+    return subprocess.run(
+        ["bash", str(SWEEP_JOB), *args], env=env, capture_output=True, text=True, cwd=ROOT
+    )
+
+
+def load_sweep():
+    return load_script("gpu_sweep_design", ROOT / "scripts/gpu/sweep_design.py")
+
+
+def no_make_dataset(monkeypatch) -> list:
+    """recipes/experiment.py's make_dataset, as sweep_design.py loads it, replaced by a stub
+    that fails the test: nothing may be built (distilled). Returns the list of its calls."""
+    calls = []
+
+    def make_dataset(*args):
+        calls.append(args)
+        raise AssertionError("make_dataset called: the dataset would be built again")
+
+    monkeypatch.setattr(load_sweep().experiment_module(), "make_dataset", make_dataset)
+    return calls
+
+
+def write_experiment(path: Path, model: str) -> str:
+    """A one-stage experiment whose dataset `toy-kd` is `toy` distilled by ``model``."""
+    spec = {
+        "name": "toy-sweep",
+        "data": "toy-kd",
+        "datasets": {"toy-kd": {"distill": {"model": model, "data": "toy", "beam": 5}}},
+        "stages": [{"name": "base", "config": "configs/dat-cpu-small-nll.yaml", "max_updates": 8}],
+    }
+    path.write_text(yaml.safe_dump(spec))
+    return str(path)
+
+
+def test_carry_data_copies_the_local_dataset_rather_than_building_it(
+    tmp_path, toy_data, monkeypatch
+):
+    """The data root holds the sweep's dataset: it is copied into CARRY (not distilled again,
+    make_dataset is never called), with its training digest recorded; the check that
+    job-sweep.sh runs then accepts the copy and refuses it once a valid reference changes."""
+    from fadat.data.binarized import training_digest
+
+    sweep = load_sweep()
+    calls = no_make_dataset(monkeypatch)
+    name = sweep_dataset_name()
+    data_root, carry = tmp_path / "data", tmp_path / "carry"
+    shutil.copytree(toy_data, data_root / name)
+    (carry / name).mkdir(parents=True)
+    (carry / name / "stale").write_text("an older copy")
+    rc, text = sweep.carry_data(data_root, carry)
+    assert rc == 0 and calls == []
+    digest = training_digest(data_root / name)
+    assert training_digest(carry / name) == digest
+    assert not (carry / name / "stale").exists()  # replaced, not merged
+    assert sorted(p.name for p in carry.iterdir()) == [name, f"{name}.json"]
+    record = json.loads((carry / f"{name}.json").read_text())
+    assert record == {
+        "dataset": name,
+        "training_digest": digest,
+        "source": str(data_root / name),
+        "experiment": "recipes/experiments/bible-en-es-speed-sweep.yaml",
+    }
+    assert text == (
+        f"sweep data: {carry / name} = {data_root / name} (the sweep's {name}; training files' "
+        f"sha256 {digest[:12]}…, recorded in {carry / name}.json)"
+    )
+    assert sweep.check_data(carry / name, carry)[0]
+    ref = carry / name / "raw" / "valid.ref.txt"
+    ref.write_text(ref.read_text() + "one more line\n")
+    ok, line = sweep.check_data(carry / name, carry)
+    assert not ok and "are not the" in line and name in line
+
+
+def test_carry_data_skips_a_dataset_whose_distilling_model_is_not_committed(
+    tmp_path, toy_data, monkeypatch
+):
+    """The data root lacks the dataset and its teacher is not in the checkout: nothing is built
+    or carried, a stale copy and its record go, and the line says why (exit 0: the other jobs'
+    data is still made)."""
+    sweep = load_sweep()
+    calls = no_make_dataset(monkeypatch)
+    experiment = write_experiment(tmp_path / "toy.yaml", "models/no-such-at")
+    data_root, carry = tmp_path / "data", tmp_path / "carry"
+    shutil.copytree(toy_data, data_root / "toy")
+    shutil.copytree(toy_data, carry / "toy-kd")
+    (carry / "toy-kd.json").write_text("{}")
+    rc, text = sweep.carry_data(data_root, carry, experiment)
+    assert rc == 0 and calls == []
+    assert text == (
+        "sweep data: the sweep's dataset toy-kd cannot be built yet: it needs the model "
+        "models/no-such-at, which is not in this checkout (not committed yet); skipped "
+        "(job-sweep.sh refuses to train until prepare.sh carries toy-kd)"
+    )
+    assert list(carry.iterdir()) == []
+
+
+def test_carry_data_builds_a_missing_dataset_with_the_recipes_make_dataset(
+    tmp_path, toy_data, monkeypatch, capsys
+):
+    """The data root lacks the dataset and its teacher is in the checkout: recipes/experiment.py's
+    make_dataset builds it in the data root (where the CPU sweep reads it), then it is carried."""
+    from fadat.data.binarized import training_digest
+
+    sweep = load_sweep()
+    calls = []
+
+    def make_dataset(name, spec, paths, threads):
+        calls.append((name, paths.dataset(name), threads))
+        shutil.copytree(toy_data, paths.dataset(name))  # stands in for fadat distill
+        return ""
+
+    monkeypatch.setattr(sweep.experiment_module(), "make_dataset", make_dataset)
+    experiment = write_experiment(tmp_path / "toy.yaml", "models/bible-en-es-fadat-cpu-small")
+    data_root, carry = tmp_path / "data", tmp_path / "carry"
+    shutil.copytree(toy_data, data_root / "toy")
+    rc, text = sweep.carry_data(data_root, carry, experiment)
+    assert rc == 0 and calls == [("toy-kd", data_root / "toy-kd", 1)]
+    assert text.splitlines()[0] == f"sweep data: built {data_root / 'toy-kd'}"
+    assert capsys.readouterr().out == (
+        f"sweep data: building {data_root / 'toy-kd'} (recipes/experiment.py's make_dataset, 1 "
+        "thread(s)): toy-kd = `fadat distill` of toy by models/bible-en-es-fadat-cpu-small "
+        "(beam 5), about 20 minutes on one CPU thread\n"
+    )
+    assert training_digest(carry / "toy-kd") == training_digest(data_root / "toy-kd")
+    assert json.loads((carry / "toy-kd.json").read_text())["dataset"] == "toy-kd"

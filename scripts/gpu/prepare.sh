@@ -12,29 +12,45 @@
 #            own 8k vocabulary into .carry/bible-en-es-8k, 5.5 MB: the data of the AT's plateau
 #            run, which scripts/gpu/job-at.sh continues (its training files' digest,
 #            fadat.data.binarized.training_digest, is checked against the one that
-#            snapshots/bible-en-es-at-plateau's checkpoint records).
+#            snapshots/bible-en-es-at-plateau's checkpoint records); and the speed sweep's own
+#            dataset (the `data` of recipes/experiments/bible-en-es-speed-sweep.yaml,
+#            bible-en-es-4k-kd: the 8k training set distilled by the AT, in the 4k vocabulary),
+#            ~6 MB, for scripts/gpu/job-sweep.sh: copied from DATA_ROOT/<dataset> (the directory
+#            the CPU sweep trains on) into .carry/<dataset>, with its training files' digest in
+#            .carry/<dataset>.json, which job-sweep.sh checks before it trains (sweep_design.py
+#            carry-data). Where DATA_ROOT lacks it, it is built there first by
+#            recipes/experiment.py's own make_dataset (`fadat distill` by the committed AT
+#            models/bible-en-es-at-cpu-small: about 20 minutes on one CPU thread); until that AT
+#            is committed it cannot be built: a line says so and the other jobs' data is made.
 # The models travel as tracked files: the released DAT models/bible-en-es-fadat-cpu-small and,
 # once it is committed, the AT models/bible-en-es-at-cpu-small (job.sh skips the AT rows without
 # it). Prints what travels against the tool's 64 MiB, and the `run` call to make.
 #
-# Usage: scripts/gpu/prepare.sh [--python PY] [--no-download] [--no-at-data]
+# Usage: scripts/gpu/prepare.sh [--python PY] [--no-download] [--no-at-data] [--data-root DIR]
+#                              [--no-sweep-data]
 #   PY (or $PYTHON): an interpreter with fadat's dependencies (default .venv/bin/python, else the
 #   main checkout's when this is a git worktree, else python3); fadat itself is taken from this
 #   checkout.
 #   --no-download: keep the .whl folder there is (no network).
 #   --no-at-data: no .carry/bible-en-es-8k (job.sh, job-train.sh and job-sweep.sh do not read it;
 #   5.5 MB less to carry, should the 64 MiB ever be short).
+#   --data-root DIR: where the sweep's datasets are (experiment.py's --data-root; default data).
+#   --no-sweep-data: no .carry/<the sweep's dataset> (only job-sweep.sh reads it; ~6 MB less).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 
 PY=${PYTHON:-}
 DOWNLOAD=1
 AT_DATA=1
+SWEEP_DATA=1
+DATA_ROOT=data
 while [ $# -gt 0 ]; do
   case "$1" in
     --python) PY=$2; shift 2 ;;
     --no-download) DOWNLOAD=0; shift ;;
     --no-at-data) AT_DATA=0; shift ;;
+    --data-root) DATA_ROOT=$2; shift 2 ;;
+    --no-sweep-data) SWEEP_DATA=0; shift ;;
     *) echo "prepare.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -113,6 +129,13 @@ PY
 else
   rm -rf "$DATA_8K"
 fi
+SWEEP_SET=$("$PY" scripts/gpu/sweep_design.py dataset)
+if [ "$SWEEP_DATA" = 1 ]; then
+  # the speed sweep's dataset, as its CPU runs train on it (a copy; built first where missing)
+  "$PY" scripts/gpu/sweep_design.py carry-data --data-root "$DATA_ROOT" --carry .carry
+else
+  rm -rf ".carry/$SWEEP_SET" ".carry/$SWEEP_SET.json"
+fi
 echo "prepared in $(($(date +%s) - t0))s"
 
 if [ -f "$AT/config.json" ]; then
@@ -149,3 +172,12 @@ or, continuing the AT's plateau run (docs/gpu-session.md; needs $SNAPSHOT commit
   run(command="COMMIT=$commit bash scripts/gpu/job-at.sh",
       carry=[".whl", ".carry"], timeout_s=600)
 EOF
+if [ -f ".carry/$SWEEP_SET.json" ]; then
+  cat <<EOF
+or, one design of the speed sweep on its dataset .carry/$SWEEP_SET (docs/gpu-session.md):
+  run(command="COMMIT=$commit bash scripts/gpu/job-sweep.sh DESIGN",
+      carry=[".whl", ".carry"], timeout_s=600)
+EOF
+else
+  echo "(not scripts/gpu/job-sweep.sh: .carry holds no $SWEEP_SET, the sweep's dataset)"
+fi

@@ -13,17 +13,29 @@
   ``max_updates`` (``complete``), why training stopped, the best valid BLEU, the checkpoints
   averaged, the training settings as the run resolved them, and every file in OUT with its size
   and SHA-256 (summary.py's :func:`list_files`); prints the same as a few lines of text.
+- ``carry-data --data-root DIR --carry DIR`` (scripts/gpu/prepare.sh): the sweep's dataset (the
+  experiment file's ``data``) copied from the data root into the carried folder, with a record
+  of its training files' digest (:func:`carry_data`); built first with recipes/experiment.py's
+  own ``make_dataset`` where the data root lacks it and the experiment derives it.
+- ``check-data DIR --carry DIR`` (job-sweep.sh, before training): DIR is the sweep's dataset,
+  its training files' digest the one that record holds (:func:`check_data`); exit 1 otherwise.
 
-Needs PyYAML (in the device image) and the standard library; not fadat or torch.
+Needs PyYAML (in the device image) and the standard library; ``carry-data``, ``check-data`` and
+the manifest's data digest also import fadat (:func:`fadat.data.binarized.training_digest`),
+never torch.
 
 Usage::
 
     python scripts/gpu/sweep_design.py designs [--experiment YAML]   # the stage names, one line
+    python scripts/gpu/sweep_design.py dataset [--experiment YAML]   # the dataset they train on
     python scripts/gpu/sweep_design.py stage DESIGN [--experiment YAML]
     python scripts/gpu/sweep_design.py toy-config DESIGN PATH [--experiment YAML]
     python scripts/gpu/sweep_design.py manifest OUT --stages FILE --design DESIGN --run RUN_DIR
         --model MODEL_DIR --max-updates N [--data DIR] [--commit HASH] [--seconds S]
         [--budget S] [--dry-run] [--experiment YAML]
+    python scripts/gpu/sweep_design.py carry-data --data-root DIR --carry DIR [--threads N]
+        [--experiment YAML]
+    python scripts/gpu/sweep_design.py check-data DIR --carry DIR [--experiment YAML]
 """
 
 from __future__ import annotations
@@ -33,6 +45,7 @@ import importlib.util
 import json
 import re
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -125,6 +138,196 @@ def toy_config(design: str, path: Path, experiment: str = EXPERIMENT) -> dict[st
     return config
 
 
+# ---- the sweep's dataset on the device: carried by prepare.sh, checked by job-sweep.sh
+
+
+def sweep_dataset(experiment: str = EXPERIMENT) -> tuple[Any, dict[str, Any], str]:
+    """recipes/experiment.py's module, the experiment file and the one dataset its stages train
+    on (the file's ``data`` unless a stage names its own).
+
+    Raises:
+        SystemExit: (a message) the stages train on more than one dataset.
+    """
+    exp = experiment_module()
+    spec, stages = exp.load(str(ROOT / experiment))
+    names = sorted({s.data for s in stages})
+    if len(names) != 1:
+        raise SystemExit(f"{experiment}: its stages train on {names}, not on one dataset")
+    return exp, spec, names[0]
+
+
+def record_path(carry: Path, dataset: str) -> Path:
+    """Where carry_data records the digest of the carried ``dataset``: ``CARRY/DATASET.json``,
+    beside the copy (not in it: a dataset directory holds only what fadat wrote)."""
+    return carry / f"{dataset}.json"
+
+
+def _chain(name: str, spec: dict[str, Any], data_root: Path) -> list[tuple[str, str, dict]]:
+    """The derived datasets that building ``name`` takes, ``name`` first: (name, kind, settings)
+    for it and for each input it derives that ``data_root`` lacks."""
+    datasets = spec.get("datasets") or {}
+    chain = []
+    while name in datasets and not (data_root / name / "meta.json").is_file():
+        kind = "distill" if "distill" in datasets[name] else "retokenize"
+        chain.append((name, kind, datasets[name][kind]))
+        name = datasets[name][kind]["data"]
+    return chain
+
+
+def _missing_inputs(chain: list[tuple[str, str, dict]], data_root: Path) -> list[str]:
+    """What building the ``chain`` (:func:`_chain`) needs and lacks: a distilling model that is
+    not in the checkout (not committed yet), the sentencepiece model a retokenizing takes, the
+    dataset the first step starts from (one the experiment does not derive)."""
+    missing = []
+    for _, kind, s in chain:
+        if kind == "distill" and "model" in s and not (ROOT / s["model"] / "config.json").is_file():
+            missing.append(
+                f"the model {s['model']}, which is not in this checkout (not committed yet)"
+            )
+        if kind == "retokenize":
+            spm = data_root / s["spm_model_of"] / "spm.model"
+            if not spm.is_file():
+                missing.append(f"{spm} (the vocabulary of {s['spm_model_of']})")
+    first = data_root / chain[-1][2]["data"]
+    if not (first / "meta.json").is_file():
+        missing.append(f"the dataset {first} (no meta.json)")
+    return missing
+
+
+def _remove_copy(carry: Path, dataset: str) -> None:
+    """A copy of ``dataset`` that an earlier run carried, and its record: stale once the data
+    root has no such dataset (a copy job-sweep.sh would otherwise accept)."""
+    shutil.rmtree(carry / dataset, ignore_errors=True)
+    record_path(carry, dataset).unlink(missing_ok=True)
+
+
+def carry_data(
+    data_root: Path, carry: Path, experiment: str = EXPERIMENT, threads: int = 1
+) -> tuple[int, str]:
+    """``CARRY/DATASET``: the sweep's dataset copied from ``DATA_ROOT/DATASET`` (the directory the
+    CPU sweep trains on, ``experiment.py --data-root``), and ``CARRY/DATASET.json`` recording the
+    copy's :func:`fadat.data.binarized.training_digest` (checked equal to the source's), the
+    dataset's name and where it came from; job-sweep.sh trains on nothing else.
+
+    Where the data root lacks the dataset: a dataset the experiment derives (its ``datasets``)
+    is built there first by recipes/experiment.py's own ``make_dataset`` (``fadat distill`` of
+    the 8k training set by the committed AT: about 20 minutes on one CPU thread; then the
+    retokenizing), so that the CPU sweep uses the same directory; when a distilling model is
+    not in the checkout yet, or an input dataset is missing, nothing is built or carried (a
+    stale copy is removed) and the message says why. Another dataset is not built here.
+
+    Returns:
+        (0, what was done) when carried or skipped; (1, why) when the copy's digest differs from
+        the source's.
+
+    Raises:
+        SystemExit: (a message) as ``make_dataset`` (a failed ``fadat distill`` or ``prepare``).
+    """
+    from fadat.data.binarized import training_digest
+
+    exp, spec, name = sweep_dataset(experiment)
+    source, dest, record = data_root / name, carry / name, record_path(carry, name)
+    lines = []
+    if not (source / "meta.json").is_file():
+        chain = _chain(name, spec, data_root)
+        if not chain:
+            _remove_copy(carry, name)
+            return 0, (
+                f"sweep data: {source} has no meta.json and {experiment} does not derive "
+                f"{name}: prepare it as the CPU sweep does, then run prepare.sh again; "
+                f"job-sweep.sh cannot run without it"
+            )
+        absent = _missing_inputs(chain, data_root)
+        if absent:
+            _remove_copy(carry, name)
+            return 0, (
+                f"sweep data: the sweep's dataset {name} cannot be built yet: it needs "
+                f"{'; '.join(absent)}; skipped (job-sweep.sh refuses to train until prepare.sh "
+                f"carries {name})"
+            )
+        steps = []
+        for step, kind, s in reversed(chain):
+            if kind == "distill":
+                teacher = s.get("model") or f"the stage {s['teacher']}'s model"
+                steps.append(
+                    f"{step} = `fadat distill` of {s['data']} by {teacher} (beam "
+                    f"{s.get('beam', 5)}), about 20 minutes on one CPU thread"
+                )
+            else:
+                steps.append(f"{step} = {s['data']} with {s['spm_model_of']}'s sentencepiece model")
+        print(
+            f"sweep data: building {source} (recipes/experiment.py's make_dataset, {threads} "
+            f"thread(s)): " + "; then ".join(steps),
+            flush=True,
+        )
+        args = argparse.Namespace(root=None, data_root=str(data_root))
+        wait = exp.make_dataset(name, spec, exp.paths_of(args, spec), threads)
+        if wait:
+            _remove_copy(carry, name)
+            return 0, f"sweep data: the sweep's dataset {name} cannot be built yet: it {wait}"
+        lines.append(f"sweep data: built {source}")
+    expected = training_digest(source)
+    carry.mkdir(parents=True, exist_ok=True)
+    partial = carry / f".{name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial)
+    copied = training_digest(partial)
+    if copied != expected:
+        shutil.rmtree(partial, ignore_errors=True)
+        return 1, f"sweep data: the copy of {source} differs from it ({copied} != {expected})"
+    shutil.rmtree(dest, ignore_errors=True)
+    partial.rename(dest)
+    entry = {"dataset": name, "training_digest": expected, "source": str(source)}
+    record.write_text(json.dumps({**entry, "experiment": experiment}, indent=1) + "\n")
+    lines.append(
+        f"sweep data: {dest} = {source} (the sweep's {name}; training files' sha256 "
+        f"{expected[:12]}…, recorded in {record})"
+    )
+    return 0, "\n".join(lines)
+
+
+def check_data(data: Path, carry: Path, experiment: str = EXPERIMENT) -> tuple[bool, str]:
+    """Whether ``data`` is the sweep's dataset: its :func:`fadat.data.binarized.training_digest`
+    equals the one :func:`carry_data` recorded in ``CARRY/DATASET.json`` for the experiment's
+    dataset (the same spm.model, training and valid arrays and valid references: not merely
+    data in the same vocabulary).
+
+    Returns:
+        (ok, the line to log: what was found, or why job-sweep.sh must not train on ``data``).
+    """
+    from fadat.data.binarized import training_digest
+    from fadat.errors import InputError
+
+    _, _, name = sweep_dataset(experiment)
+    record = record_path(carry, name)
+    refuse = f"job-sweep.sh: not training: the sweep's dataset is {name} ({experiment})"
+    saved = read_json(record)
+    if not isinstance(saved, dict) or saved.get("dataset") != name:
+        what = "missing" if saved is None else "not a record of it"
+        return False, (
+            f"{refuse}, and {record}, the digest that scripts/gpu/prepare.sh records when it "
+            f"carries {name}, is {what}: run prepare.sh here and carry .carry"
+        )
+    if not (data / "meta.json").is_file():
+        return False, f"{refuse}, and {data} holds no dataset (no meta.json)"
+    try:
+        mine = training_digest(data)
+    except InputError as err:
+        return False, f"{refuse}, and {data} is not it: {err}"
+    expected = saved.get("training_digest")
+    if mine != expected:
+        return False, (
+            f"{refuse}: the training files of {data} (sha256 {mine[:12]}…) are not the "
+            f"{str(expected)[:12]}… that prepare.sh recorded in {record} (from "
+            f"{saved.get('source')}); a model trained on other data than the CPU runs' would "
+            "not be a point of the sweep"
+        )
+    return True, (
+        f"data: {data} is the sweep's dataset {name} (training files' sha256 {mine[:12]}…, as "
+        f"prepare.sh recorded from {saved.get('source')})"
+    )
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON-lines log; [] when missing, a cut last line skipped."""
     records = []
@@ -207,6 +410,15 @@ def manifest(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out)
     stage, tokens, _ = find_design(args.design, args.experiment)
     data = read_json(Path(args.data) / "meta.json") if args.data else None
+    digest = None
+    if data is not None:
+        from fadat.data.binarized import training_digest
+        from fadat.errors import InputError
+
+        try:
+            digest = training_digest(args.data)
+        except InputError:
+            pass
     files, warnings = summary.list_files(out)
     result = {
         "job": "scripts/gpu/job-sweep.sh",
@@ -223,6 +435,7 @@ def manifest(args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_update": tokens,
         "dataset": stage.data,
         "data_fingerprint": (data or {}).get("fingerprint"),
+        "data_digest": digest,
         "stages": summary.read_stages(Path(args.stages)),
         "training": training_summary(Path(args.run), Path(args.model), args.max_updates),
         "files": files,
@@ -259,10 +472,19 @@ def render(m: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("stage", "toy-config", "manifest", "designs"):
+    commands = ("stage", "toy-config", "manifest", "designs", "dataset", "carry-data", "check-data")
+    for name in commands:
         p = sub.add_parser(name)
         p.add_argument("--experiment", default=EXPERIMENT, help="relative to the checkout")
-        if name == "designs":
+        if name in ("designs", "dataset"):
+            continue
+        if name in ("carry-data", "check-data"):
+            if name == "carry-data":
+                p.add_argument("--data-root", type=Path, required=True)
+                p.add_argument("--threads", type=int, default=1)
+            else:
+                p.add_argument("data", type=Path)
+            p.add_argument("--carry", type=Path, required=True)
             continue
         if name == "manifest":
             p.add_argument("out")
@@ -285,10 +507,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "designs":
             _, stages = experiment_module().load(str(ROOT / args.experiment))
             print(" ".join(dict.fromkeys(s.name for s in stages)))
+        elif args.command == "dataset":
+            print(sweep_dataset(args.experiment)[2])
         elif args.command == "stage":
             print(shell_vars(args.design, args.experiment))
         elif args.command == "toy-config":
             toy_config(args.design, args.path, args.experiment)
+        elif args.command == "carry-data":
+            rc, text = carry_data(args.data_root, args.carry, args.experiment, args.threads)
+            print(text, file=sys.stderr if rc else sys.stdout)
+            return rc
+        elif args.command == "check-data":
+            ok, text = check_data(args.data, args.carry, args.experiment)
+            print(text)
+            return 0 if ok else 1
         else:
             print(render(manifest(args)))
     except SystemExit as err:
