@@ -342,6 +342,69 @@ def run_sweep(out: Path, carry: Path, *args: str) -> subprocess.CompletedProcess
     )
 
 
+def test_sweep_stage_gives_the_experiment_files_dataset():
+    """job-sweep.sh's DATASET (and so its default data, CARRY/DATASET) is the experiment file's
+    `data`, read by sweep_design.py, not a name in the script."""
+    name = sweep_dataset_name()
+    script = str(ROOT / "scripts/gpu/sweep_design.py")
+    stage = subprocess.run(
+        [sys.executable, script, "stage", "base"], capture_output=True, text=True, check=True
+    )
+    assert f"DATASET={name}" in stage.stdout.splitlines()
+    dataset = subprocess.run(
+        [sys.executable, script, "dataset"], capture_output=True, text=True, check=True
+    )
+    assert dataset.stdout == name + "\n"
+    code = [line for line in SWEEP_JOB.read_text().splitlines() if not line.startswith("#")]
+    assert not [line for line in code if name in line or "bible-en-es" in line]
+
+
+def test_sweep_without_data_takes_the_carried_sweep_dataset_and_refuses_it_unrecorded(tmp_path):
+    """No --data: the data is CARRY/<the experiment's dataset>; with no digest recorded for it
+    (prepare.sh never carried it) the job stops with exit 1 before training, naming it."""
+    name = sweep_dataset_name()
+    out, carry = tmp_path / "out", tmp_path / "carry"
+    proc = run_sweep(out, carry, "base", "--dry-run")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (out / "job.log").read_text()
+    assert f"data {carry / name} (the sweep's: {name})" in log
+    refusal = (
+        f"job-sweep.sh: not training: the sweep's dataset is {name} ({SWEEP.relative_to(ROOT)}), "
+        f"and {carry / name}.json, the digest that scripts/gpu/prepare.sh records when it "
+        f"carries {name}, is missing"
+    )
+    assert refusal in log and refusal in proc.stdout
+    assert f"exit 1 before training, no model: {carry / name} is not shown" in log
+    assert "[train]" not in log
+    assert sorted(p.name for p in out.iterdir()) == ["job.log"]
+
+
+def test_sweep_refuses_data_whose_digest_is_not_the_recorded_one(tmp_path, toy_data):
+    """A prepared dataset at CARRY/<dataset> whose training files differ from the digest
+    prepare.sh recorded for it: exit 1 before training, the line naming the dataset and both
+    digests."""
+    from fadat.data.binarized import training_digest
+
+    name = sweep_dataset_name()
+    out, carry = tmp_path / "out", tmp_path / "carry"
+    shutil.copytree(toy_data, carry / name)
+    recorded = "0" * 64
+    (carry / f"{name}.json").write_text(
+        json.dumps({"dataset": name, "training_digest": recorded, "source": "elsewhere"})
+    )
+    proc = run_sweep(out, carry, "5x1", "--dry-run")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (out / "job.log").read_text()
+    mine = training_digest(carry / name)
+    assert (
+        f"job-sweep.sh: not training: the sweep's dataset is {name} "
+        f"({SWEEP.relative_to(ROOT)}): the training files of {carry / name} (sha256 "
+        f"{mine[:12]}…) are not the {recorded[:12]}… that prepare.sh recorded in "
+        f"{carry / name}.json (from elsewhere)"
+    ) in log
+    assert "[train]" not in log and sorted(p.name for p in out.iterdir()) == ["job.log"]
+
+
 def load_sweep():
     return load_script("gpu_sweep_design", ROOT / "scripts/gpu/sweep_design.py")
 
@@ -462,3 +525,26 @@ def test_carry_data_builds_a_missing_dataset_with_the_recipes_make_dataset(
     )
     assert training_digest(carry / "toy-kd") == training_digest(data_root / "toy-kd")
     assert json.loads((carry / "toy-kd.json").read_text())["dataset"] == "toy-kd"
+
+
+@pytest.mark.slow
+def test_sweep_dry_run_trains_on_the_dataset_prepare_carried(tmp_path, toy_data):
+    """carry-data (prepare.sh's step) then job-sweep.sh without --data: it accepts the carried
+    copy and trains on it; the manifest gives the data's training digest, the recorded one."""
+    name = sweep_dataset_name()
+    data_root, carry, out = tmp_path / "data", tmp_path / "carry", tmp_path / "out"
+    shutil.copytree(toy_data, data_root / name)
+    script = str(ROOT / "scripts/gpu/sweep_design.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, script, "carry-data", "--data-root", str(data_root)]
+    subprocess.run([*argv, "--carry", str(carry)], check=True, env=env, cwd=ROOT)
+    proc = run_sweep(out, carry, "5x1", "--dry-run")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (out / "job.log").read_text()
+    assert f"data: {carry / name} is the sweep's dataset {name}" in log
+    manifest = check_manifest(out)
+    assert (
+        manifest["data_digest"]
+        == json.loads((carry / f"{name}.json").read_text())["training_digest"]
+    )
+    assert manifest["training"]["updates"] == 8 and manifest["dataset"] == name

@@ -4,7 +4,8 @@
 # sweep's training budget, and its model brought back:
 #   1. the stage DESIGN of recipes/experiments/bible-en-es-speed-sweep.yaml: its config, seed,
 #      max_updates, average and `train` flags, read by recipes/experiment.py's own loader
-#      (scripts/gpu/sweep_design.py stage; nothing here names the designs);
+#      (scripts/gpu/sweep_design.py stage; nothing here names the designs or the dataset), and
+#      the check that the data is the sweep's dataset (below; exit 1 before training if not);
 #   2. `fadat train` as `experiment.py run` starts the stage (--config, --data, --seed, the
 #      stage's train flags (--save-every 100), --max-updates, --no-progress-bar), with
 #      --max-time what the budget leaves, so that a slow machine still brings a model back;
@@ -12,7 +13,8 @@
 #      into the model directory DESIGN-s1-gpu, fp16 weights;
 #   4. the model split into <= 15 MiB parts (scripts/gpu/shards.py; unpack-model.sh joins them);
 #   5. manifest.json (sweep_design.py manifest): the stages, the updates reached and whether they
-#      are the stage's max_updates (complete), the best valid BLEU, the settings, the files' hashes.
+#      are the stage's max_updates (complete), the best valid BLEU, the settings, the data's
+#      training digest, the files' hashes.
 # $OUT (5 files; the device tool brings back 8): job.log, run-logs.tar.gz (DESIGN-s1-gpu/:
 # config.yaml, train.log, train_log.jsonl, valid_log.jsonl, best.json: a run directory without
 # checkpoints), model.manifest.json, model.tar.part00 (a cpu-small-size fp16 model is 14.4 MiB
@@ -29,8 +31,15 @@
 #   likelihood in the Triton kernels (--dag-backend auto; the CPU runs use the PyTorch DPs, the
 #   same values within float32 rounding); the config's threads (0: torch's default) rather than
 #   experiment.py's --threads 1.
-# - the data: .carry/bible-en-es (scripts/gpu/prepare.sh), byte-identical to the sweep's
-#   bible-en-es-4k (the same spm.model and token arrays).
+# - the data: .carry/DATASET, DATASET being the experiment file's `data` (bible-en-es-4k-kd: the
+#   8k training set distilled by the committed AT with beam 5, re-prepared in the 4k vocabulary;
+#   valid and test keep the real references): scripts/gpu/prepare.sh copies the directory the CPU
+#   sweep trains on (DATA_ROOT/DATASET, built by recipes/experiment.py's make_dataset) and records
+#   its training files' digest in .carry/DATASET.json. Before training the job checks that the
+#   data it was given has that digest (fadat.data.binarized.training_digest: spm.model, the
+#   train and valid arrays, the valid references; sweep_design.py check-data) and otherwise
+#   stops with exit 1 and a line naming the dataset, training nothing: no model is better than
+#   one trained on other data than the CPU runs'. Only a dry run with --data skips the check.
 # - the average stores fp16 weights (loading casts them back to fp32); experiment.py stores fp32.
 # - one command, no --resume: a run that the budget cuts short is averaged as it is, and job.log
 #   and manifest.json say `complete: false` with the last update.
@@ -43,10 +52,13 @@
 # validation, the average, the packing and the manifest); the average may run up to 20 s past the
 # budget and the packing after it, so give the device tool a timeout_s of budget + 60. TRAIN_FLAGS
 # (environment, split on spaces) adds `fadat train` flags last, e.g. "--validate-every 400".
-# --data: the prepared data (default .carry/bible-en-es; a dry run may take any prepared set in
-# the same 4k vocabulary). The dry run trains the design's config at toy widths (d = 32, FFN 64:
-# its depths and λ stay; sweep_design.py toy-config) for 8 updates, validating every 2 on 16
-# sentences, one thread, OUT a temporary folder unless set: about a minute on one shared core.
+# --data: the prepared data (default $CARRY/DATASET, CARRY (environment) defaulting to .carry;
+# on the device it must be the sweep's dataset, as above; a dry run with --data may take any
+# prepared set in the same 4k vocabulary, unchecked; a dry run without it checks
+# $CARRY/DATASET as the device does). The dry run trains the design's config at toy widths
+# (d = 32, FFN 64: its depths and λ stay; sweep_design.py toy-config) for 8 updates, validating
+# every 2 on 16 sentences, one thread, OUT a temporary folder unless set: about a minute on one
+# shared core.
 set -uo pipefail  # no -e: a failed stage is logged; the packing and the manifest still run
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -54,7 +66,8 @@ DRY=${DRY_RUN:-0}
 BUDGET_S=540
 OVERHEAD_S=75
 DESIGN=""
-DATA=.carry/bible-en-es
+DATA=""
+CARRY=${CARRY:-.carry}
 while [ $# -gt 0 ]; do
   case "$1" in
     --dry-run) DRY=1; shift ;;
@@ -76,6 +89,13 @@ fi
 # CONFIG SEED MAX_UPDATES AVERAGE TOKENS DATASET DESIGNS OPTIONS (sweep_design.py shell_vars)
 vars=$("$PY" scripts/gpu/sweep_design.py stage "$DESIGN") || exit 2
 eval "$vars"
+# the sweep's own dataset, as prepare.sh carries it; CHECK_DATA=0 only for a dry run's --data
+CHECK_DATA=1
+if [ -z "$DATA" ]; then
+  DATA=$CARRY/$DATASET
+elif [ "$DRY" = 1 ]; then
+  CHECK_DATA=0
+fi
 start_job
 
 WORK=$(mktemp -d /tmp/gpu-sweep.XXXXXX)
@@ -107,8 +127,22 @@ EXTRA+=(${TRAIN_FLAGS:-})
 
 setup_python > >(tee -a "$OUT/job.log") 2>&1
 versions > >(tee -a "$OUT/job.log") 2>&1
-[ -f "$DATA/meta.json" ] || echo "no $DATA/meta.json: run scripts/gpu/prepare.sh and carry .carry" \
-  | tee -a "$OUT/job.log"
+# The data IS the sweep's dataset (its training files' digest, as prepare.sh recorded it), or
+# nothing is trained.
+if [ "$CHECK_DATA" = 1 ]; then
+  "$PY" scripts/gpu/sweep_design.py check-data "$DATA" --carry "$CARRY" 2>&1 \
+    | tee -a "$OUT/job.log"
+  if [ "${PIPESTATUS[0]}" != 0 ]; then
+    echo "job-sweep.sh: exit 1 before training, no model: $DATA is not shown to be the sweep's" \
+      "dataset $DATASET (above)" | tee -a "$OUT/job.log"
+    rm -rf "$WORK" "$STAGES"
+    exit 1
+  fi
+else
+  echo "data: $DATA (a dry run's --data: not checked against the sweep's $DATASET)" \
+    | tee -a "$OUT/job.log"
+  [ -f "$DATA/meta.json" ] || echo "no $DATA/meta.json" | tee -a "$OUT/job.log"
+fi
 
 T=$((DEADLINE - $(date +%s) - OVERHEAD_S))
 [ "$T" -lt 30 ] && T=30
