@@ -1,5 +1,6 @@
-# Shared by scripts/gpu/job.sh, job-train.sh, job-sweep.sh, job-at.sh and the unpack scripts (sourced, not run): the environment
-# of a device command, the stage runner, and the averaging and packing of a trained model.
+# Shared by scripts/gpu/job.sh, job-train.sh, job-sweep.sh, prepare.sh and unpack-model.sh
+# (sourced, not run): the environment of a device command, the stage runner, and the averaging and
+# packing of a trained model.
 # Expects ROOT (the repository root) and DRY (1 = dry run on this CPU machine).
 
 # The job's clock and output folder: START, DEADLINE (BUDGET_S seconds from now), RESERVE (the

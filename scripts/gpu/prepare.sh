@@ -8,32 +8,25 @@
 #            needs, click, joblib, regex and tqdm, are there). torch is there: never carried.
 #   .carry/  `fadat prepare bible-en-es` with the released DAT's sentencepiece model (its 4k
 #            vocabulary) into .carry/bible-en-es, 6 MB: the test sentences and references in its
-#            raw/ folder, which `fadat evaluate` reads; and `fadat prepare bible-en-es` with its
-#            own 8k vocabulary into .carry/bible-en-es-8k, 5.5 MB: the data of the AT's plateau
-#            run, which scripts/gpu/job-at.sh continues (its training files' digest,
-#            fadat.data.binarized.training_digest, is checked against the one that
-#            snapshots/bible-en-es-at-plateau's checkpoint records); and the speed sweep's own
-#            dataset (the `data` of recipes/experiments/bible-en-es-speed-sweep.yaml,
-#            bible-en-es-4k-kd: the 8k training set distilled by the AT, in the 4k vocabulary),
-#            ~6 MB, for scripts/gpu/job-sweep.sh: copied from DATA_ROOT/<dataset> (the directory
-#            the CPU sweep trains on) into .carry/<dataset>, with its training files' digest in
+#            raw/ folder, which `fadat evaluate` reads; and the speed sweep's own dataset (the
+#            `data` of recipes/experiments/bible-en-es-speed-sweep.yaml, bible-en-es-4k-kd: the
+#            8k training set distilled by the AT, in the 4k vocabulary), ~6 MB, for
+#            scripts/gpu/job-sweep.sh: copied from DATA_ROOT/<dataset> (the directory the CPU
+#            sweep trains on) into .carry/<dataset>, with its training files' digest in
 #            .carry/<dataset>.json, which job-sweep.sh checks before it trains (sweep_design.py
 #            carry-data). Where DATA_ROOT lacks it, it is built there first by
 #            recipes/experiment.py's own make_dataset (`fadat distill` by the committed AT
-#            models/bible-en-es-at-cpu-small: about 20 minutes on one CPU thread); until that AT
-#            is committed it cannot be built: a line says so and the other jobs' data is made.
-# The models travel as tracked files: the released DAT models/bible-en-es-fadat-cpu-small and,
-# once it is committed, the AT models/bible-en-es-at-cpu-small (job.sh skips the AT rows without
+#            models/bible-en-es-at-cpu-small: about 20 minutes on one CPU thread); in a checkout
+#            without that AT it cannot be built: a line says so and the other jobs' data is made.
+# The models travel as tracked files: the released DAT models/bible-en-es-fadat-cpu-small and the
+# released AT models/bible-en-es-at-cpu-small (job.sh skips the AT rows in a checkout without
 # it). Prints what travels against the tool's 64 MiB, and the `run` call to make.
 #
-# Usage: scripts/gpu/prepare.sh [--python PY] [--no-download] [--no-at-data] [--data-root DIR]
-#                              [--no-sweep-data]
+# Usage: scripts/gpu/prepare.sh [--python PY] [--no-download] [--data-root DIR] [--no-sweep-data]
 #   PY (or $PYTHON): an interpreter with fadat's dependencies (default .venv/bin/python, else the
 #   main checkout's when this is a git worktree, else python3); fadat itself is taken from this
 #   checkout.
 #   --no-download: keep the .whl folder there is (no network).
-#   --no-at-data: no .carry/bible-en-es-8k (job.sh, job-train.sh and job-sweep.sh do not read it;
-#   5.5 MB less to carry, should the 64 MiB ever be short).
 #   --data-root DIR: where the sweep's datasets are (experiment.py's --data-root; default data).
 #   --no-sweep-data: no .carry/<the sweep's dataset> (only job-sweep.sh reads it; ~6 MB less).
 set -euo pipefail
@@ -41,14 +34,12 @@ cd "$(git rev-parse --show-toplevel)"
 
 PY=${PYTHON:-}
 DOWNLOAD=1
-AT_DATA=1
 SWEEP_DATA=1
 DATA_ROOT=data
 while [ $# -gt 0 ]; do
   case "$1" in
     --python) PY=$2; shift 2 ;;
     --no-download) DOWNLOAD=0; shift ;;
-    --no-at-data) AT_DATA=0; shift ;;
     --data-root) DATA_ROOT=$2; shift 2 ;;
     --no-sweep-data) SWEEP_DATA=0; shift ;;
     *) echo "prepare.sh: unknown argument $1" >&2; exit 2 ;;
@@ -64,8 +55,6 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 DAT=models/bible-en-es-fadat-cpu-small
 AT=models/bible-en-es-at-cpu-small
 DATA=.carry/bible-en-es
-DATA_8K=.carry/bible-en-es-8k
-SNAPSHOT=snapshots/bible-en-es-at-plateau
 # The version this project's CPU venv runs (so both machines run the same code).
 WHEELS=(sacremoses==0.2.0)
 
@@ -97,38 +86,9 @@ done
 # dataset built from other inputs.
 mkdir -p .carry
 "$PY" -m fadat.cli prepare bible-en-es --output "$DATA" --spm-model "$DAT/spm.model" --force
-if [ "$AT_DATA" = 1 ]; then
-  # the AT's data: `fadat prepare bible-en-es` as the plateau run's (its own 8k sentencepiece
-  # model, trained with a fixed seed), then checked against the dataset the snapshot's checkpoint
-  # records, by the trainer's own rule (checkpoints.check_resume_data: the training files'
-  # digest, not meta.json's fingerprint, which changes with fadat's data code); a copy that
-  # records none is compared with its run's data where that is on this machine
-  "$PY" -m fadat.cli prepare bible-en-es --output "$DATA_8K" --force
-  "$PY" - "$DATA_8K" "$SNAPSHOT/checkpoint_last.pt" <<'PY'
-import sys
-from pathlib import Path
-
-from fadat.data.binarized import training_digest
-from fadat.errors import InputError
-from fadat.training.checkpoints import DATA_DIGEST, check_resume_data, load_checkpoint
-
-data, last = sys.argv[1], Path(sys.argv[2])
-mine = training_digest(data)
-state = load_checkpoint(last)
-saved = state.get("train_config", {}).get("data")
-if state.get(DATA_DIGEST) is None and not (saved and Path(saved).exists()):
-    print(f"AT data: {data} training files' sha256 {mine[:12]}…; {last} records none and its "
-          "run's data is not on this machine")
-    sys.exit(0)
-try:
-    check_resume_data(state, last, data, mine)
-except InputError as err:
-    sys.exit(f"prepare.sh: {err}; job-at.sh cannot continue it")
-print(f"AT data: {data} is the dataset of {last} (training files' sha256 {mine[:12]}…)")
-PY
-else
-  rm -rf "$DATA_8K"
-fi
+# what an earlier prepare.sh carried for the retired AT-continuation job (its 8k data): no job
+# reads it, and it would travel
+rm -rf .carry/bible-en-es-8k
 SWEEP_SET=$("$PY" scripts/gpu/sweep_design.py dataset)
 if [ "$SWEEP_DATA" = 1 ]; then
   # the speed sweep's dataset, as its CPU runs train on it (a copy; built first where missing)
@@ -168,9 +128,6 @@ cat <<EOF
 The device call (the tool sends the checkout the session started in: this one must be it):
   run(command="COMMIT=$commit bash scripts/gpu/job.sh",
       carry=[".whl", ".carry"], timeout_s=540)
-or, continuing the AT's plateau run (docs/gpu-session.md; needs $SNAPSHOT committed):
-  run(command="COMMIT=$commit bash scripts/gpu/job-at.sh",
-      carry=[".whl", ".carry"], timeout_s=600)
 EOF
 if [ -f ".carry/$SWEEP_SET.json" ]; then
   cat <<EOF
