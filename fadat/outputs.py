@@ -314,6 +314,12 @@ def silence_stdout() -> None:
         pass
 
 
+def file_mode() -> int:
+    """The permission bits a new file gets from ``open`` under the process umask (0o666 less it):
+    for files that a library creates private (``mkstemp``, safetensors' ``save_file``: 0600)."""
+    return _umask_mode(0o666)
+
+
 def _umask_mode(mode: int) -> int:
     """``mode`` less the process umask (what ``open``/``mkdir`` would give)."""
     umask = os.umask(0)

@@ -187,6 +187,17 @@ def test_atomic_path_all_or_nothing(tmp_path):
     assert (target.stat().st_mode & 0o777) == 0o666 & ~_umask()
 
 
+def test_model_directory_files_have_the_umask_mode(tmp_path):
+    """model.safetensors is as readable as config.json (safetensors writes 0600 by itself)."""
+    from fadat.models.directory import save_model_directory
+    from fadat.training.config import TrainConfig
+    from fadat.training.trainer import build_model
+
+    save_model_directory(build_model(TrainConfig(data="d", run_dir="r"), 12), tmp_path / "m")
+    for name in ("model.safetensors", "config.json"):
+        assert ((tmp_path / "m" / name).stat().st_mode & 0o777) == 0o666 & ~_umask(), name
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -132,6 +132,8 @@ def save_model_directory(
         state[name] = value.contiguous().cpu()
     tmp = directory / (WEIGHTS_NAME + ".tmp")
     save_file(state, str(tmp), metadata={"format": "pt", "model_type": model.config.model_type})
+    # safetensors creates the file 0600; a model directory is as readable as its other files
+    tmp.chmod(outputs.file_mode())
     os.replace(tmp, directory / WEIGHTS_NAME)
     if spm_model is not None and Path(spm_model).resolve() != (directory / SPM_NAME).resolve():
         tmp = directory / (SPM_NAME + ".tmp")
