@@ -314,12 +314,6 @@ def silence_stdout() -> None:
         pass
 
 
-def file_mode() -> int:
-    """The permission bits a new file gets from ``open`` under the process umask (0o666 less it):
-    for files that a library creates private (``mkstemp``, safetensors' ``save_file``: 0600)."""
-    return _umask_mode(0o666)
-
-
 def _umask_mode(mode: int) -> int:
     """``mode`` less the process umask (what ``open``/``mkdir`` would give)."""
     umask = os.umask(0)
@@ -789,9 +783,11 @@ def atomic_path(
         raise write_error(path, err, option) from None
     tmp = Path(name)
     try:
-        tmp.chmod(_umask_mode(0o666))  # mkstemp's 0600 would make the output private
         try:
             yield tmp
+            # mkstemp's 0600 would make the output private; set after the block, since a writer
+            # may create the file anew (safetensors' save_file does, again 0600)
+            tmp.chmod(_umask_mode(0o666))
             os.replace(tmp, path)
         except OSError as err:
             # Disk full, a directory that vanished, ...: the output's name, not the

@@ -130,11 +130,9 @@ def save_model_directory(
                 )
             value = cast
         state[name] = value.contiguous().cpu()
-    tmp = directory / (WEIGHTS_NAME + ".tmp")
-    save_file(state, str(tmp), metadata={"format": "pt", "model_type": model.config.model_type})
-    # safetensors creates the file 0600; a model directory is as readable as its other files
-    tmp.chmod(outputs.file_mode())
-    os.replace(tmp, directory / WEIGHTS_NAME)
+    # atomic_path gives the temporary file the umask's mode (safetensors would create it 0600)
+    with outputs.atomic_path(directory / WEIGHTS_NAME) as tmp:
+        save_file(state, str(tmp), metadata={"format": "pt", "model_type": model.config.model_type})
     if spm_model is not None and Path(spm_model).resolve() != (directory / SPM_NAME).resolve():
         tmp = directory / (SPM_NAME + ".tmp")
         shutil.copyfile(spm_model, tmp)
