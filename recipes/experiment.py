@@ -452,9 +452,70 @@ def export_text(data: Path, out: Path) -> list[str]:
     return flags
 
 
+def dataset_plan(
+    name: str, spec: dict[str, Any], paths: Paths
+) -> tuple[list[tuple[str, str, dict[str, Any]]], list[str]]:
+    """What building the dataset ``name`` takes (see :func:`make_dataset`), before building any.
+
+    Returns:
+        (chain, lacks). ``chain`` (``list[tuple[str, str, dict]]``): ``(dataset, kind,
+        settings)`` for ``name`` and then for each input it derives from, while that input is
+        one of the experiment's ``datasets`` and has no ``meta.json`` yet (``kind`` is
+        ``"distill"`` or ``"retokenize"``, ``settings`` the recipe's mapping); built last to
+        first; empty when ``name`` is built or not derived. ``lacks`` (``list[str]``): what the
+        chain needs and cannot build itself, one noun phrase each: a distilling
+        ``model: PATH`` that is not in the checkout, a ``teacher`` stage's averaged model that
+        does not exist yet, the sentencepiece model of a retokenizing's ``spm_model_of`` dataset,
+        and the dataset the chain starts from when the experiment does not derive it and it has
+        no ``meta.json`` (``name`` itself when it is neither built nor derived). Both empty:
+        ``name`` is ready.
+
+    Raises:
+        SystemExit: a dataset derived, through its ``data``, from itself.
+    """
+    datasets = spec.get("datasets") or {}
+    chain: list[tuple[str, str, dict[str, Any]]] = []
+    while name in datasets and not (paths.dataset(name) / "meta.json").exists():
+        if name in (step for step, _, _ in chain):
+            raise SystemExit(f"dataset {name!r}: derived from itself")
+        kind = "distill" if "distill" in datasets[name] else "retokenize"
+        chain.append((name, kind, datasets[name][kind]))
+        name = datasets[name][kind]["data"]
+    lacks = []
+    for k, (_, kind, settings) in enumerate(chain):
+        if kind == "distill":
+            teacher = _distilling_model(settings, paths)
+            if not (teacher / "config.json").exists():
+                lacks.append(f"the teacher {teacher}")
+                if "model" in settings:
+                    lacks[-1] += " (missing from this checkout: not committed yet)"
+        elif settings["spm_model_of"] not in (step for step, _, _ in chain[k + 1 :]):
+            spm_model = paths.dataset(settings["spm_model_of"]) / "spm.model"
+            if not spm_model.exists():
+                lacks.append(f"{spm_model} (the vocabulary of {settings['spm_model_of']})")
+    first = paths.dataset(name)
+    if not (first / "meta.json").exists():
+        lacks.append(f"the dataset {first} (no meta.json)")
+    return chain, lacks
+
+
+def _distilling_model(settings: dict[str, Any], paths: Paths) -> Path:
+    """The AT model directory of a ``distill`` recipe: ``ROOT / model``, or the averaged model
+    of the ``teacher`` stage's ``seed`` (default 1)."""
+    if "model" in settings:
+        return ROOT / settings["model"]
+    return paths.model(f"{settings['teacher']}-s{settings.get('seed', 1)}")
+
+
 def make_dataset(name: str, spec: dict[str, Any], paths: Paths, threads: int) -> str:
-    """Build the derived dataset ``name`` of the experiment's ``datasets`` once its inputs exist;
-    returns "" when it is ready, else what it waits for.
+    """Build the derived dataset ``name`` of the experiment's ``datasets`` and the derived inputs
+    it lacks, once everything else they need exists (:func:`dataset_plan`: checked before any
+    is built, so that a missing sentencepiece model of a retokenizing is not found only after
+    the distillation before it).
+
+    Returns:
+        (str) ``""`` when the dataset is ready (built now or before), else ``"waits for "`` and
+        what it lacks (:func:`dataset_plan`'s phrases, ``"; "``-joined), nothing built.
 
     ``distill: {teacher: STAGE, seed: S, data: DATASET, beam: 5}``: ``fadat distill`` by the
     stage's averaged AT model (resumable after a kill; not cut into slices); with
@@ -464,47 +525,38 @@ def make_dataset(name: str, spec: dict[str, Any], paths: Paths, threads: int) ->
     ``retokenize: {data: DATASET, spm_model_of: DATASET}``: the first dataset's pairs prepared
     again with the second's sentencepiece model (a 4k DAT on data distilled by an 8k AT); its
     test references must come out identical.
+
+    Raises:
+        SystemExit: a ``fadat distill`` or ``fadat prepare`` failed; a retokenized dataset's
+            references differ from its source's.
     """
-    out = paths.dataset(name)
-    if (out / "meta.json").exists():
-        return ""
-    recipe = spec.get("datasets", {})[name]
-    kind = "distill" if "distill" in recipe else "retokenize"
-    settings = recipe[kind]
-    source = paths.dataset(settings["data"])
-    if not (source / "meta.json").exists():
-        if settings["data"] not in spec.get("datasets", {}):
-            return f"waits for the dataset {source}"
-        wait = make_dataset(settings["data"], spec, paths, threads)
-        if wait:
-            return wait
-    if kind == "distill":
-        if "model" in settings:
-            teacher = ROOT / settings["model"]
+    chain, lacks = dataset_plan(name, spec, paths)
+    if lacks:
+        return "waits for " + "; ".join(lacks)
+    for step, kind, settings in reversed(chain):
+        out, source = paths.dataset(step), paths.dataset(settings["data"])
+        if kind == "distill":
+            rc = fadat(
+                "distill", "--model", str(_distilling_model(settings, paths)),
+                "--data", str(source), "--output", str(out),
+                "--beam", str(settings.get("beam", 5)), "--threads", str(threads),
+                "--no-progress-bar",
+            )  # fmt: skip
         else:
-            teacher = paths.model(f"{settings['teacher']}-s{settings.get('seed', 1)}")
-        if not (teacher / "config.json").exists():
-            return f"waits for the teacher {teacher}"
-        rc = fadat(
-            "distill", "--model", str(teacher), "--data", str(source), "--output", str(out),
-            "--beam", str(settings.get("beam", 5)), "--threads", str(threads),
-            "--no-progress-bar",
-        )  # fmt: skip
-    else:
-        spm_model = paths.dataset(settings["spm_model_of"]) / "spm.model"
-        meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
-        flags = export_text(source, out.parent / f"{name}.text")
-        rc = fadat(
-            "prepare", "--output", str(out), *flags, "--spm-model", str(spm_model),
-            "--source-lang", meta["source_lang"], "--target-lang", meta["target_lang"],
-        )  # fmt: skip
-        for ref in sorted((source / "raw").glob("*.ref*.txt")) if rc == 0 else []:
-            if not (out / "raw" / ref.name).is_file() or (
-                (out / "raw" / ref.name).read_bytes() != ref.read_bytes()
-            ):
-                raise SystemExit(f"{out / 'raw' / ref.name}: differs from {ref}")
-    if rc != 0:
-        raise SystemExit(f"{out}: fadat {kind} exited {rc}")
+            spm_model = paths.dataset(settings["spm_model_of"]) / "spm.model"
+            meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
+            flags = export_text(source, out.parent / f"{step}.text")
+            rc = fadat(
+                "prepare", "--output", str(out), *flags, "--spm-model", str(spm_model),
+                "--source-lang", meta["source_lang"], "--target-lang", meta["target_lang"],
+            )  # fmt: skip
+            for ref in sorted((source / "raw").glob("*.ref*.txt")) if rc == 0 else []:
+                if not (out / "raw" / ref.name).is_file() or (
+                    (out / "raw" / ref.name).read_bytes() != ref.read_bytes()
+                ):
+                    raise SystemExit(f"{out / 'raw' / ref.name}: differs from {ref}")
+        if rc != 0:
+            raise SystemExit(f"{out}: fadat {kind} exited {rc}")
     return ""
 
 

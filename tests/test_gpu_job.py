@@ -489,9 +489,9 @@ def test_carry_data_skips_a_dataset_whose_distilling_model_is_not_committed(
     rc, text = sweep.carry_data(data_root, carry, experiment)
     assert rc == 0 and calls == []
     assert text == (
-        "sweep data: the sweep's dataset toy-kd cannot be built yet: it needs the model "
-        "models/no-such-at, which is not in this checkout (not committed yet); skipped "
-        "(job-sweep.sh refuses to train until prepare.sh carries toy-kd)"
+        "sweep data: the sweep's dataset toy-kd cannot be built yet: it needs the teacher "
+        f"{ROOT / 'models' / 'no-such-at'} (missing from this checkout: not committed yet); "
+        "skipped (job-sweep.sh refuses to train until prepare.sh carries toy-kd)"
     )
     assert list(carry.iterdir()) == []
 

@@ -622,6 +622,7 @@ def test_distilled_dataset_is_built_when_a_stage_needs_it(tmp_path, monkeypatch,
     (data / "bible-en-es" / "raw").mkdir()
     (data / "bible-en-es" / "raw" / "test.ref.txt").write_text("a\nb\n")
     (data / "bible-en-es" / "meta.json").write_text('{"source_lang": "en", "target_lang": "es"}')
+    (data / "bible-en-es-4k" / "spm.model").write_text("")  # the retokenizing's vocabulary
     test_refs = {"bible-en-es-4k-kd": "a\nb\n"}
 
     def fake(*args):
@@ -688,7 +689,9 @@ def test_distilled_dataset_by_a_model_of_the_checkout(tmp_path, monkeypatch):
 
     monkeypatch.setattr(ex, "fadat", fake)
     teacher = tmp_path / "checkout" / "models" / "at"
-    assert ex.make_dataset("kd", spec, paths, 2) == f"waits for the teacher {teacher}"
+    assert ex.make_dataset("kd", spec, paths, 2) == (
+        f"waits for the teacher {teacher} (missing from this checkout: not committed yet)"
+    )
     teacher.mkdir(parents=True)
     (teacher / "config.json").write_text("{}")
     assert ex.make_dataset("kd", spec, paths, 2) == "" and calls == [
@@ -705,6 +708,109 @@ def test_distilled_dataset_by_a_model_of_the_checkout(tmp_path, monkeypatch):
         )
         with pytest.raises(SystemExit, match="distill needs one of teacher"):
             ex.load(str(experiment))
+
+
+def kd_then_4k_experiment(ex, tmp_path, teacher: dict):
+    """Datasets ``raw8k`` and ``raw4k`` (its ``spm.model`` left to the test), the experiment's
+    ``kd`` (``raw8k`` distilled by ``teacher``) and ``kd4k`` (``kd`` retokenized with raw4k's
+    vocabulary); returns (spec, paths)."""
+    for name in ("raw8k", "raw4k"):
+        (tmp_path / "data" / name).mkdir(parents=True)
+        (tmp_path / "data" / name / "meta.json").write_text(
+            '{"source_lang": "en", "target_lang": "es"}'
+        )
+    spec = {
+        "datasets": {
+            "kd": {"distill": {**teacher, "data": "raw8k", "beam": 1}},
+            "kd4k": {"retokenize": {"data": "kd", "spm_model_of": "raw4k"}},
+        }
+    }
+    return spec, ex.Paths(tmp_path / "runs", tmp_path / "data")
+
+
+def test_dataset_plan_gives_the_chain_and_what_it_lacks(tmp_path, monkeypatch):
+    """dataset_plan: the derived datasets to build (the one asked for first) and what they need
+    that nothing builds, before anything is built."""
+    ex = load_recipe("experiment")
+    monkeypatch.setattr(ex, "ROOT", tmp_path / "checkout")
+    spec, paths = kd_then_4k_experiment(ex, tmp_path, {"teacher": "at", "seed": 2})
+    data, teacher = tmp_path / "data", tmp_path / "runs" / "models" / "at-s2"
+    kd = ("kd", "distill", {"teacher": "at", "seed": 2, "data": "raw8k", "beam": 1})
+    kd4k = ("kd4k", "retokenize", {"data": "kd", "spm_model_of": "raw4k"})
+    spm = f"{data / 'raw4k' / 'spm.model'} (the vocabulary of raw4k)"
+    # the teacher stage not trained yet, no 4k vocabulary: both, in chain order
+    assert ex.dataset_plan("kd4k", spec, paths) == ([kd4k, kd], [spm, f"the teacher {teacher}"])
+    assert ex.dataset_plan("kd", spec, paths) == ([kd], [f"the teacher {teacher}"])
+    teacher.mkdir(parents=True)
+    (teacher / "config.json").write_text("{}")
+    assert ex.dataset_plan("kd4k", spec, paths) == ([kd4k, kd], [spm])
+    # everything present
+    (data / "raw4k" / "spm.model").write_text("")
+    assert ex.dataset_plan("kd4k", spec, paths) == ([kd4k, kd], [])
+    # kd built: only the retokenizing is left; both built: nothing
+    (data / "kd").mkdir()
+    (data / "kd" / "meta.json").write_text("{}")
+    assert ex.dataset_plan("kd4k", spec, paths) == ([kd4k], [])
+    (data / "kd4k").mkdir()
+    (data / "kd4k" / "meta.json").write_text("{}")
+    assert ex.dataset_plan("kd4k", spec, paths) == ([], [])
+    # the dataset the chain starts from is missing (the experiment does not derive it)
+    shutil.rmtree(data / "kd")
+    shutil.rmtree(data / "kd4k")
+    shutil.rmtree(data / "raw8k")
+    assert ex.dataset_plan("kd4k", spec, paths) == (
+        [kd4k, kd],
+        [f"the dataset {data / 'raw8k'} (no meta.json)"],
+    )
+    # neither built nor derived
+    assert ex.dataset_plan("other", spec, paths) == (
+        [],
+        [f"the dataset {data / 'other'} (no meta.json)"],
+    )
+    # a distilling model of the checkout that is not there
+    spec, paths = kd_then_4k_experiment(ex, tmp_path / "m", {"model": "models/at"})
+    (tmp_path / "m" / "data" / "raw4k" / "spm.model").write_text("")
+    chain, lacks = ex.dataset_plan("kd4k", spec, paths)
+    assert [step for step, _, _ in chain] == ["kd4k", "kd"]
+    assert lacks == [
+        f"the teacher {tmp_path / 'checkout' / 'models' / 'at'} (missing from this checkout: "
+        "not committed yet)"
+    ]
+    # a retokenizing with the vocabulary of a dataset that the chain builds before it
+    spec["datasets"]["kd4k"]["retokenize"]["spm_model_of"] = "kd"
+    (tmp_path / "checkout" / "models" / "at").mkdir(parents=True)
+    (tmp_path / "checkout" / "models" / "at" / "config.json").write_text("{}")
+    assert ex.dataset_plan("kd4k", spec, paths)[1] == []
+
+
+def test_make_dataset_reports_a_missing_vocabulary_before_distilling(tmp_path, monkeypatch):
+    """The retokenizing's sentencepiece model is missing: make_dataset says so without running
+    the (20-minute) ``fadat distill`` that comes first; once it is there, both steps run."""
+    ex = load_recipe("experiment")
+    monkeypatch.setattr(ex, "ROOT", tmp_path / "checkout")
+    spec, paths = kd_then_4k_experiment(ex, tmp_path, {"model": "models/at"})
+    teacher = tmp_path / "checkout" / "models" / "at"
+    teacher.mkdir(parents=True)
+    (teacher / "config.json").write_text("{}")
+    data = tmp_path / "data"
+    calls: list[list[str]] = []
+
+    def fake(*args):
+        calls.append(list(args))
+        out = Path(args[args.index("--output") + 1])
+        out.mkdir(parents=True)
+        (out / "meta.json").write_text('{"source_lang": "en", "target_lang": "es"}')
+        return 0
+
+    monkeypatch.setattr(ex, "fadat", fake)
+    monkeypatch.setattr(ex, "export_text", lambda source, out: ["--source-file", str(out)])
+    spm = data / "raw4k" / "spm.model"
+    assert ex.make_dataset("kd4k", spec, paths, 1) == f"waits for {spm} (the vocabulary of raw4k)"
+    assert calls == [] and not (data / "kd").exists()
+    spm.write_text("")
+    assert ex.make_dataset("kd4k", spec, paths, 1) == ""
+    assert [c[0] for c in calls] == ["distill", "prepare"]
+    assert calls[1][calls[1].index("--spm-model") + 1] == str(spm)
 
 
 def test_retokenize_round_trips_a_prepared_dataset(tmp_path, capsys):

@@ -162,38 +162,6 @@ def record_path(carry: Path, dataset: str) -> Path:
     return carry / f"{dataset}.json"
 
 
-def _chain(name: str, spec: dict[str, Any], data_root: Path) -> list[tuple[str, str, dict]]:
-    """The derived datasets that building ``name`` takes, ``name`` first: (name, kind, settings)
-    for it and for each input it derives that ``data_root`` lacks."""
-    datasets = spec.get("datasets") or {}
-    chain = []
-    while name in datasets and not (data_root / name / "meta.json").is_file():
-        kind = "distill" if "distill" in datasets[name] else "retokenize"
-        chain.append((name, kind, datasets[name][kind]))
-        name = datasets[name][kind]["data"]
-    return chain
-
-
-def _missing_inputs(chain: list[tuple[str, str, dict]], data_root: Path) -> list[str]:
-    """What building the ``chain`` (:func:`_chain`) needs and lacks: a distilling model that is
-    not in the checkout (not committed yet), the sentencepiece model a retokenizing takes, the
-    dataset the first step starts from (one the experiment does not derive)."""
-    missing = []
-    for _, kind, s in chain:
-        if kind == "distill" and "model" in s and not (ROOT / s["model"] / "config.json").is_file():
-            missing.append(
-                f"the model {s['model']}, which is not in this checkout (not committed yet)"
-            )
-        if kind == "retokenize":
-            spm = data_root / s["spm_model_of"] / "spm.model"
-            if not spm.is_file():
-                missing.append(f"{spm} (the vocabulary of {s['spm_model_of']})")
-    first = data_root / chain[-1][2]["data"]
-    if not (first / "meta.json").is_file():
-        missing.append(f"the dataset {first} (no meta.json)")
-    return missing
-
-
 def _remove_copy(carry: Path, dataset: str) -> None:
     """A copy of ``dataset`` that an earlier run carried, and its record: stale once the data
     root has no such dataset (a copy job-sweep.sh would otherwise accept)."""
@@ -212,9 +180,11 @@ def carry_data(
     Where the data root lacks the dataset: a dataset the experiment derives (its ``datasets``)
     is built there first by recipes/experiment.py's own ``make_dataset`` (``fadat distill`` of
     the 8k training set by the committed AT: about 20 minutes on one CPU thread; then the
-    retokenizing), so that the CPU sweep uses the same directory; when a distilling model is
-    not in the checkout yet, or an input dataset is missing, nothing is built or carried (a
-    stale copy is removed) and the message says why. Another dataset is not built here.
+    retokenizing), so that the CPU sweep uses the same directory; when building it lacks
+    something it cannot build (recipes/experiment.py's ``dataset_plan``: a distilling model not
+    in the checkout yet, a teacher stage's model, a sentencepiece model, an input dataset),
+    nothing is built or carried (a stale copy is removed) and the message says why. Another
+    dataset is not built here.
 
     Returns:
         (0, what was done) when carried or skipped; (1, why) when the copy's digest differs from
@@ -229,7 +199,8 @@ def carry_data(
     source, dest, record = data_root / name, carry / name, record_path(carry, name)
     lines = []
     if not (source / "meta.json").is_file():
-        chain = _chain(name, spec, data_root)
+        paths = exp.paths_of(argparse.Namespace(root=None, data_root=str(data_root)), spec)
+        chain, absent = exp.dataset_plan(name, spec, paths)
         if not chain:
             _remove_copy(carry, name)
             return 0, (
@@ -237,7 +208,6 @@ def carry_data(
                 f"{name}: prepare it as the CPU sweep does, then run prepare.sh again; "
                 f"job-sweep.sh cannot run without it"
             )
-        absent = _missing_inputs(chain, data_root)
         if absent:
             _remove_copy(carry, name)
             return 0, (
@@ -260,8 +230,7 @@ def carry_data(
             f"thread(s)): " + "; then ".join(steps),
             flush=True,
         )
-        args = argparse.Namespace(root=None, data_root=str(data_root))
-        wait = exp.make_dataset(name, spec, exp.paths_of(args, spec), threads)
+        wait = exp.make_dataset(name, spec, paths, threads)
         if wait:
             _remove_copy(carry, name)
             return 0, f"sweep data: the sweep's dataset {name} cannot be built yet: it {wait}"
