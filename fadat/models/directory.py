@@ -10,7 +10,6 @@ for every architecture of :data:`fadat.models.architectures.ARCHITECTURES` by on
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,8 +88,9 @@ def save_model_directory(
 
     Raises:
         ValueError: ``extra`` uses a reserved key, or an unknown ``weights_dtype``.
-        InputError: ``spm_model`` does not exist, or ``directory`` is not new, empty or a
-            fadat model directory (:func:`fadat.outputs.check_output_dir`).
+        InputError: ``spm_model`` does not exist, ``directory`` is not new, empty or a
+            fadat model directory (:func:`fadat.outputs.check_output_dir`), or writing a file
+            failed (disk full, directory removed; :func:`fadat.outputs.atomic_path`), naming it.
     """
     from safetensors.torch import save_file
 
@@ -130,20 +130,20 @@ def save_model_directory(
                 )
             value = cast
         state[name] = value.contiguous().cpu()
-    # atomic_path gives the temporary file the umask's mode (safetensors would create it 0600)
+    # Each file all-or-nothing (fadat.outputs); atomic_path gives the temporary file the umask's
+    # mode (safetensors would create it 0600)
     with outputs.atomic_path(directory / WEIGHTS_NAME) as tmp:
         save_file(state, str(tmp), metadata={"format": "pt", "model_type": model.config.model_type})
     if spm_model is not None and Path(spm_model).resolve() != (directory / SPM_NAME).resolve():
-        tmp = directory / (SPM_NAME + ".tmp")
-        shutil.copyfile(spm_model, tmp)
-        os.replace(tmp, directory / SPM_NAME)
+        with outputs.atomic_path(directory / SPM_NAME) as tmp:
+            shutil.copyfile(spm_model, tmp)
     if spm_model is not None:
         from fadat.data.build import sha256_file
 
         meta[SPM_SHA256] = sha256_file(directory / SPM_NAME)
-    tmp = directory / (CONFIG_NAME + ".tmp")
-    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, directory / CONFIG_NAME)
+    outputs.atomic_write(
+        directory / CONFIG_NAME, json.dumps(meta, indent=2, ensure_ascii=False) + "\n"
+    )
 
 
 def read_model_metadata(directory: str | Path) -> dict[str, Any]:
