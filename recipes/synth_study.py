@@ -779,9 +779,10 @@ def _keep_snapshots(t: Training, name: str, update: int, curve: list[dict]) -> N
         record = t.run_dir / "min.json"
         best = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
         if best is None or curve[-1]["valid_loss"] < best["valid_loss"]:
-            tmp = t.run_dir / "min.pt.tmp"
-            shutil.copyfile(last, tmp)
-            tmp.replace(t.run_dir / "min.pt")
+            from fadat.outputs import atomic_path
+
+            with atomic_path(t.run_dir / "min.pt") as tmp:
+                shutil.copyfile(last, tmp)
             _atomic_text(record, json.dumps(curve[-1]) + "\n")
     for point, out in t.snapshots:
         if point == f"u{update}" and stamp(out) == "":

@@ -53,7 +53,14 @@ from fadat.models.directory import (
     spm_model_path,
 )
 from fadat.options import check_threads
-from fadat.outputs import check_not_input, check_output_dir, mark_dir, output_lock
+from fadat.outputs import (
+    atomic_path,
+    atomic_write,
+    check_not_input,
+    check_output_dir,
+    mark_dir,
+    output_lock,
+)
 
 PARTIAL = DISTILL_PARTIAL
 ENGINES = ("auto", "fadat", "ctranslate2")
@@ -396,9 +403,7 @@ def _differences(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
 def _finish(output: Path, meta: dict[str, Any]) -> None:
     """Write ``meta.json`` atomically (the dataset is complete from then on), then delete the
     partial run and a converted teacher that an earlier version left in the dataset."""
-    tmp = output / "meta.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, output / "meta.json")
+    atomic_write(output / "meta.json", json.dumps(meta, indent=2, ensure_ascii=False) + "\n")
     (output / PARTIAL).unlink()
     shutil.rmtree(output / "teacher-ctranslate2", ignore_errors=True)
 
@@ -544,5 +549,5 @@ def _write_dataset(
         if f.is_dir():
             shutil.copytree(f, output / f.name, dirs_exist_ok=True)
         else:
-            shutil.copyfile(f, output / (f.name + ".tmp"))
-            os.replace(output / (f.name + ".tmp"), output / f.name)
+            with atomic_path(output / f.name) as tmp_file:
+                shutil.copyfile(f, tmp_file)
