@@ -11,11 +11,13 @@ Two steps, after the designs are trained (``RUNS/models/STAGE-s1``, recipes/expe
     # test BLEU and batch-1 latency come from one bench/bench_inference.py run with the same
     # names (--dat NAME=DIR ...; --json bench.json); then the table and the picture:
     python bench/speed_frontier.py table --bench bench.json [more.json ...] \\
-        [--bleu valid-bleu.json] [--precision int8] [--markdown frontier.md] [--png frontier.png]
+        [--bleu valid-bleu.json [more.json ...]] [--precision int8] [--markdown frontier.md] \\
+        [--png frontier.png]
 
 ``bleu`` runs :func:`fadat.evaluation.evaluate.evaluate` once per design and λ (no latency, no
 bootstrap) and writes, per design, λ and strategy, the tokenized BLEU (the NAT papers' number,
-the bench's ``tok_bleu``) and sacreBLEU of the split (:func:`valid_bleu`).
+the bench's ``tok_bleu``) and sacreBLEU of the split (:func:`valid_bleu`). A design can have
+a file of its own, written when it finishes training; ``table`` merges them (:func:`merge_bleu`).
 
 ``table`` reads the bench's JSON files (their per-row fields: bench/bench_inference.py,
 "--json") and the BLEU file. A point is a torch row of the bench (``system`` ``torch``) at
@@ -120,6 +122,40 @@ def valid_bleu(
         "designs": {name: str(d) for name, d in designs.items()},
         "points": points,
     }
+
+
+def merge_bleu(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One :func:`valid_bleu` result from several (designs evaluated as each finished training,
+    one ``bleu`` call each): the designs and points of all, in the order given.
+
+    Args:
+        results: :func:`valid_bleu` results (their JSON, read).
+
+    Returns:
+        A :func:`valid_bleu` result; the first one itself if there is one.
+
+    Raises:
+        ValueError: the results differ in data, split, subset or sentences (their BLEU would not
+            be comparable), or one design is in two of them.
+    """
+    if len(results) == 1:
+        return dict(results[0])
+    first = results[0]
+    merged = {k: first.get(k) for k in ("data", "split", "sentences", "subset")}
+    merged["designs"], merged["points"] = {}, []
+    for i, result in enumerate(results):
+        for key in ("data", "split", "sentences", "subset"):
+            if result.get(key) != merged[key]:
+                raise ValueError(
+                    f"--bleu: file {i + 1} has {key} {result.get(key)!r}, file 1 "
+                    f"{merged[key]!r}: BLEU of other sentences is not comparable"
+                )
+        for name, directory in result.get("designs", {}).items():
+            if name in merged["designs"]:
+                raise ValueError(f"--bleu: design {name!r} is in two files")
+            merged["designs"][name] = directory
+        merged["points"] += list(result.get("points", []))
+    return merged
 
 
 # ----------------------------------------------------------------------------- the frontier
@@ -444,7 +480,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", required=True, help="write the BLEU here")
     p = sub.add_parser("table", help="the frontier's Markdown table and PNG")
     p.add_argument("--bench", nargs="+", required=True, help="bench_inference.py --json files")
-    p.add_argument("--bleu", help="the JSON of the bleu command")
+    p.add_argument(
+        "--bleu", nargs="+", help="the JSON of the bleu command (several: one per design)"
+    )
     p.add_argument("--precision", default="int8", help="the DAT rows' precision (int8)")
     p.add_argument(
         "--engine",
@@ -482,8 +520,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{q['design']} λ={q['lambda']:g} {q['strategy']}: {q['tok_bleu']:.2f}")
         return 0
     benches = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.bench]
-    bleu = json.loads(Path(args.bleu).read_text(encoding="utf-8")) if args.bleu else None
+    bleu = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.bleu or []]
     try:
+        bleu = merge_bleu(bleu) if bleu else None
         points, found = frontier_points(
             benches, bleu, args.precision, args.ct2_compute, args.engine
         )

@@ -208,6 +208,38 @@ def test_table_command_writes_both_files(tmp_path, capsys):
         frontier.main(["table", "--bench", str(bench), str(bench)])
 
 
+def test_bleu_files_of_single_designs_merge_into_one(tmp_path, capsys):
+    """``table --bleu A B``: the designs' files (each written when the design finished) give
+    the table of the one file holding both; a design in two files, or files of other
+    sentences, are refused."""
+    frontier = load_frontier()
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps(bench_json()), encoding="utf-8")
+    both = {**BLEU, "designs": {"a": "models/a", "b": "models/b"}}
+    files = []
+    for design in ("a", "b"):
+        one = {
+            **BLEU,
+            "designs": {design: f"models/{design}"},
+            "points": [p for p in BLEU["points"] if p["design"] == design],
+        }
+        files.append(tmp_path / f"bleu-{design}.json")
+        files[-1].write_text(json.dumps(one), encoding="utf-8")
+    whole = tmp_path / "bleu.json"
+    whole.write_text(json.dumps(both), encoding="utf-8")
+    assert frontier.main(["table", "--bench", str(bench), "--bleu", str(whole)]) == 0
+    expected = capsys.readouterr().out
+    assert "20.50" in expected and "19.75" in expected
+    assert frontier.main(["table", "--bench", str(bench), "--bleu", *map(str, files)]) == 0
+    assert capsys.readouterr().out == expected
+    with pytest.raises(SystemExit, match="design 'a' is in two files"):
+        frontier.main(["table", "--bench", str(bench), "--bleu", str(files[0]), str(whole)])
+    other = tmp_path / "bleu-other.json"
+    other.write_text(json.dumps({**json.loads(files[1].read_text()), "sentences": 989}))
+    with pytest.raises(SystemExit, match="file 2 has sentences 989, file 1 300"):
+        frontier.main(["table", "--bench", str(bench), "--bleu", str(files[0]), str(other)])
+
+
 def test_valid_bleu_is_the_bench_paths_bleu(tmp_path):
     """``bleu`` through fadat.evaluate gives, per design, λ and strategy, the tokenized BLEU
     of the bench's own decoding path (fp32) at that λ on the same valid sentences; the
