@@ -9,9 +9,9 @@ one line that says how its rows were chosen:
 
 1. Every source line of the split is translated by the model with ``--strategy`` as ``fadat
    evaluate --strategies STRATEGY`` translates it (:func:`translate_like_evaluate`: the same
-   model loading, batches and default decoding options, through :class:`fadat.Translator`), at
-   ``--threads`` torch threads. Give the thread count of the ``fadat evaluate`` run whose scores
-   the card reports (the released model's card: ``--threads 1``).
+   model loading, batches and default decoding options), at ``--threads`` torch threads. Give
+   the thread count of the ``fadat evaluate`` run whose scores the card reports (the released
+   model's card: ``--threads 1``).
 2. Each output gets its sentence chrF: sacreBLEU's chrF2 with default settings, what
    ``sacrebleu.sentence_chrf`` computes, against every reference stream of the split (the
    corpus chrF ``fadat evaluate`` reports is the same metric over the whole split).
@@ -244,13 +244,12 @@ def translate_like_evaluate(
 ) -> list[str]:
     """Each source's output as ``fadat evaluate`` computes it with this strategy.
 
-    ``fadat evaluate`` translates the whole split in one call of the pipeline with batches of
-    ``--batch-size`` (64) sentences and no token budget (its ``--max-tokens 0``), sorted by the
-    model's batch cost, and the strategy's default options. The same batches are formed here
-    (:func:`fadat.translation.pipeline.make_batches`) and each is given to
-    ``translator.translate`` with no budget, which keeps it whole and in the same order, so
-    every sentence is padded and decoded in the same batch as there: the outputs are equal even
-    where another batching could tip a near tie between two tokens or paths.
+    ``fadat evaluate`` translates the whole split in one call of
+    :func:`fadat.translation.pipeline.translate_lines` with batches of ``--batch-size`` (64)
+    sentences and no token budget (its ``--max-tokens 0``) and the strategy's default options;
+    the same call is made here, so every sentence is padded and decoded in the same batch as
+    there: the outputs are equal even where another batching (:meth:`fadat.Translator.translate`'s
+    token budget) could tip a near tie between two tokens or paths.
 
     Args:
         translator: a :class:`fadat.Translator` (torch engine).
@@ -263,24 +262,20 @@ def translate_like_evaluate(
 
     Raises:
         InputError: as :meth:`fadat.Translator.translate` (unknown strategy, non-finite
-            outputs). An error or a truncation warning naming a line counts it within its
-            batch, not the split.
+            outputs), naming the line of ``sources``.
     """
-    from fadat.translation.pipeline import encode_sources, make_batches
+    from fadat.translation.pipeline import translate_lines
 
-    model = translator.model
-    encoded = encode_sources(
-        translator.sp, sources, model.config.max_source_positions, lambda message: None
-    )  # the translation warns about truncated lines itself
-    todo = [i for i, ids in enumerate(encoded) if ids is not None]
-    costs = [model.batch_cost(len(encoded[i]), translator.upsample_ratio) for i in todo]
-    out = [""] * len(sources)
-    for batch in make_batches(costs, None, batch_size):
-        rows = [todo[k] for k in batch]
-        texts = translator.translate([sources[i] for i in rows], strategy, max_tokens=0)
-        for i, text in zip(rows, texts, strict=True):
-            out[i] = text
-    return out
+    results = translate_lines(
+        translator.model,
+        translator.sp,
+        sources,
+        strategy=strategy,
+        max_tokens=0,
+        max_sentences=batch_size,
+        upsample_ratio=translator.upsample_ratio,
+    )
+    return [hyps[0].text for hyps in results]
 
 
 def sentence_scores(
