@@ -523,8 +523,8 @@ def make_dataset(name: str, spec: dict[str, Any], paths: Paths, threads: int) ->
     (a released model, e.g. ``models/bible-en-es-at-cpu-small``: the dataset then rebuilds from a
     clone without training the teacher).
     ``retokenize: {data: DATASET, spm_model_of: DATASET}``: the first dataset's pairs prepared
-    again with the second's sentencepiece model (a 4k DAT on data distilled by an 8k AT); its
-    test references must come out identical.
+    again with the second's sentencepiece model (a 4k DAT on data distilled by an 8k AT), with
+    the first's licence and attribution; its test references must come out identical.
 
     Raises:
         SystemExit: a ``fadat distill`` or ``fadat prepare`` failed; a retokenized dataset's
@@ -546,6 +546,11 @@ def make_dataset(name: str, spec: dict[str, Any], paths: Paths, threads: int) ->
             spm_model = paths.dataset(settings["spm_model_of"]) / "spm.model"
             meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
             flags = export_text(source, out.parent / f"{step}.text")
+            # the pairs' licence and attribution travel with them (else parallel text's
+            # "unknown" would reach every model trained on the retokenized dataset)
+            for key in ("licence", "attribution"):
+                if meta.get(key):
+                    flags += [f"--{key}", meta[key]]
             rc = fadat(
                 "prepare", "--output", str(out), *flags, "--spm-model", str(spm_model),
                 "--source-lang", meta["source_lang"], "--target-lang", meta["target_lang"],

@@ -445,6 +445,7 @@ PREPARE_OWN_CASES = [
         ("--vocab-size 5000 is too large", "or less"),
     ),
     (["synth-multimodal", "--seed", "-1"], ("--seed must be >= 0",)),
+    (["bible-en-es", "--licence", "CC0"], ("--licence applies to parallel text",)),
     (["synth-multimodal", "--swap-prob", "nan"], ("--swap-prob must be in [0, 1]",)),
     (["synth-multimodal", "--vocab-size", "100"], ("--vocab-size", "do not apply")),
 ]

@@ -38,6 +38,7 @@ data = fadat.prepare(
     source_file=root / "train.src", target_file=root / "train.tgt",
     valid_source_file=root / "valid.src", valid_target_file=root / "valid.tgt",
     source_lang="xx", target_lang="yy", vocab_size=12, model_type="word",
+    licence="CC0-1.0", attribution="words  drawn by\n the test",
 )
 config = fadat.TrainConfig(
     data=str(data), run_dir=str(root / "run"), arch="dat", preset="tiny", lr=5e-3, warmup=50,
@@ -74,6 +75,12 @@ def test_prepare_train_evaluate_translate_from_python(tmp_path):
     assert out["data"] == str(tmp_path / "data") and (tmp_path / "data" / "meta.json").is_file()
     assert out["model"] == str(tmp_path / "model")
     assert (tmp_path / "model" / "model.safetensors").is_file()
+    # the dataset's licence and attribution (whitespace collapsed) reach the model directory
+    meta = json.loads((tmp_path / "data" / "meta.json").read_text())
+    assert (meta["licence"], meta["attribution"]) == ("CC0-1.0", "words drawn by the test")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert config["data"]["licence"] == "CC0-1.0"
+    assert config["data"]["attribution"] == "words drawn by the test"
     assert out["updates"] == 200
     scores = {system["strategy"]: system["bleu"] for system in out["report"]["systems"]}
     assert set(scores) == {"lookahead", "joint-viterbi"}

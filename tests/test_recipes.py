@@ -829,8 +829,15 @@ def test_retokenize_round_trips_a_prepared_dataset(tmp_path, capsys):
         "--valid-source-file", str(raw / "valid.src.txt"),
         "--valid-target-file", str(raw / "valid.ref.txt"),
     ]  # fmt: skip
+    # a source dataset with a known licence and attribution (the copy data has the defaults)
+    meta = json.loads((data / "meta.json").read_text(encoding="utf-8"))
+    assert meta["licence"] == "unknown (user-supplied text)"
+    meta.update(licence="CC0-1.0", attribution="copy pairs, generated")
+    (data / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     spec = {"datasets": {"again": {"retokenize": {"data": "data", "spm_model_of": "data"}}}}
     assert ex.make_dataset("again", spec, ex.Paths(tmp_path / "runs", tmp_path), 1) == ""
+    again = json.loads((tmp_path / "again" / "meta.json").read_text(encoding="utf-8"))
+    assert (again["licence"], again["attribution"]) == ("CC0-1.0", "copy pairs, generated")
     for name in ("train.src.ids.npy", "train.tgt.ids.npy", "valid.src.ids.npy"):
         assert np.array_equal(np.load(data / name), np.load(tmp_path / "again" / name))
     assert (tmp_path / "again" / "raw" / "valid.ref.txt").read_text() == (

@@ -432,6 +432,12 @@ def corpus_options(
 EITHER = "give either the built-in corpus {corpus} or input files, not both"
 
 
+UNKNOWN_LICENCE = "unknown (user-supplied text)"
+"""What a parallel-text dataset records as its licence when ``--licence`` is not given."""
+UNKNOWN_ATTRIBUTION = "user-supplied parallel text"
+"""What a parallel-text dataset records as its source when ``--attribution`` is not given."""
+
+
 def _text_options() -> tuple[CorpusOption, ...]:
     """The input files of every split, then the languages (the "parallel text" group)."""
     found = []
@@ -478,6 +484,19 @@ def _text_options() -> tuple[CorpusOption, ...]:
     found += [
         CorpusOption("source_lang", str, None, "source language code"),
         CorpusOption("target_lang", str, None, "target language code"),
+        CorpusOption(
+            "licence",
+            str,
+            None,
+            "the text's licence, kept in meta.json and in every model trained on the dataset "
+            f"(default: {UNKNOWN_LICENCE!r})",
+        ),
+        CorpusOption(
+            "attribution",
+            str,
+            None,
+            f"where the text comes from, kept like --licence (default: {UNKNOWN_ATTRIBUTION!r})",
+        ),
     ]
     return tuple(found)
 
@@ -496,10 +515,15 @@ def parallel_text_corpus(
     test_extra_ref: Sequence[str | Path] | None = None,
     source_lang: str | None = None,
     target_lang: str | None = None,
+    licence: str | None = None,
+    attribution: str | None = None,
 ) -> Corpus:
     """The corpus of the user's text files: per split, line-aligned source and target files
     (with extra references of valid/test, ref2, ref3, …) or one TSV file (columns: source,
-    target, extra references); nothing is read yet.
+    target, extra references); nothing is read yet. ``licence`` and ``attribution`` are what
+    the dataset's ``meta.json`` records, and with it every model averaged from a run on it
+    (``config.json``'s ``data``); not given: :data:`UNKNOWN_LICENCE`,
+    :data:`UNKNOWN_ATTRIBUTION`.
 
     Raises:
         InputError: no training input, a missing language code, a TSV together with text files
@@ -538,8 +562,12 @@ def parallel_text_corpus(
         target_lang=target_lang,
         splits=splits,
         source_files=files,
-        licence="unknown (user-supplied text)",
-        attribution="user-supplied parallel text",
+        licence=" ".join(licence.split()) if licence and licence.strip() else UNKNOWN_LICENCE,
+        attribution=(
+            " ".join(attribution.split())
+            if attribution and attribution.strip()
+            else UNKNOWN_ATTRIBUTION
+        ),
     )
 
 
