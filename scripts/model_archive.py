@@ -290,7 +290,10 @@ def problems_of(repo: Path, name: str, entry: dict) -> list[str]:
     )
     if reach.returncode != 0:
         out.append(f"{name}: model commit {commit[:12]} is not an ancestor of HEAD")
-    listed = git(repo, "ls-tree", "-z", f"{commit}:{path}").decode().split("\0")
+    try:
+        listed = git(repo, "ls-tree", "-z", f"{commit}:{path}").decode().split("\0")
+    except ArchiveError:
+        return out + [f"{name}: the model commit {commit[:12]} has no {path}/"]
     found = {line.split("\t", 1)[1] for line in listed if line}
     for extra in sorted(found - set(entry["files"])):
         out.append(f"{name}: {path}/{extra} is in the model commit but not in {INDEX}")
@@ -364,7 +367,9 @@ def main(argv: list[str] | None = None) -> int:
         "model", help="model directory: model.safetensors (fp16), config.json, README.md"
     )
     a.add_argument("--name", required=True)
-    a.add_argument("--description", default="", help="one line: what the model is, for the index")
+    a.add_argument(
+        "--description", required=True, help="one line: what the model is, for the index"
+    )
     a.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="weights' limit, bytes")
     r = sub.add_parser("restore", help="write an archived model's files to a directory")
     r.add_argument("name")

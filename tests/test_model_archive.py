@@ -62,6 +62,8 @@ def make_model(d: Path, dtype=torch.float16, seed: int = 0) -> Path:
 
 
 def run(repo: Path, *args: str) -> int:
+    if args[0] == "add" and "--description" not in args:
+        args = (*args, "--description", "a model")
     return ma.main(["--repo", str(repo), *args])
 
 
@@ -164,6 +166,10 @@ def test_a_changed_record_is_found_by_verify_and_refused_by_restore(repo, tmp_pa
     path.write_text(json.dumps(index))
     assert run(repo, "verify") == 1
     assert "extra.bin is missing from the model commit" in capsys.readouterr().out
+    index["models"]["m1"]["path"] = "models/archive/elsewhere"
+    path.write_text(json.dumps(index))
+    assert run(repo, "verify") == 1
+    assert "has no models/archive/elsewhere/" in capsys.readouterr().out
     index["models"]["m1"]["commit"] = "1" * 40
     path.write_text(json.dumps(index))
     assert run(repo, "verify") == 1
