@@ -178,6 +178,8 @@ def tree_with(repo: Path, base: str, blobs: dict[str, str]) -> str:
 def cmd_add(repo: Path, model: Path, name: str, description: str, max_bytes: int) -> str:
     if not NAME_RE.match(name):
         raise ArchiveError(f"--name {name!r}: letters, digits, '.', '_' and '-' only")
+    if not description:
+        raise ArchiveError("--description: empty; one line saying what the model is")
     files = check_model_dir(model, max_bytes)
     head = git(repo, "rev-parse", "--verify", "HEAD").decode().strip()
     ref = subprocess.run(

@@ -206,6 +206,8 @@ def test_add_refuses_wide_or_large_weights_a_used_name_and_a_dirty_index(repo, t
     assert "more than 100" in capsys.readouterr().err
     assert run(repo, "add", str(model), "--name", "../x") == 2
     assert "letters, digits" in capsys.readouterr().err
+    assert run(repo, "add", str(model), "--name", "m1", "--description", "  ") == 2
+    assert "--description: empty" in capsys.readouterr().err
     (repo / "staged.txt").write_text("x")
     git(repo, "add", "staged.txt")
     assert run(repo, "add", str(model), "--name", "m1") == 2
