@@ -24,9 +24,10 @@ git's own plumbing from the branch tip; other unstaged changes are left as they 
 given once: an archived model is never replaced.
 
 ``restore`` writes an archived model's files to ``--output`` (default ``models/archive/NAME``,
-which .gitignore ignores), each checked against the recorded size and SHA-256, all or nothing: a
-directory that is complete or absent, never half-written. An existing output directory is
-replaced only with ``--force``.
+which .gitignore ignores), each checked against the recorded size and SHA-256, all or nothing,
+as ``fadat average`` writes a model directory (:mod:`fadat.outputs`: staged beside it, then
+renamed into place, with fadat's marker): a model directory that fadat wrote is replaced only
+with ``--force``, and a directory that fadat did not write is never touched.
 
 ``verify`` checks every entry (or the named ones): the model commit is in the repository and an
 ancestor of HEAD, and its ``models/archive/NAME/`` holds exactly the recorded files with the
@@ -252,11 +253,10 @@ def cmd_add(repo: Path, model: Path, name: str, description: str, max_bytes: int
     )
     git(repo, "update-ref", "-m", f"model_archive add {name}", branch, merge, head)
     # the working tree's and the index's models/archive.json follow the new tip
-    target = repo / INDEX
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8", newline="\n")
-    os.replace(tmp, target)
+    from fadat.outputs import atomic_write
+
+    (repo / INDEX).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(repo / INDEX, text)
     git(repo, "reset", "-q", "--", INDEX)
     return merge
 
@@ -317,25 +317,22 @@ def cmd_restore(repo: Path, name: str, output: str | None, force: bool) -> Path:
     problems = problems_of(repo, name, entry)
     if problems:
         raise ArchiveError(problems[0])
+    from fadat import outputs
+    from fadat.errors import InputError
+
     out = Path(output) if output else repo / PREFIX / name
-    if out.exists() and not force:
-        raise ArchiveError(f"--output {out}: exists; give --force to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        for fname in sorted(entry["files"]):
-            data = git(repo, "cat-file", "blob", f"{entry['commit']}:{entry['path']}/{fname}")
-            (tmp / fname).write_bytes(data)
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-            os.replace(out, old / "x")
-            os.replace(tmp, out)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    try:  # as fadat average writes a model directory: staged, then renamed into place
+        outputs.check_whole_replacement(out, "model", "--output", force)
+        staged = outputs.staging_dir(out)
+        try:
+            for fname in sorted(entry["files"]):
+                data = git(repo, "cat-file", "blob", f"{entry['commit']}:{entry['path']}/{fname}")
+                (staged / fname).write_bytes(data)
+            outputs.replace_dir(staged, out, "model", "--output")
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+    except InputError as e:
+        raise ArchiveError(str(e)) from None
     return out
 
 

@@ -109,7 +109,7 @@ def test_restore_writes_the_same_bytes_in_a_full_clone_not_in_a_shallow_one(repo
     # again: refused without --force, replaced with it
     capsys.readouterr()
     assert run(clone, "restore", "m1") == 2
-    assert "exists; give --force" in capsys.readouterr().err
+    assert "an existing model directory; pass --force" in capsys.readouterr().err
     (clone / "models/archive/m1/spm.model").write_bytes(b"changed")
     assert run(clone, "restore", "m1", "--force") == 0
     assert files_of(clone / "models/archive/m1") == files_of(model)
@@ -117,6 +117,14 @@ def test_restore_writes_the_same_bytes_in_a_full_clone_not_in_a_shallow_one(repo
     out = tmp_path / "elsewhere"
     assert run(clone, "restore", "m1", "--output", str(out)) == 0
     assert files_of(out) == files_of(model)
+    # a directory that fadat did not write is never replaced, not even with --force
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    capsys.readouterr()
+    assert run(clone, "restore", "m1", "--output", str(mine), "--force") == 2
+    assert "did not create" in capsys.readouterr().err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
     shallow = tmp_path / "shallow"
     subprocess.run(

@@ -562,12 +562,8 @@ def parallel_text_corpus(
         target_lang=target_lang,
         splits=splits,
         source_files=files,
-        licence=" ".join(licence.split()) if licence and licence.strip() else UNKNOWN_LICENCE,
-        attribution=(
-            " ".join(attribution.split())
-            if attribution and attribution.strip()
-            else UNKNOWN_ATTRIBUTION
-        ),
+        licence=" ".join((licence or "").split()) or UNKNOWN_LICENCE,
+        attribution=" ".join((attribution or "").split()) or UNKNOWN_ATTRIBUTION,
     )
 
 
