@@ -246,6 +246,84 @@ def test_output_rules(trained, tmp_path, capsys):
     assert "checkpoint_last.pt does not exist" in capsys.readouterr().err
 
 
+# ------------------------------------------------------------------ --with-best
+
+
+def test_with_best_keeps_the_best_checkpoints_in_fp16(trained, tmp_path, capsys):
+    out = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", str(out), "--with-best"]) == 0
+    listed = json.loads((trained / "best.json").read_text())["checkpoints"]
+    assert len(listed) == 2  # validations at updates 2 and 4
+    assert f"{len(listed)} best checkpoint(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in out.glob("checkpoint_best_u*.pt")) == sorted(
+        b["file"] for b in listed
+    )
+    assert json.loads((out / "best.json").read_text())["checkpoints"] == listed
+    for entry in listed:
+        full = torch.load(trained / entry["file"], weights_only=True)
+        light = torch.load(out / entry["file"], weights_only=True)
+        assert light["weights_dtype"] == "float16"
+        for name, value in full["model"].items():
+            assert torch.equal(light["model"][name], value.half()), name
+        for key in ("bleu", "update", "model_config", "arch", "data"):
+            assert light[key] == full[key], key
+        # 2 bytes per parameter and a small overhead, against 4
+        params = sum(v.numel() for v in full["model"].values())
+        size = (out / entry["file"]).stat().st_size
+        assert 2 * params < size < 2 * params + 64_000, (size, params)
+
+
+def test_with_best_continued_keeps_the_list_and_averages_the_same_checkpoints(
+    trained, copy_data, tmp_path
+):
+    from fadat.training.checkpoints import average_checkpoints, best_checkpoints
+
+    copy = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(trained), "--output", str(copy), "--with-best"]) == 0
+    listed = json.loads((trained / "best.json").read_text())["checkpoints"]
+    # the average of the copy's best checkpoints is the run's with each weight rounded to fp16,
+    # averaged in float64, written in float32
+    averaged, _ = average_checkpoints(best_checkpoints(copy, len(listed)))
+    originals = [torch.load(trained / b["file"], weights_only=True)["model"] for b in listed]
+    for name, value in averaged.items():
+        expected = sum(o[name].half().double() for o in originals) / len(originals)
+        assert value.dtype == torch.float32, name
+        assert torch.equal(value, expected.float()), name
+    model = tmp_path / "model"
+    argv = ["average", "--run", str(copy), "--best", str(len(listed)), "--data", str(copy_data)]
+    assert main([*argv, "--output", str(model)]) == 0
+    assert (model / "model.safetensors").is_file()
+    # continued, the run keeps its best list: nothing is dropped, nothing said about it
+    assert _continue(copy, "--reset-optimizer") == 0
+    end = torch.load(copy / LAST, weights_only=True)["progress"]
+    assert end["earlier_best_bleu"] is None
+    now = json.loads((copy / "best.json").read_text())["checkpoints"]
+    assert now == end["best"]
+    assert all((copy / b["file"]).is_file() for b in now)
+    # the list holds 5 (keep_best): the 2 from before the copy and the new validations (at
+    # updates 6 and the end, 7) all fit
+    assert [b for b in now if b["update"] <= FIRST] == listed
+    assert sorted(b["update"] for b in now if b["update"] > FIRST) == [6, 7]
+    assert "not kept in a compact copy" not in (copy / "train.log").read_text()
+
+
+def test_with_best_refuses_a_best_checkpoint_that_is_gone(trained, tmp_path, capsys):
+    run = _copy_run(trained, tmp_path / "run")
+    gone = json.loads((run / "best.json").read_text())["checkpoints"][-1]["file"]
+    (run / gone).unlink()  # as if a validation had replaced it after the last checkpoint
+    out = tmp_path / "copy"
+    assert main(["snapshot", "--run", str(run), "--output", str(out), "--with-best"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert str(run / gone) in err and "make the copy again after its next checkpoint" in err, err
+    assert not out.exists()
+    # without --with-best the copy is made, and continued it says what it lacks
+    assert main(["snapshot", "--run", str(run), "--output", str(out)]) == 0
+    assert _continue(out, "--reset-optimizer") == 0
+    log = (out / "train.log").read_text()
+    assert "2 of the 2 best checkpoint(s) listed in checkpoint_last.pt" in log
+
+
 # ------------------------------------------------------------------ the data at another path
 
 

@@ -29,6 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "float32 keeps them exact); resuming casts them back to fp32",
     )
     parser.add_argument(
+        "--with-best",
+        action="store_true",
+        help="also copy the run's best checkpoints (best.json's list), their weights in "
+        "--dtype: the continued run keeps its best list, and fadat average --best K on the "
+        "copy averages the same checkpoints as on the run (2 bytes per parameter each in "
+        "float16)",
+    )
+    parser.add_argument(
         "--force",
         action="store_true",
         help="replace an existing copy at --output (as a whole; refused while it holds files "
@@ -46,11 +54,19 @@ def run(args: argparse.Namespace) -> int:
         UnrecordedDatasetWarning: as :func:`~fadat.training.snapshot.snapshot` (one line on
             stderr, ``fadat: warning: ...``).
     """
-    output = snapshot(args.run, args.output, dtype=args.dtype, force=args.force)
+    output = snapshot(
+        args.run, args.output, dtype=args.dtype, force=args.force, with_best=args.with_best
+    )
     size = (output / LAST_NAME).stat().st_size
+    best = sorted(output.glob("checkpoint_best_u*.pt"))
+    kept = (
+        f"{len(best)} best checkpoint(s), {sum(p.stat().st_size for p in best) / 1e6:.1f} MB"
+        if args.with_best
+        else "no best checkpoints"
+    )
     print(
         f"wrote a compact copy of {args.run} to {args.output} ({LAST_NAME}: "
-        f"{size / 1e6:.1f} MB, weights {args.dtype}, no optimizer state, no best checkpoints); "
+        f"{size / 1e6:.1f} MB, weights {args.dtype}, no optimizer state, {kept}); "
         f"continue it with: fadat train --resume {args.output} --reset-optimizer (and --data "
         "DIR where the run's dataset is at another path)"
     )

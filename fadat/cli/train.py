@@ -231,8 +231,9 @@ def resolve_config(args: argparse.Namespace) -> tuple[TrainConfig, bool]:
 
 def best_text(summary: dict) -> str:
     """The final line's best valid BLEU: the best of the run's whole history. After a resume from
-    a compact copy (``fadat snapshot``) the best-checkpoint list restarts empty, and the best
-    BLEU before the copy is kept as ``earlier_best_bleu``; when that is the higher one, the line
+    a compact copy (``fadat snapshot`` without ``--with-best``) the best-checkpoint list keeps
+    only the checkpoints the copy holds, and the best BLEU of those it lacks is kept as
+    ``earlier_best_bleu``; when that is the higher one, the line
     says so and also gives the best of the checkpoints that exist."""
     kept = summary["best"][0]["bleu"] if summary["best"] else None
     earlier = summary.get("earlier_best_bleu")

@@ -12,7 +12,8 @@ report best-5 averages)::
     RUN_DIR/best.json              index of the best checkpoints (file, BLEU, update)
 
 A compact copy of a run (``fadat snapshot``, :mod:`fadat.training.snapshot`) is a run directory
-too: the same files without the best checkpoints, and a checkpoint_last whose weights are stored
+too: the same files without the best checkpoints (with ``--with-best``: with them, their
+weights in float16), and a checkpoint_last whose weights are stored
 in float16 (or bfloat16) and that holds no optimizer state (:func:`light_state`; marked
 ``"optimizer_reset_required": True``). ``fadat train --resume COPY --reset-optimizer`` continues
 it with fresh AdamW moments (:func:`restore_last`).
@@ -479,6 +480,24 @@ def light_state(state: dict[str, Any], where: str | Path, dtype: str = "float16"
             or one whose magnitude ``dtype`` cannot hold (float16: above 65504; use
             ``bfloat16``), named.
     """
+    light = {k: v for k, v in state.items() if k != "optimizer"}
+    light["model"] = cast_weights(state, where, dtype)
+    light[RESET_REQUIRED] = True
+    light["weights_dtype"] = dtype
+    return light
+
+
+def cast_weights(state: dict[str, Any], where: str | Path, dtype: str) -> dict[str, Any]:
+    """The model weights of a checkpoint ``state`` (``"model"``: name → tensor) with the
+    floating ones cast to ``dtype`` (one of :data:`LIGHT_DTYPES`), integer tensors unchanged:
+    the weights of a compact copy (:func:`light_state`, and the best checkpoints that
+    ``fadat snapshot --with-best`` keeps).
+
+    Raises:
+        InputError: an unknown ``dtype``, no model weights, a weight with NaN or infinite values,
+            or one whose magnitude ``dtype`` cannot hold (float16: above 65504; use
+            ``bfloat16``), named.
+    """
     if dtype not in LIGHT_DTYPES:
         raise InputError(f"dtype must be one of {', '.join(LIGHT_DTYPES)}, got {dtype!r}")
     weights = state.get("model")
@@ -499,11 +518,7 @@ def light_state(state: dict[str, Any], where: str | Path, dtype: str = "float16"
                 f"(largest magnitude {float(value.abs().max()):.6g}); use --dtype bfloat16"
             )
         cast[name] = stored
-    light = {k: v for k, v in state.items() if k != "optimizer"}
-    light["model"] = cast
-    light[RESET_REQUIRED] = True
-    light["weights_dtype"] = dtype
-    return light
+    return cast
 
 
 def rank_best(
@@ -590,7 +605,9 @@ def best_checkpoints(run_dir: str | Path, k: int) -> list[Path]:
 
 def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Arithmetic mean of the model weights of several checkpoints (floating tensors averaged in
-    fp64 and cast back; integer tensors floor-divided).
+    fp64 and cast back to the first checkpoint's dtype, float32 where that is float16 or bfloat16:
+    the best checkpoints of a compact copy, ``fadat snapshot --with-best``; integer tensors
+    floor-divided).
 
     Args:
         paths: training checkpoints (``checkpoint_best_*.pt`` or ``checkpoint_last.pt``).
@@ -622,7 +639,10 @@ def average_checkpoints(paths: list[str | Path]) -> tuple[dict[str, torch.Tensor
                 raise InputError(f"{path}: weight {k} holds NaN or infinite values")
         if i == 0:
             first_meta = meta
-            dtypes = {k: v.dtype for k, v in weights.items()}
+            dtypes = {
+                k: torch.float32 if v.dtype in (torch.float16, torch.bfloat16) else v.dtype
+                for k, v in weights.items()
+            }
             total = {
                 k: v.to(torch.float64) if v.is_floating_point() else v.clone()
                 for k, v in weights.items()

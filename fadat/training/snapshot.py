@@ -10,18 +10,24 @@ float16 (2 bytes per parameter: ≈ 16 MB for 7.9M)::
     COPY/train_log.jsonl       the run's update lines up to the checkpoint's update
     COPY/valid_log.jsonl       the run's validation lines up to the checkpoint's update
     COPY/train.log             the run's log (copied)
-    COPY/best.json             the best list as of the checkpoint (not the checkpoints)
+    COPY/best.json             the best list as of the checkpoint
     COPY/checkpoint_last.pt    weights in float16, no optimizer state,
                                "optimizer_reset_required": True (checkpoints.light_state),
                                the digest of the run's dataset ("data_digest")
+    COPY/checkpoint_best_uNNNNNNNN.pt   with ``with_best`` only (``--with-best``): the best
+                               checkpoints the list names, weights in float16
 
 ``fadat train --resume COPY --reset-optimizer`` continues it like fairseq's
 ``--reset-optimizer``: the update count, epoch, learning-rate schedule, data position, RNG
 states, grad scaler and logs continue; AdamW starts with zero moments; the weights are cast
-back to the model's fp32. Not kept: the ``checkpoint_best_*.pt`` files (each as large as the
-fp32 model) and ``tensorboard/``. The continued run's best list therefore starts empty, and
-``fadat average --run COPY --best K`` averages only best checkpoints saved after the
-continuation (:mod:`fadat.training.trainer`).
+back to the model's fp32. Not kept: ``tensorboard/`` and, unless ``with_best``, the
+``checkpoint_best_*.pt`` files (each as large as the fp32 model): the continued run's best list
+then starts empty, and ``fadat average --run COPY --best K`` averages only best checkpoints
+saved after the continuation (:mod:`fadat.training.trainer`). With ``with_best`` the copy also
+holds the best checkpoints, their weights in the copy's dtype (2 bytes per parameter each for
+float16), and the continued run keeps its best list: a run stopped by a plateau criterion and
+restored from its copy averages the same checkpoints, each rounded to float16 (``fadat
+average`` averages them in float64 and writes float32 weights).
 
 The copy records the dataset the run trained on: the sha256 of the files a training run reads
 (:func:`fadat.data.binarized.training_digest`), so that it continues on another machine with the
@@ -51,6 +57,7 @@ from fadat.training.checkpoints import (
     VALID_LOG,
     atomic_save,
     atomic_write_text,
+    cast_weights,
     light_state,
     load_checkpoint,
     log_lines_until,
@@ -67,6 +74,7 @@ def snapshot(
     *,
     dtype: str = "float16",
     force: bool = False,
+    with_best: bool = False,
 ) -> Path:
     """Write a compact copy of the run ``run`` to the run directory ``output``
     (``fadat snapshot``).
@@ -88,6 +96,8 @@ def snapshot(
             parameter; ``bfloat16`` for weights beyond float16's range of ±65504; ``float32``
             keeps them exact and only drops the optimizer state).
         force: replace an existing copy at ``output``.
+        with_best: also copy the best checkpoints that the checkpoint's best list names, with
+            their weights in ``dtype`` (``fadat snapshot --with-best``).
 
     Returns:
         ``output`` as a Path; its ``checkpoint_last.pt`` holds ``"model"`` (name → tensor of
@@ -96,7 +106,9 @@ def snapshot(
         ``"data_digest"``: the run's (:data:`~fadat.training.checkpoints.DATA_DIGEST`), or where
         its checkpoint records none, the :func:`~fadat.data.binarized.training_digest` of the
         run's data directory (``train_config["data"]``), ``None`` when that is not here or holds
-        no readable dataset.
+        no readable dataset. With ``with_best``, each ``checkpoint_best_uNNNNNNNN.pt`` of the
+        list is the run's with its floating weights in ``dtype`` and ``"weights_dtype": dtype``
+        added.
 
     Warns:
         UnrecordedDatasetWarning: the copy records no digest (the checkpoint has none and the
@@ -108,7 +120,9 @@ def snapshot(
             ``checkpoint_last.pt`` / ``config.yaml``; a damaged checkpoint, or a weight that
             ``dtype`` cannot hold; an ``output`` that is or lies inside ``run`` or holds it, that
             is not new, empty or a fadat run directory, an existing run without ``force``, or
-            one holding files fadat did not write there.
+            one holding files fadat did not write there; with ``with_best``, a best checkpoint
+            that the list names but that is missing (a run that is training replaced it after
+            its last checkpoint: make the copy again after the next one) or damaged.
     """
     if dtype not in LIGHT_DTYPES:
         raise InputError(f"dtype must be one of {', '.join(LIGHT_DTYPES)}, got {dtype!r}")
@@ -140,11 +154,39 @@ def snapshot(
             if (run / name).is_file():
                 atomic_write_text(staged / name, log_lines_until(run / name, update))
         write_best_index(staged, best)
+        if with_best:
+            for entry in best:
+                _copy_best(run, staged, entry, update, dtype)
         atomic_save(light, staged / LAST_NAME)
         outputs.replace_dir(staged, output, "run", "--output")
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return Path(output)
+
+
+def _copy_best(run: Path, staged: Path, entry: dict[str, Any], update: int, dtype: str) -> None:
+    """Write the best checkpoint ``entry`` (of the best list of ``run``'s checkpoint_last at
+    ``update``) to ``staged`` with its weights in ``dtype``."""
+    name = entry.get("file") if isinstance(entry, dict) else None
+    if (
+        not isinstance(name, str)
+        or Path(name).name != name
+        or not name.startswith("checkpoint_best_")
+    ):
+        raise InputError(f"{run / LAST_NAME}: best list names {name!r}, not a best checkpoint")
+    path = run / name
+    retry = (
+        f"the run replaced it after its checkpoint at update {update} (is it training?); make "
+        "the copy again after its next checkpoint"
+    )
+    if not path.is_file():
+        raise InputError(
+            f"{path}: listed in the best list of {run / LAST_NAME} but missing: {retry}"
+        )
+    state = load_checkpoint(path)
+    state["model"] = cast_weights(state, path, dtype)
+    state["weights_dtype"] = dtype
+    atomic_save(state, staged / name)
 
 
 def _run_data_digest(state: dict[str, Any], where: Path) -> str | None:

@@ -327,18 +327,20 @@ class Trainer:
                 "and step counts (bias correction from the next update on); the learning rate "
                 "follows the schedule at the run's update count"
             )
-        if light and p.best:
-            # A compact copy keeps no best checkpoint: the best list restarts empty, so that
-            # new validations fill it; --patience still counts from the best BLEU so far.
-            top = max(b["bleu"] for b in p.best)
+        missing = [b for b in p.best if not (self.run_dir / b["file"]).is_file()] if light else []
+        if missing:
+            # A compact copy keeps no best checkpoint unless made with --with-best: the best
+            # list keeps those it holds and new validations fill it; --patience still counts
+            # from the best BLEU so far.
+            top = max(b["bleu"] for b in missing)
             if p.earlier_best_bleu is None or top > p.earlier_best_bleu:
                 p.earlier_best_bleu = top
             self._reset_notes.append(
-                f"the {len(p.best)} best checkpoint(s) listed in {LAST_NAME} (best BLEU "
-                f"{top:.2f}) are not kept in a compact copy; {BEST_INDEX} lists only those saved "
-                "from now on"
+                f"{len(missing)} of the {len(p.best)} best checkpoint(s) listed in {LAST_NAME} "
+                f"(best BLEU {top:.2f}) are not kept in a compact copy (fadat snapshot without "
+                f"--with-best); {BEST_INDEX} lists only those it holds and those saved from now on"
             )
-            p.best = []
+            p.best = [b for b in p.best if b not in missing]
         if self.info.is_main:
             truncate_log(self.run_dir / TRAIN_LOG, p.update)
             truncate_log(self.run_dir / VALID_LOG, p.update)
