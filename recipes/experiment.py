@@ -6,7 +6,9 @@ seed, and what ``evaluate`` compares. ``run`` trains the pending stages in order
 ``--slice`` of training time, then stops; running it again continues where it stopped
 (``fadat train --resume RUN --max-time ...``), also after a kill (the runs save
 ``checkpoint_last.pt`` every ``save_every`` updates; a run whose train log changed in the last
-5 minutes is taken to be training elsewhere and left alone). A finished stage is averaged into
+5 minutes is taken to be training elsewhere and left alone), and from a compact copy of the run
+(``fadat snapshot --with-best``, put in the run's place after its run directory was lost: it
+continues with ``--reset-optimizer`` on the stage's dataset). A finished stage is averaged into
 ``RUNS/models/STAGE-sSEED``, beside its run. ``evaluate`` runs ``fadat evaluate`` per seed on the
 whole test split (the seed's models plus the ``shared`` stages), with sacreBLEU's paired
 bootstrap against the first listed model and the short-word drift statistics of every system's
@@ -615,7 +617,17 @@ def run(args: argparse.Namespace) -> None:
                     raise SystemExit(f"{stage.key}: fadat prepare failed")
             limit = ["--max-updates", str(max_updates), "--max-time", f"{elapsed + left:.0f}"]
             common = ["--threads", str(args.threads), "--no-progress-bar", *limit]
-            if (run_dir / "checkpoint_last.pt").exists():
+            if (run_dir / "checkpoint_last.pt").exists() and is_compact(run_dir):
+                # A run directory restored from a compact copy (fadat snapshot): it continues
+                # only with fresh AdamW moments, on this experiment's dataset (checked by the
+                # digest the copy records).
+                print(
+                    f"{stage.key}: {run_dir} holds a compact copy (fadat snapshot): continued "
+                    f"with --reset-optimizer on {data}"
+                )
+                cmd = ["train", "--resume", str(run_dir), "--reset-optimizer", "--data", str(data),
+                       *common]  # fmt: skip
+            elif (run_dir / "checkpoint_last.pt").exists():
                 cmd = ["train", "--resume", str(run_dir), *common]
             else:
                 cmd = [
@@ -649,6 +661,18 @@ def run(args: argparse.Namespace) -> None:
         if fadat("average", *source, "--output", str(model_dir)) != 0:
             raise SystemExit(f"{stage.key}: fadat average failed")
     print(f"waiting: {', '.join(waiting)}" if waiting else "all stages finished")
+
+
+def is_compact(run_dir: Path) -> bool:
+    """Whether ``run_dir``'s checkpoint_last is a compact copy's (``fadat snapshot``: no
+    optimizer state); ``False`` for one that cannot be read (``fadat train`` then says why)."""
+    from fadat.errors import InputError
+    from fadat.training.checkpoints import is_light, load_checkpoint
+
+    try:
+        return is_light(load_checkpoint(run_dir / "checkpoint_last.pt"))
+    except InputError:
+        return False
 
 
 def parse_minutes(text: str) -> float:

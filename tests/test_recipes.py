@@ -316,6 +316,46 @@ def test_run_resumes_a_plateau_stage_then_averages_up_to_n(tmp_path, monkeypatch
     assert fake.calls == []
 
 
+def test_run_continues_a_compact_copy_with_a_fresh_optimizer_on_the_stage_data(
+    tmp_path, monkeypatch, capsys
+):
+    """A stage's run directory lost and put back from its compact copy (fadat snapshot):
+    ``run`` continues it with --reset-optimizer on the stage's dataset (a plain --resume would
+    be refused); a full checkpoint resumes as before."""
+    import torch
+
+    from fadat.training.checkpoints import CHECKPOINT_FORMAT as FORMAT
+
+    ex, where, runs = plateau_setup(tmp_path, monkeypatch)
+    monkeypatch.setattr(ex, "BUSY_SECONDS", 0.0)
+    run_dir = runs / "pretrain-s1"
+    run_dir.mkdir(parents=True)
+    write_jsonl(run_dir / "train_log.jsonl", [{"update": 1200, "elapsed": 600.0}])
+    light = {"format": FORMAT, "model": {}, "optimizer_reset_required": True}
+    torch.save(light, run_dir / "checkpoint_last.pt")
+
+    def more(run, args):
+        write_jsonl(run / "train_log.jsonl", [{"update": 2400, "elapsed": 1200.0}], "a")
+
+    fake = FakeFadat(more)
+    monkeypatch.setattr(ex, "fadat", fake)
+    monkeypatch.setattr(ex, "train_until_plateau", fake.until_plateau)
+    ex.main(["run", *where, "--slice", "10m", "--threads", "1", "--only", "pretrain-s1"])
+    data = tmp_path / "data" / "bible-en-es-4k"
+    assert fake.calls == [[
+        "train", "--resume", str(run_dir), "--reset-optimizer", "--data", str(data),
+        "--threads", "1", "--no-progress-bar", "--max-updates", "100000", "--max-time", "1200",
+    ]]  # fmt: skip
+    assert "holds a compact copy (fadat snapshot): continued with --reset-optimizer" in (
+        capsys.readouterr().out
+    )
+    # once continued, checkpoint_last is a full one: a plain resume
+    torch.save({"format": FORMAT, "model": {}, "optimizer": {}}, run_dir / "checkpoint_last.pt")
+    fake.calls = []
+    ex.main(["run", *where, "--slice", "10m", "--threads", "1", "--only", "pretrain-s1"])
+    assert fake.calls[0][:4] == ["train", "--resume", str(run_dir), "--threads"]
+
+
 def test_run_starts_fine_tunes_from_another_seed_with_the_derived_budget(
     tmp_path, monkeypatch, capsys
 ):
