@@ -617,18 +617,18 @@ def run(args: argparse.Namespace) -> None:
                     raise SystemExit(f"{stage.key}: fadat prepare failed")
             limit = ["--max-updates", str(max_updates), "--max-time", f"{elapsed + left:.0f}"]
             common = ["--threads", str(args.threads), "--no-progress-bar", *limit]
-            if (run_dir / "checkpoint_last.pt").exists() and is_compact(run_dir):
-                # A run directory restored from a compact copy (fadat snapshot): it continues
-                # only with fresh AdamW moments, on this experiment's dataset (checked by the
-                # digest the copy records).
-                print(
-                    f"{stage.key}: {run_dir} holds a compact copy (fadat snapshot): continued "
-                    f"with --reset-optimizer on {data}"
-                )
-                cmd = ["train", "--resume", str(run_dir), "--reset-optimizer", "--data", str(data),
-                       *common]  # fmt: skip
-            elif (run_dir / "checkpoint_last.pt").exists():
-                cmd = ["train", "--resume", str(run_dir), *common]
+            if (run_dir / "checkpoint_last.pt").exists():
+                reset = []
+                if is_compact(run_dir):
+                    # A run directory restored from a compact copy (fadat snapshot): it
+                    # continues only with fresh AdamW moments, on this experiment's dataset
+                    # (checked by the digest the copy records).
+                    print(
+                        f"{stage.key}: {run_dir} holds a compact copy (fadat snapshot): "
+                        f"continued with --reset-optimizer on {data}"
+                    )
+                    reset = ["--reset-optimizer", "--data", str(data)]
+                cmd = ["train", "--resume", str(run_dir), *reset, *common]
             else:
                 cmd = [
                     "train", "--config", str(ROOT / stage.config), "--data", str(data),

@@ -58,12 +58,10 @@ def run(args: argparse.Namespace) -> int:
         args.run, args.output, dtype=args.dtype, force=args.force, with_best=args.with_best
     )
     size = (output / LAST_NAME).stat().st_size
-    best = sorted(output.glob("checkpoint_best_u*.pt"))
-    kept = (
-        f"{len(best)} best checkpoint(s), {sum(p.stat().st_size for p in best) / 1e6:.1f} MB"
-        if args.with_best
-        else "no best checkpoints"
-    )
+    kept = "no best checkpoints"
+    if args.with_best:
+        best = list(output.glob("checkpoint_best_u*.pt"))
+        kept = f"{len(best)} best checkpoint(s), {sum(p.stat().st_size for p in best) / 1e6:.1f} MB"
     print(
         f"wrote a compact copy of {args.run} to {args.output} ({LAST_NAME}: "
         f"{size / 1e6:.1f} MB, weights {args.dtype}, no optimizer state, {kept}); "
