@@ -12,12 +12,14 @@ The full table of issue 45 (item 5), on a quiet machine (two free cores; say wha
         --batch-sentences 256 [--shortlist shortlist-dat.safetensors] \\
         --profile fastest --json inference.json | tee inference.txt
 
-``--at random`` stands for the AT until a trained one of that size is released (then ``--at
-AT_DIR``, with ``--at-shortlist``): an AT of the DAT's shape and vocabulary with random weights
-(:func:`build_random_at`, seeded), of which only the rows forced to the references' lengths are
-kept. Two exports are made into a temporary directory first (≈ 30 s of CPU, not timed), or
-taken from ``--onnx-dir DIR`` (``DIR/fp32``, ``DIR/int8``: ``fadat export --format onnx
-[--precision int8] --output DIR/PRECISION``). Duration, estimated from the rates of
+The AT of that size is released: ``--at models/bible-en-es-at-cpu-small`` (with
+``--at-shortlist`` for its ``+vmap`` rows) gives CTranslate2's rows on the AT's own outputs, with
+their BLEU, and forced to the references' lengths. ``--at random`` stands for it where it is
+missing: an AT of the DAT's shape and vocabulary with random weights (:func:`build_random_at`,
+seeded), of which only the rows forced to the references' lengths are kept. Two exports are
+made into a temporary directory first (≈ 30 s of CPU, not timed), or taken from ``--onnx-dir
+DIR`` (``DIR/fp32``, ``DIR/int8``: ``fadat export --format onnx [--precision int8] --output
+DIR/PRECISION``). Duration, estimated from the rates of
 docs/results/cpu-speed.md (2-core AMD, 1,516 test sentences; 15 torch rows with bf16, 6 ONNX
 Runtime rows, 2 CTranslate2 rows): one thread ≈ 5–6 min per repeat, two cores ≈ 2 min per
 repeat (256 sentences, two settings per row), peak memory ≈ 2 min, exports ≈ 1 min: ≈ 30 min
