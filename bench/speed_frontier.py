@@ -35,6 +35,7 @@ and the picture draws them as vertical lines at their latency. Writes a Markdown
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import re
@@ -78,9 +79,11 @@ def valid_bleu(
         threads: torch's intra-op threads.
 
     Returns:
-        ``{"data", "split", "sentences", "subset", "designs": {name: directory}, "points":
-        [{"design", "model", "lambda", "strategy", "tok_bleu", "bleu"}, ...]}`` (BLEU rounded
-        to 2 decimals, as the bench's).
+        ``{"data", "data_fingerprint", "split", "sentences", "subset", "designs": {name:
+        directory}, "points": [{"design", "model", "lambda", "strategy", "tok_bleu", "bleu"},
+        ...]}`` (BLEU rounded to 2 decimals, as the bench's; ``data_fingerprint``: the
+        sha256 of the split's raw sources and references, :func:`split_digest`, which
+        :func:`merge_bleu` compares, so that one dataset named by two paths still merges).
 
     Raises:
         fadat.errors.InputError: what :func:`~fadat.evaluation.evaluate.evaluate` raises (a bad
@@ -116,12 +119,36 @@ def valid_bleu(
                 )
     return {
         "data": str(data),
+        "data_fingerprint": split_digest(data, split),
         "split": split,
         "sentences": sentences,
         "subset": subset,
         "designs": {name: str(d) for name, d in designs.items()},
         "points": points,
     }
+
+
+def split_digest(data: str | Path, split: str) -> str:
+    """sha256 over the raw text a split is scored against: ``raw/SPLIT.src.txt`` and every
+    ``raw/SPLIT.ref*.txt`` of a ``fadat prepare`` data directory, in name order, each file's
+    sha256 with its name (not ``meta.json``'s ``fingerprint``, which hashes the code that built
+    the data too).
+
+    Raises:
+        fadat.errors.InputError: the data directory has no ``raw/SPLIT.src.txt``.
+    """
+    from fadat.data.build import sha256_file
+    from fadat.errors import InputError
+
+    raw = Path(data) / "raw"
+    source = raw / f"{split}.src.txt"
+    if not source.is_file():
+        raise InputError(f"{source}: no such file (not a fadat prepare directory?)")
+    files = sorted([source, *raw.glob(f"{split}.ref*.txt")])
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{path.name} {sha256_file(path)}\n".encode())
+    return digest.hexdigest()
 
 
 def merge_bleu(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -134,6 +161,10 @@ def merge_bleu(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     Returns:
         A :func:`valid_bleu` result; the first one itself if there is one.
 
+    The data are compared by their ``data_fingerprint`` where both files have one (a dataset
+    given by a relative path in one call and an absolute one in another is the same), else by
+    the data directory's name (files written before the fingerprint was recorded).
+
     Raises:
         ValueError: the results differ in data, split, subset or sentences (their BLEU would not
             be comparable), or one design is in two of them.
@@ -141,14 +172,15 @@ def merge_bleu(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     if len(results) == 1:
         return dict(results[0])
     first = results[0]
-    merged = {k: first.get(k) for k in ("data", "split", "sentences", "subset")}
+    keys = ("data", "data_fingerprint", "split", "sentences", "subset")
+    merged = {k: first.get(k) for k in keys}
     merged["designs"], merged["points"] = {}, []
     for i, result in enumerate(results):
         for key in ("data", "split", "sentences", "subset"):
-            if result.get(key) != merged[key]:
+            if not _same(key, result, first):
                 raise ValueError(
                     f"--bleu: file {i + 1} has {key} {result.get(key)!r}, file 1 "
-                    f"{merged[key]!r}: BLEU of other sentences is not comparable"
+                    f"{first.get(key)!r}: BLEU of other sentences is not comparable"
                 )
         for name, directory in result.get("designs", {}).items():
             if name in merged["designs"]:
@@ -156,6 +188,16 @@ def merge_bleu(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             merged["designs"][name] = directory
         merged["points"] += list(result.get("points", []))
     return merged
+
+
+def _same(key: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two :func:`valid_bleu` results agree on ``key``; ``data`` by fingerprint where
+    both have one, else by the directory's name."""
+    if key != "data":
+        return a.get(key) == b.get(key)
+    if a.get("data_fingerprint") and b.get("data_fingerprint"):
+        return a["data_fingerprint"] == b["data_fingerprint"]
+    return Path(str(a.get("data"))).name == Path(str(b.get("data"))).name
 
 
 # ----------------------------------------------------------------------------- the frontier

@@ -240,6 +240,53 @@ def test_bleu_files_of_single_designs_merge_into_one(tmp_path, capsys):
         frontier.main(["table", "--bench", str(bench), "--bleu", str(files[0]), str(other)])
 
 
+def test_bleu_files_compare_their_data_by_digest_not_path(tmp_path):
+    """Files that name one dataset by two paths merge (by the split's digest where both have
+    one, else by the directory's name); the same name with another digest, or another name
+    without digests, is refused."""
+    frontier = load_frontier()
+
+    def one(design, data, digest=None):
+        points = [p for p in BLEU["points"] if p["design"] == design]
+        result = {**BLEU, "data": data, "designs": {design: f"models/{design}"}, "points": points}
+        return {**result, "data_fingerprint": digest} if digest else result
+
+    merged = frontier.merge_bleu([one("a", "data/d", "1" * 64), one("b", "/abs/data/d", "1" * 64)])
+    assert merged["designs"] == {"a": "models/a", "b": "models/b"}
+    assert merged["data"] == "data/d" and merged["data_fingerprint"] == "1" * 64
+    assert len(merged["points"]) == 2
+    frontier.merge_bleu([one("a", "data/d"), one("b", "/abs/data/d", "1" * 64)])  # an older file
+    frontier.merge_bleu([one("a", "data/x", "1" * 64), one("b", "data/d", "1" * 64)])
+    with pytest.raises(ValueError, match="file 2 has data '/abs/data/d'"):
+        frontier.merge_bleu([one("a", "data/d", "1" * 64), one("b", "/abs/data/d", "2" * 64)])
+    with pytest.raises(ValueError, match="file 2 has data 'data/e'"):
+        frontier.merge_bleu([one("a", "data/d"), one("b", "data/e")])
+
+
+def test_split_digest_is_the_raw_text_of_the_split(tmp_path):
+    """The digest changes with a split's sources or references and with nothing else (not the
+    vocabulary); a directory without the split's raw sources is refused."""
+    from fadat.errors import InputError
+
+    frontier = load_frontier()
+    raw = tmp_path / "d" / "raw"
+    raw.mkdir(parents=True)
+    for name, text in (("valid.src.txt", "a\n"), ("valid.ref.txt", "b\n"), ("test.src.txt", "c\n")):
+        (raw / name).write_text(text, encoding="utf-8")
+    (tmp_path / "d" / "spm.model").write_bytes(b"one")
+    first = frontier.split_digest(tmp_path / "d", "valid")
+    (tmp_path / "d" / "spm.model").write_bytes(b"two")
+    (raw / "test.src.txt").write_text("changed\n", encoding="utf-8")
+    assert frontier.split_digest(tmp_path / "d", "valid") == first
+    (raw / "valid.ref2.txt").write_text("b2\n", encoding="utf-8")
+    second = frontier.split_digest(tmp_path / "d", "valid")
+    assert second != first
+    (raw / "valid.ref2.txt").write_text("b3\n", encoding="utf-8")
+    assert frontier.split_digest(tmp_path / "d", "valid") not in (first, second)
+    with pytest.raises(InputError, match="train.src.txt: no such file"):
+        frontier.split_digest(tmp_path / "d", "train")
+
+
 def test_valid_bleu_is_the_bench_paths_bleu(tmp_path):
     """``bleu`` through fadat.evaluate gives, per design, λ and strategy, the tokenized BLEU
     of the bench's own decoding path (fp32) at that λ on the same valid sentences; the
@@ -276,6 +323,7 @@ def test_valid_bleu_is_the_bench_paths_bleu(tmp_path):
     argv += ["--data", str(data), "--ratios", "2", "3", "--json", str(out)]
     assert frontier.main(argv) == 0
     result = json.loads(out.read_text(encoding="utf-8"))
+    assert result["data_fingerprint"] == frontier.split_digest(data, "valid")
     got = {(p["design"], p["lambda"], p["strategy"]): p["tok_bleu"] for p in result["points"]}
     assert len(got) == 2 * 2 * 2 and result["split"] == "valid"
     assert got["tiny", 2.0, "joint-viterbi"] == 100.0 > got["tiny", 3.0, "joint-viterbi"]
