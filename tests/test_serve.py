@@ -301,9 +301,9 @@ RELEASED = REPO / "models" / "bible-en-es-fadat-cpu-small"
 def test_one_pass_confidence_equals_the_two_pass_one_on_the_released_model():
     """On real sentencepiece text: the served log P(y|x) and confidence equal the two-pass
     values (the detokenised output re-encoded and scored, as before issue 33) to 1e-5 wherever
-    sentencepiece re-encodes the text to the decoded tokens; where it does not (2 of these 8
-    sentences with the released model: a word decoded as pieces that sentencepiece segments
-    differently) the one-pass value is that of the decoded tokens."""
+    sentencepiece re-encodes the text to the decoded tokens; where it does not (1 of these 8
+    sentences with the released model, 2 with the one before it: a word decoded as pieces that
+    sentencepiece segments differently) the one-pass value is that of the decoded tokens."""
     from fadat.data.spm import encode_target
 
     engine = Engine.from_directory(RELEASED)
@@ -321,7 +321,7 @@ def test_one_pass_confidence_equals_the_two_pass_one_on_the_released_model():
             same += 1
         else:
             assert g.log_prob > pair.log_prob  # the model's own segmentation is the likelier
-    assert same == 6  # both branches are exercised
+    assert 0 < same < len(lines)  # both branches are exercised (7 of 8 with the released model)
 
 
 def test_page_static_and_openapi(client: TestClient):
