@@ -196,8 +196,9 @@ class DecodingOption:
 #: types reject NaN, infinities and sizes below their minimum; each strategy's record
 #: (:mod:`fadat.decoding.strategies`) holds its own ranges (``top_p`` in (0, 1], ...), checked by
 #: :func:`fadat.translation.pipeline.check_strategy`. Options
-#: that are not numbers (a KenLM model for the DAG beam search) are not here: no flag, no HTTP
-#: field.
+#: that are not numbers are not here: the DAG beam search's KenLM model (``lm``, ``lm_words``)
+#: is a file given to the verbs with ``--lm`` (:mod:`fadat.translation.language_model`), never a
+#: field of an HTTP request.
 DECODING_OPTIONS: dict[str, DecodingOption] = {
     "beta": DecodingOption(
         float,
@@ -233,6 +234,12 @@ DECODING_OPTIONS: dict[str, DecodingOption] = {
     "max_beam_per_length": DecodingOption(
         int, positive_int, (1, 100), "states kept per prefix length (DAG beam)"
     ),
+    "gamma": DecodingOption(
+        float,
+        finite_float,
+        (-10.0, 10.0),
+        "γ: weight of the --lm language model's log10 score (DAG beam; default 0.1)",
+    ),
     "no_consecutive_repeated_ngram": DecodingOption(
         int, nonnegative_int, (0, 10), "ban consecutive repeated n-grams up to this n"
     ),
@@ -248,7 +255,6 @@ DECODING_OPTIONS: dict[str, DecodingOption] = {
     "max_len_b": DecodingOption(int, nonnegative_int, (0, 1024), "AT output limit a·|x|+b: b"),
     # keywords without a flag of their own (Python and HTTP only)
     "alpha": DecodingOption(float, finite_float, (-10.0, 10.0)),
-    "gamma": DecodingOption(float, finite_float, (-10.0, 10.0)),
     "max_successors": DecodingOption(int, positive_int, (1, 100)),
 }
 

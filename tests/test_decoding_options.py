@@ -33,6 +33,7 @@ INTERFACE = {
     "seed": ("--seed", random_seed, int, (0, 2**63 - 1)),
     "beam_size": ("--beam-size", positive_int, int, (1, 200)),
     "max_beam_per_length": ("--max-beam-per-length", positive_int, int, (1, 100)),
+    "gamma": ("--gamma", finite_float, float, (-10.0, 10.0)),
     "no_consecutive_repeated_ngram": (
         "--no-consecutive-repeated-ngram",
         nonnegative_int,
@@ -44,14 +45,13 @@ INTERFACE = {
     "max_len_a": ("--max-len-a", nonnegative_float, float, (0.0, 10.0)),
     "max_len_b": ("--max-len-b", nonnegative_int, int, (0, 1024)),
     "alpha": (None, finite_float, float, (-10.0, 10.0)),
-    "gamma": (None, finite_float, float, (-10.0, 10.0)),
     "max_successors": (None, positive_int, int, (1, 100)),
 }
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(language_model: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(exit_on_error=False)
-    add_decoding_arguments(parser)
+    add_decoding_arguments(parser, language_model=language_model)
     return parser
 
 
@@ -66,8 +66,12 @@ def test_table_keeps_the_flags_and_fields():
         for name, o in DECODING_OPTIONS.items()
     }
     assert got == INTERFACE
-    flags = [a.option_strings for a in _parser()._actions if a.dest != "help"]
+    flags = [a.option_strings for a in _parser()._actions if a.dest not in ("help", "lm")]
     assert flags == [[flag] for flag, *_ in INTERFACE.values() if flag is not None]
+    # --gamma weighs the language model of --lm: a verb without --lm has neither
+    without = [a.option_strings for a in _parser(language_model=False)._actions]
+    assert without == [["-h", "--help"], *(f for f in flags if f != ["--gamma"])]
+    assert [a.dest for a in _parser()._actions].index("lm") == list(INTERFACE).index("gamma") + 1
 
 
 def test_command_line_reads_the_table():
@@ -124,7 +128,8 @@ def test_http_fields_read_the_table(engines):
                 if kind is int:
                     with pytest.raises(InputError, match=f"option '{name}' must be an integer"):
                         engine.check(strategy, {name: 1.5})
-    # every HTTP field is taken by some strategy of the tiny DAT or AT model
-    assert covered == set(INTERFACE)
+    # every HTTP field is taken by some strategy of the tiny DAT or AT model; gamma only by a
+    # server with a language model (tests/test_lm_cli.py::test_serve_engine_with_lm)
+    assert covered == set(INTERFACE) - {"gamma"}
     with pytest.raises(InputError, match="unknown option 'bogus'"):
         engines["dat"].check("greedy", {"bogus": 1})

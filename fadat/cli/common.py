@@ -162,13 +162,29 @@ def add_strategy_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_decoding_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the strategy option flags (all default ``None`` = the decoder's own default)."""
+def add_decoding_arguments(parser: argparse.ArgumentParser, language_model: bool = False) -> None:
+    """Add the strategy option flags (all default ``None`` = the decoder's own default); with
+    ``language_model``, also ``--lm FILE`` (``args.lm``) and the flags of the options that weigh
+    it (``--gamma``: :data:`fadat.translation.language_model.WEIGHT_OPTIONS`), which are left out
+    otherwise."""
+    from fadat.translation.language_model import WEIGHT_OPTIONS
+
     group = parser.add_argument_group("decoding options (only those the strategy takes)")
     for name, option in DECODING_OPTIONS.items():
-        if option.help is not None:
-            flag = "--" + name.replace("_", "-")
-            group.add_argument(flag, type=option.parse, default=None, help=option.help)
+        if option.help is None or (name in WEIGHT_OPTIONS and not language_model):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if name == WEIGHT_OPTIONS[0]:  # --lm, then the flags that weigh it
+            group.add_argument(
+                "--lm",
+                default=None,
+                metavar="FILE",
+                help="KenLM n-gram language model (ARPA or build_binary file) over the model's "
+                "sentencepiece pieces, for the DAG beam search (DA-Transformer's "
+                "--decode-lm-path; scripts/lm_corpus.py writes its training text; needs the lm "
+                "extra)",
+            )
+        group.add_argument(flag, type=option.parse, default=None, help=option.help)
 
 
 def decoding_options(args: argparse.Namespace, model: nn.Module, strategy: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from fadat.data.text import read_lines
 from fadat.options import nonnegative_int, positive_int
 from fadat.process import apply_threads
 from fadat.translation.engines import DEFAULT_ENGINE, ENGINES, load_translation_model
+from fadat.translation.language_model import check_takes_language_model, language_model_options
 from fadat.translation.pipeline import (
     Translation,
     apply_reduced_head,
@@ -90,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_head_arguments(parser)
     add_common_arguments(parser)
-    add_decoding_arguments(parser)
+    add_decoding_arguments(parser, language_model=True)
 
 
 def format_translations(
@@ -121,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
     model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold, cli=True)
     strategy = args.strategy or model.default_strategy
     options = decoding_options(args, model, strategy)
+    if args.lm is not None:  # opened once, before any input is read
+        check_takes_language_model(model, [strategy], cli=True)
+        options.update(language_model_options(args.lm, model, sp, cli=True))
     check_strategy(model, strategy, options, args.nbest, cli=True)
     check_upsample_ratio(args.upsample_ratio, model)
     lines = read_lines(args.input, stdin=True)

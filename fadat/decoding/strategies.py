@@ -197,13 +197,19 @@ _BANS = ("no_consecutive_repeated_ngram", "no_repeated_ngram")
 
 
 def _check_language_model(options: dict[str, Any]) -> None:
-    """The DAG beam search's ``lm`` needs ``lm_words`` and the optional ``kenlm`` package."""
+    """The DAG beam search's ``lm`` needs ``lm_words`` and the optional ``kenlm`` package;
+    ``gamma``, the LM's weight, needs ``lm`` (without one it would be ignored)."""
     if options.get("lm") is None:
+        if options.get("gamma") is not None:
+            raise StrategyError(
+                "gamma (--gamma) weighs the language model lm (--lm) and does nothing without "
+                "one; give a language model or leave gamma out"
+            )
         return
     if options.get("lm_words") is None:
         raise StrategyError("lm_words (the LM word of each token id) is required with lm")
     if importlib.util.find_spec("kenlm") is None:
-        raise StrategyError("lm needs the kenlm package (pip install kenlm)")
+        raise StrategyError('lm needs the kenlm package (pip install -e ".[lm]")')
 
 
 # ----------------------------------------------------------------------------------------------
