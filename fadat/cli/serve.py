@@ -105,6 +105,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "for a model directory; torch; or onnxruntime (no graph view, no confidence; "
         "docs/engine.md)",
     )
+    parser.add_argument(
+        "--lm",
+        default=None,
+        metavar="FILE",
+        help="KenLM n-gram language model (ARPA or build_binary file) over the model's "
+        "sentencepiece pieces, loaded once: requests with strategy beam (DAT) decode with it "
+        "and may set its weight gamma (default 0.1); without it they cannot set gamma",
+    )
     parser.add_argument("--log-level", default="info", choices=list(LOG_LEVELS))
     add_force_argument(parser)
 
@@ -137,5 +145,6 @@ def run(args: argparse.Namespace) -> int:
         graceful_timeout=args.graceful_timeout,
         log_level=args.log_level,
         force=args.force,
+        lm=args.lm,
     )
     return 0

@@ -145,15 +145,35 @@ class Engine:
         model: DAT or AT model in eval mode.
         sp: its sentencepiece processor.
         name: shown by ``GET /health`` (the directory's name).
+        language_model: the beam search's ``lm`` and ``lm_words`` keywords
+            (:func:`fadat.translation.language_model.language_model_options`), added to every
+            request of a strategy that takes them; ``None`` without a language model, and then
+            requests cannot set the options that weigh one (``gamma``).
     """
 
-    def __init__(self, model: nn.Module, sp: Any, name: str = "model") -> None:
+    def __init__(
+        self, model: nn.Module, sp: Any, name: str = "model", lm: Any = None, lm_path: Any = None
+    ) -> None:
+        """Raises :class:`~fadat.errors.InputError`: as
+        :func:`~fadat.models.directory.check_vocabulary`; ``lm`` (a ``kenlm.Model`` or a file,
+        ``lm_path`` its file for messages) for a model none of whose strategies takes one, or an
+        LM that cannot be used (:func:`fadat.translation.language_model.language_model_options`).
+        """
         from fadat.models.directory import check_vocabulary
 
         check_vocabulary(sp, model)
         self.model = model
         self.sp = sp
         self.name = name
+        self.language_model: dict[str, Any] | None = None
+        if lm is not None:
+            from fadat.translation.language_model import (
+                check_takes_language_model,
+                language_model_options,
+            )
+
+            check_takes_language_model(model, list(model.strategies()), cli=True)
+            self.language_model = language_model_options(lm, model, sp, path=lm_path, cli=True)
 
     @classmethod
     def from_directory(
@@ -162,21 +182,24 @@ class Engine:
         device: str = "cpu",
         engine: str = "auto",
         intra_threads: int = 1,
+        lm: str | Path | None = None,
     ) -> Engine:
         """Load a model directory or an ONNX export (``engine`` ``auto``: the directory's; see
         :func:`fadat.translation.engines.load_translation_model`) and translate
         :data:`PROBE_SENTENCE` once with the default strategy, so that a model whose outputs are
         not finite (corrupt weights, finite ones included) is refused before the server starts
-        instead of answering 500.
+        instead of answering 500. ``lm``: a KenLM file for the beam search, opened once
+        (:attr:`language_model`).
 
         Raises:
-            InputError: as :func:`fadat.translation.engines.load_translation_model`.
+            InputError: as :func:`fadat.translation.engines.load_translation_model` and the
+                constructor (``lm``).
             NonFiniteOutputError: the probe's outputs are NaN or infinite.
         """
         from fadat.translation.engines import load_translation_model
 
         model, sp = load_translation_model(directory, engine, device, intra_threads=intra_threads)
-        engine = cls(model, sp, name=Path(directory).name)
+        engine = cls(model, sp, name=Path(directory).name, lm=lm, lm_path=lm)
         try:
             engine.translate([PROBE_SENTENCE], engine.default_strategy, {})
         except NonFiniteOutputError as err:
@@ -193,11 +216,21 @@ class Engine:
     @property
     def strategies(self) -> dict[str, list[str]]:
         """Strategy → the options a request may set for it (those of
-        :data:`fadat.options.DECODING_OPTIONS`, the table the command line reads too)."""
+        :data:`fadat.options.DECODING_OPTIONS`, the table the command line reads too; the ones
+        that weigh a language model only when the server has one)."""
+        from fadat.translation.language_model import WEIGHT_OPTIONS
+
+        refused = () if self.language_model is not None else WEIGHT_OPTIONS
         return {
-            name: [o for o in options if o in DECODING_OPTIONS]
+            name: [o for o in options if o in DECODING_OPTIONS and o not in refused]
             for name, options in self.model.strategies().items()
         }
+
+    def _with_language_model(self, strategy: str, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` plus :attr:`language_model` for a strategy that takes it."""
+        if self.language_model is None or "lm" not in self.model.strategies().get(strategy, ()):
+            return options
+        return {**options, **self.language_model}
 
     @property
     def default_strategy(self) -> str:
@@ -258,7 +291,7 @@ class Engine:
             if not low <= value <= high:
                 raise InputError(f"option {name!r} must be in [{low:g}, {high:g}], got {value!r}")
             checked[name] = value
-        check_strategy(self.model, strategy, checked)
+        check_strategy(self.model, strategy, self._with_language_model(strategy, checked))
         return strategy, checked
 
     def cost(self, sentence: str) -> int:
@@ -303,7 +336,7 @@ class Engine:
             self.sp,
             sentences,
             strategy=strategy,
-            options=options,
+            options=self._with_language_model(strategy, options),
             max_tokens=max_tokens,
             warn=log.warning,
             check=False,
@@ -368,7 +401,8 @@ class Engine:
 
         Args:
             sentence: raw source text, not blank.
-            strategies: checked strategy names (default options), at least one.
+            strategies: checked strategy names (default options; the beam search with the
+                server's language model), at least one.
             top_k: tokens listed per vertex.
             min_passing: passing-probability threshold for drawing a vertex.
             min_flow: flow threshold for drawing a transition.
@@ -396,7 +430,10 @@ class Engine:
             self.model, self.sp, [sentence], warn=log.warning
         )
         size = int(graph_lengths[0])
-        hyps = [decode(token_logprobs, links, graph_lengths, s)[0] for s in strategies]
+        hyps = [
+            decode(token_logprobs, links, graph_lengths, s, **self._with_language_model(s, {}))[0]
+            for s in strategies
+        ]
         texts = [detokenize(self.sp, h.tokens) for h in hyps]
         outputs = [list(h.tokens) for h in hyps]
         # log P(y|x) of every drawn path's output on the graph just computed: no second pass

@@ -225,6 +225,7 @@ def serve(
     graceful_timeout: float = 60.0,
     log_level: str = "info",
     force: bool = False,
+    lm: str | Path | None = None,
 ) -> None:
     """Serve ``model`` over HTTP until SIGTERM or Ctrl-C (``fadat serve``); blocks, as
     ``uvicorn.run`` does, and like it runs in the main thread (it installs a SIGTERM handler).
@@ -252,10 +253,13 @@ def serve(
         graceful_timeout: on SIGTERM, seconds to wait for the requests in flight.
         log_level: one of :data:`LOG_LEVELS` (uvicorn's and the server's own log on stderr).
         force: allow ``threads`` above the cores this process may use.
+        lm: a KenLM language model file for the DAT beam search, opened once; beam requests
+            decode with it and may set its weight ``gamma`` (:class:`fadat.serve.engine.Engine`).
 
     Raises:
         InputError: an option out of range (:func:`check_options`), the ``serve`` extra
-            missing, a model directory that cannot be loaded, an address that cannot be bound.
+            missing, a model directory that cannot be loaded, an ``lm`` that cannot be used,
+            an address that cannot be bound.
     """
     check_options(
         port=port,
@@ -288,7 +292,7 @@ def serve(
     connections = connections or ConnectionLimits()
     if threads:
         torch.set_num_threads(threads)
-    loaded = Engine.from_directory(model, device, engine, intra_threads=threads)
+    loaded = Engine.from_directory(model, device, engine, intra_threads=threads, lm=lm)
     app = create_app(
         loaded,
         max_batch_tokens=max_batch_tokens,
