@@ -181,7 +181,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", default="report.json", help="report path (report.json)")
     parser.add_argument("--save-hypotheses", default=None, help="write hypotheses to this dir")
     add_force_argument(parser)
-    add_decoding_arguments(parser)
+    add_decoding_arguments(parser, language_model=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -219,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         bootstrap=args.bootstrap,
         save_hypotheses=args.save_hypotheses,
         options={name: getattr(args, name) for name in DECODING_OPTIONS if hasattr(args, name)},
+        lm=args.lm,
     )
     # report.json records the command line's settings: every flag as given or defaulted.
     report["settings"] = {k: v for k, v in vars(args).items() if not k.startswith("_")}

@@ -73,6 +73,11 @@ from fadat.evaluation.scoring import (
 from fadat.models.directory import load_model, model_device, model_labels, resolve_device
 from fadat.options import decoding_keywords, usable_cores
 from fadat.process import apply_threads
+from fadat.translation.language_model import (
+    check_takes_language_model,
+    language_model_options,
+    open_language_model,
+)
 from fadat.translation.pipeline import (
     apply_reduced_head,
     check_option_values,
@@ -83,6 +88,9 @@ from fadat.translation.pipeline import (
 )
 
 DEFAULT_GRID = (0.6, 0.8, 1.0, 1.2, 1.4)
+
+#: The decoding options that go to the autoregressive models too (the AT's output limit).
+AT_OPTIONS = ("max_len_a", "max_len_b")
 
 
 @dataclass
@@ -392,6 +400,7 @@ def evaluate(
     bootstrap: int = 1000,
     save_hypotheses: str | Path | None = None,
     options: Mapping[str, Any] | None = None,
+    lm: str | Path | None = None,
 ) -> dict[str, Any]:
     """Evaluate model directories side by side on one split of a prepared dataset (the
     protocol of the module docstring) and return the report that ``fadat evaluate`` writes to
@@ -448,7 +457,11 @@ def evaluate(
         options: decoding options by their command-line names (``{"beta": 1.0}``: the keys of
             :data:`fadat.options.DECODING_OPTIONS`), given to every non-autoregressive strategy
             that takes them (``length_penalty`` is the DAG beam search's α); ``max_len_a`` and
-            ``max_len_b`` go to the AT models too.
+            ``max_len_b`` go to the AT models too. An option that none of the systems takes is
+            refused.
+        lm: a KenLM language model file for the DAT beam search (``--lm``, strategy ``beam``
+            in ``strategies``), opened once; ``options["gamma"]`` is its weight
+            (:mod:`fadat.translation.language_model`).
 
     Returns:
         The report: ``environment`` (CPU, threads, versions: :func:`environment`), ``settings``
@@ -463,8 +476,10 @@ def evaluate(
 
     Raises:
         InputError: bad model or data directories, strategies, options or settings (named by
-            their ``fadat evaluate`` flags), or a ``save_hypotheses`` directory that cannot be
-            written (checked before any work).
+            their ``fadat evaluate`` flags), an option that none of the systems takes, a
+            ``save_hypotheses`` directory that cannot be written (checked before any work); an
+            ``lm`` without a beam system to use it, or one that cannot be used
+            (:func:`fadat.translation.language_model.language_model_options`).
     """
     directories = [models] if isinstance(models, str | Path) else list(models)
     if not directories:
@@ -498,6 +513,8 @@ def evaluate(
     chosen = [s.strip() for s in names if s.strip()]
     flags = decoding_keywords(options)
     check_option_values(flags)
+    if lm is not None and not isinstance(lm, str | Path):
+        raise InputError(f"--lm must be a path, got {type(lm).__name__}")
     if threads is None:
         threads = min(2, usable_cores())
     if not _whole(threads):
@@ -519,6 +536,7 @@ def evaluate(
         shortlist=shortlist,
         prune_threshold=prune_threshold,
         baseline=baseline,
+        lm=lm,
     )
     log(f"{len(sources)} sentences of {data} ({split}), {len(references)} reference(s)")
     tuning = {}
@@ -583,6 +601,7 @@ def evaluate(
         "bootstrap": bootstrap,
         "save_hypotheses": None if save_hypotheses is None else str(save_hypotheses),
         "options": flags,
+        "lm": None if lm is None else str(lm),
     }
     return {
         "environment": environment(resolved),
@@ -612,13 +631,22 @@ def evaluate(
                 "model": s.label,
                 "model_type": s.model_type,
                 "strategy": s.strategy,
-                "options": s.options,
+                "options": _shown_options(s.options, lm),
                 **results[s.name],
             }
             for s in systems
         ],
         "significance": significance,
     }
+
+
+def _shown_options(options: dict[str, Any], lm: str | Path | None) -> dict[str, Any]:
+    """A system's options as report.json shows them: the language model as its file, without
+    the LM word of every token id."""
+    shown = {k: v for k, v in options.items() if k != "lm_words"}
+    if "lm" in shown:
+        shown["lm"] = str(lm)
+    return shown
 
 
 def _whole(value: Any) -> bool:
@@ -644,9 +672,11 @@ def _load_systems(
     shortlist: bool | str | Path | None,
     prune_threshold: float | None,
     baseline: str | None,
+    lm: str | Path | None = None,
 ) -> tuple[list[tuple[str, nn.Module, Any]], list[System], str]:
     """The models ``(label, model, sp)``, the systems and the baseline system's name; logs the
-    sources each model truncates. ``options``: the decoding options by command-line name."""
+    sources each model truncates. ``options``: the decoding options by command-line name;
+    ``lm``: a language model file for the beam systems, opened once."""
     models = []
     for label, directory in zip(model_labels(directories), directories, strict=True):
         model, sp = load_model(directory, device)
@@ -655,16 +685,26 @@ def _load_systems(
         models.append((label, model, sp))
     if not strategies and any(not m.autoregressive for _, m, _ in models):
         raise InputError("--strategies is empty")
+    with_lm = _language_models(models, strategies, lm)
     systems = build_systems(
         models,
         strategies,
-        lambda model, strategy: decoding_keywords(options, model.flag_aliases.get(strategy, {})),
+        lambda model, strategy: {
+            **decoding_keywords(options, model.flag_aliases.get(strategy, {})),
+            **with_lm.get(id(model), {}),
+        },
         at_beam_size,
         at_length_penalty,
         # --max-len-a/--max-len-b apply to the AT decoders too.
-        {k: options[k] for k in ("max_len_a", "max_len_b") if k in options},
+        {k: options[k] for k in AT_OPTIONS if k in options},
         upsample_ratio,
     )
+    for name in options:
+        if not any(_takes(system, name) for system in systems):
+            raise InputError(
+                f"--{name.replace('_', '-')}: none of the systems takes it "
+                f"({', '.join(s.name for s in systems)}); choose --strategies that do"
+            )
     names = [s.name for s in systems]
     baseline = baseline or next(
         (s.name for s in systems if s.model.autoregressive and s.strategy == "beam"), names[0]
@@ -680,6 +720,42 @@ def _load_systems(
                 f"maximum of {model.config.max_source_positions} tokens"
             )
     return models, systems, baseline
+
+
+def _language_models(
+    models: Sequence[tuple[str, nn.Module, Any]], strategies: Sequence[str], lm: str | Path | None
+) -> dict[int, dict[str, Any]]:
+    """The beam search's language model keywords (``lm``, ``lm_words``) per model that decodes
+    with a strategy that takes them, keyed by ``id(model)``; the file is opened once.
+
+    Raises:
+        DecodingOptionError: ``lm`` given but no model decodes with such a strategy.
+        InputError: as :func:`fadat.translation.language_model.language_model_options`.
+    """
+    if lm is None:
+        return {}
+    takers = [
+        (model, sp)
+        for _, model, sp in models
+        if not model.autoregressive
+        and any("lm" in model.strategies().get(s, ()) for s in strategies)
+    ]
+    if not takers:
+        model = next((m for _, m, _ in models if not m.autoregressive), models[0][1])
+        check_takes_language_model(model, strategies, cli=True, strategy_flag="--strategies")
+    opened = open_language_model(lm, cli=True)
+    return {
+        id(model): language_model_options(opened, model, sp, path=lm, cli=True)
+        for model, sp in takers
+    }
+
+
+def _takes(system: System, name: str) -> bool:
+    """Whether ``system`` decodes with the decoding option ``name`` (a command-line name)."""
+    if system.model.autoregressive:
+        return name in AT_OPTIONS and name in system.options
+    keyword = system.model.flag_aliases.get(system.strategy, {}).get(name, name)
+    return keyword in system.options
 
 
 def _tune(
