@@ -117,7 +117,8 @@ def beam_search(
         alpha: α, length-normalisation exponent (``--decode-alpha``).
         lm: optional KenLM model (``kenlm.Model``) or path of an ARPA/binary file; needs the
             optional ``kenlm`` package.
-        lm_words: with ``lm``: the LM word of every token id (e.g. the sentencepiece pieces).
+        lm_words: with ``lm``: the LM word of every token id (e.g. the sentencepiece pieces;
+            the verbs pass :func:`fadat.translation.language_model.lm_words`).
         gamma: γ, the LM weight (``--decode-gamma``; used only with ``lm``).
 
     Returns:
