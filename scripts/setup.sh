@@ -27,6 +27,14 @@ if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; the
         || echo "setup: could not install chromium; the browser test will skip"
 fi
 
+# A C++ compiler for the kenlm module of the lm extra (in the dev extras: pip builds it from its
+# source, with cmake from PyPI); installed only when missing.
+if ! command -v c++ >/dev/null; then
+    echo "setup: installing g++ (the kenlm module of the lm extra compiles KenLM)"
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q g++
+fi
+
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
