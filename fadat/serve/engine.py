@@ -151,13 +151,11 @@ class Engine:
             requests cannot set the options that weigh one (``gamma``).
     """
 
-    def __init__(
-        self, model: nn.Module, sp: Any, name: str = "model", lm: Any = None, lm_path: Any = None
-    ) -> None:
+    def __init__(self, model: nn.Module, sp: Any, name: str = "model", lm: Any = None) -> None:
         """Raises :class:`~fadat.errors.InputError`: as
-        :func:`~fadat.models.directory.check_vocabulary`; ``lm`` (a ``kenlm.Model`` or a file,
-        ``lm_path`` its file for messages) for a model none of whose strategies takes one, or an
-        LM that cannot be used (:func:`fadat.translation.language_model.language_model_options`).
+        :func:`~fadat.models.directory.check_vocabulary`; ``lm`` (a ``kenlm.Model`` or a file)
+        for a model none of whose strategies takes one, or an LM that cannot be used
+        (:func:`fadat.translation.language_model.language_model_options`).
         """
         from fadat.models.directory import check_vocabulary
 
@@ -173,7 +171,7 @@ class Engine:
             )
 
             check_takes_language_model(model, list(model.strategies()), cli=True)
-            self.language_model = language_model_options(lm, model, sp, path=lm_path, cli=True)
+            self.language_model = language_model_options(lm, model, sp, cli=True)
 
     @classmethod
     def from_directory(
@@ -199,7 +197,7 @@ class Engine:
         from fadat.translation.engines import load_translation_model
 
         model, sp = load_translation_model(directory, engine, device, intra_threads=intra_threads)
-        engine = cls(model, sp, name=Path(directory).name, lm=lm, lm_path=lm)
+        engine = cls(model, sp, name=Path(directory).name, lm=lm)
         try:
             engine.translate([PROBE_SENTENCE], engine.default_strategy, {})
         except NonFiniteOutputError as err:
