@@ -34,6 +34,7 @@ Usage::
         [--precisions fp32 bf16 int8] [--upsample-ratios 4 3] [--prune-thresholds 1e-2] \\
         [--shortlist FILE] [--at-shortlist FILE] [--onnx-dir DIR] \\
         [--onnx-precisions fp32 int8] [--memory-batches 2] \\
+        [--beam] [--lm FILE [--gamma 1.0]] \\
         [--only REGEX] [--profile ROW|fastest] [--json out.json]
     python bench/bench_inference.py --smoke --dat DAT --at AT --src SRC --ref REF   # seconds
 
@@ -49,13 +50,18 @@ design's shape; ``+vmap`` without ``--at-shortlist`` uses the first design's sho
 in depth, width and trained λ (range): a row without ``λ=`` decodes at its model's own
 ``decoding_upsample_ratio``. Duration at one thread: about 15 s per row and repeat on the
 2-core AMD of docs/results/cpu-speed.md (its 23-row one-thread table, ≈ 5–6 min per repeat);
-more for λ = 6, less for λ = 2 and for a one-layer decoder.
+more for λ = 6, less for λ = 2 and for a one-layer decoder. A beam search row (``--beam``,
+``--lm``) takes roughly 3× a lookahead row's time today (docs/results/lm-beam.md: 103 ms
+against 39 ms at batch 1, fp32, one thread): with both, ≈ 6 lookahead rows' time more per λ and
+precision.
 
 ``--json FILE``: per row (the row's name is the key) its ``command``; what it measures:
 ``design`` (the name; ``None`` for a bare ``--dat`` and the CTranslate2 rows), ``model`` (the
 directory it loads, ``AT_RANDOM`` for ``--at random``), ``system`` (``torch``, ``onnxruntime``,
-``ctranslate2``), ``strategy`` (``greedy``, ``lookahead``, ``joint-viterbi``; CTranslate2
-``greedy``, ``beam5``), ``precision`` (CTranslate2: its compute type), ``upsample_ratio`` (the
+``ctranslate2``), ``strategy`` (``greedy``, ``lookahead``, ``joint-viterbi``, ``beam``;
+CTranslate2 ``greedy``, ``beam5``), ``lm`` (the beam search's language model file as given to
+``--lm``; ``None`` for every other row), ``gamma`` (its weight γ; ``None`` without an LM),
+``precision`` (CTranslate2: its compute type), ``upsample_ratio`` (the
 λ asked for, ``None`` = the model's), ``lambda`` (the λ decoded with; ``None`` for
 CTranslate2), ``shortlist``, ``prune`` (τ or ``None``), ``vmap``, ``forced`` (``=ref len``);
 at the first thread count (``threads``) ``latency_ms`` and ``sent_s`` (median, min, max over
@@ -63,7 +69,8 @@ repeats) of the setting with the best median (``latency_setting``, ``throughput_
 and ``tok_bleu``, ``bleu`` (rows with BLEU); per thread count (key ``"T"``) every setting's
 times; ``same_as_full``, ``cover``, ``disk_mib``, ``memory``, ``profile`` where measured.
 ``machine``: the CPU and versions; ``run``: ``designs`` (name → directory), ``at``,
-``source``, ``test_sentences``, ``latency_sentences``, ``threads``, ``repeats``.
+``source``, ``test_sentences``, ``latency_sentences``, ``threads``, ``repeats``, ``beam``,
+``lm``, ``gamma``.
 bench/speed_frontier.py turns such files into the frontier's table and picture.
 
 Rows (``--only REGEX`` keeps the rows whose name matches):
@@ -75,13 +82,27 @@ Rows (``--only REGEX`` keeps the rows whose name matches):
   shortlist`` builds one) × without and with pruning at each ``--prune-thresholds`` τ (``+prune
   τ``; greedy computes the token head on its path only and is not pruned), at the model's λ and
   at each ``--upsample-ratios`` λ (``λ=x``; decode-time λ below the training λ);
+- ``DAT beam`` (``--beam``) and ``DAT beam+LM`` (``--lm FILE``, weight ``--gamma``, default
+  1.0, the tuned γ of docs/results/lm-beam.md; the verbs' default is 0.1): the DAT's beam
+  search (strategy ``beam`` with its defaults: beam 100, 10 per length, 5 candidates per
+  vertex, α = 1.1) through ``DATModel.translate_batch`` as ``fadat translate --strategy beam
+  [--lm FILE --gamma γ]`` runs it (:func:`beam_translate`): the full ``(B, L, V)`` token
+  log-probabilities (not the top-1 fast path), so no ``+sl`` or ``+prune`` rows; × the
+  ``--precisions`` (fp32, bf16 and int8 copies of ``with_precision`` all run it) × the same λ
+  values. The LM (a KenLM file, opened once before any model is loaded; a missing or unreadable
+  file stops the run with ``open_language_model``'s message) reads each design's outputs as
+  that design's sentencepiece pieces (``lm_words`` of its own ``spm.model``); a design of whose
+  pieces the LM holds fewer than 10 % is refused
+  (:func:`fadat.translation.language_model.language_model_options`). ``--gamma`` without
+  ``--lm`` is refused. Its memory column includes the LM;
 - ``ORT``: the DAT exported with ``fadat export --format onnx`` and run by ONNX Runtime with
   the numpy decoders (:class:`fadat.engine.runtime.OnnxDAT`, docs/engine.md): greedy /
   lookahead / joint-Viterbi × the ``--onnx-precisions`` exports (fp32; int8 = ONNX Runtime's
   dynamic quantization) × the same λ values; no shortlist or pruning (the graph has neither).
   int8 quantizes activations per tensor over the whole batch, so an int8 row's outputs depend
   on how sentences are batched (its BLEU is that of the batched pass, its ``inter t`` outputs
-  those of the halves);
+  those of the halves). No beam search rows: the export gives each vertex's best token only
+  (the graph's top-1), and the beam search reads every vertex's full distribution;
   Left out, with a message, when onnxruntime is not installed;
 - ``CT2``: the AT exported to CTranslate2 (fadat.translation.export; ``--ct2-compute``, default
   int8): greedy and beam 5; the same with CTranslate2's vocabulary map written from a shortlist
@@ -157,14 +178,23 @@ import torch
 from fadat.data.contract import pad_sequences
 from fadat.data.spm import encode_source
 from fadat.decoding import decode
+from fadat.errors import InputError
 from fadat.evaluation.scoring import corpus_scores
 from fadat.models.directory import load_model
 from fadat.models.inference import PRECISIONS, graph_top1, kept_vertices, with_precision
 from fadat.outputs import atomic_write
 from fadat.process import describe_cpu, native_bf16
+from fadat.translation.language_model import language_model_options, open_language_model
+from fadat.translation.pipeline import check_strategy
 
 Translate = Callable[[list[list[int]]], list[list[int]]]
 DAT_STRATEGIES = ("greedy", "lookahead", "joint-viterbi")
+#: The DAG beam search's strategy name (fadat.decoding.strategies); its rows are ``DAT beam``
+#: (``--beam``) and ``DAT beam+LM`` (``--lm``).
+BEAM = "beam"
+#: The LM's weight γ of the ``beam+LM`` rows without ``--gamma``: the best of 0.1–1.5 on the
+#: released model's valid sentences (docs/results/lm-beam.md); the verbs' default is 0.1.
+DEFAULT_GAMMA = 1.0
 
 
 @dataclass
@@ -206,6 +236,8 @@ class Design:
     shortlist_path: Path | None = None
     shortlist: Any = None  # the loaded shortlist, or None: no +sl rows
     onnx_dirs: dict[str, Path] = field(default_factory=dict)  # precision -> export directory
+    # the beam search's LM keywords for its vocabulary (lm, lm_words; language_model_options)
+    lm_options: dict[str, Any] | None = None
 
     @property
     def prefix(self) -> str:
@@ -260,6 +292,41 @@ def dat_translate(
     return run
 
 
+def beam_translate(model, options: dict[str, Any], ratio: float | None = None) -> Translate:
+    """Token ids in, token ids out through the DAT's beam search, the way the pipeline runs it
+    (:func:`fadat.translation.pipeline.iter_translations`): ``model.translate_batch(source,
+    "beam", options)`` in inference mode, which reads the full ``(B, L, V)`` token
+    log-probabilities (``graph_outputs``, in the precision of
+    :func:`fadat.models.inference.with_precision`) and runs
+    :func:`fadat.decoding.beam.beam_search`; the best hypothesis of each sentence.
+
+    Args:
+        model: a DAT model (fp32, or a :func:`~fadat.models.inference.with_precision` copy).
+        options: the beam search's keywords, checked by the caller
+            (:func:`fadat.translation.pipeline.check_strategy`): ``{}`` for its defaults (beam
+            100), or ``{"gamma": γ, "lm": kenlm.Model, "lm_words": [...]}``
+            (:func:`fadat.translation.language_model.language_model_options`).
+        ratio: the decoding λ (``None`` = the model's).
+    """
+
+    def run(sources):
+        with torch.inference_mode():
+            hyps = model.translate_batch(
+                pad_sequences(sources), BEAM, options, upsample_ratio=ratio
+            )
+        return [list(h[0].tokens) for h in hyps]
+
+    return run
+
+
+def beam_options(design: Design, gamma: float | None) -> dict[str, Any]:
+    """The beam search's keywords of a design's row: ``{}`` without an LM (``gamma`` ``None``),
+    else γ and the design's LM keywords (:attr:`Design.lm_options`)."""
+    if gamma is None:
+        return {}
+    return {"gamma": gamma, **design.lm_options}
+
+
 _ENGINES: dict[tuple[str, int], Any] = {}
 
 
@@ -297,22 +364,26 @@ def _replica_init(
     shortlists: list[str],
     onnx_dirs: Sequence[str],
     barrier: Any,
+    lm: str | None = None,
 ) -> None:
-    """Worker start: one torch thread; every precision's model, every shortlist and every ONNX
-    export (a one-thread session each) loaded now, so that no timed call pays for loading;
+    """Worker start: one torch thread; every precision's model, every shortlist, every ONNX
+    export (a one-thread session each) and the language model ``lm`` of the ``beam+LM`` rows
+    (a KenLM file, with the DAT's LM words) loaded now, so that no timed call pays for loading;
     ``barrier`` (a ``multiprocessing`` Barrier of the pool's size) is what
     :func:`_replica_ready` waits on."""
     from fadat.models.shortlist import load_shortlist
 
     _REPLICA["barrier"] = barrier
     torch.set_num_threads(1)
-    _REPLICA["models"], _REPLICA["shortlists"] = {}, {}
+    _REPLICA["models"], _REPLICA["shortlists"], _REPLICA["lm"] = {}, {}, None
     if precisions:
-        base, _ = load_model(dat_dir, "cpu")
+        base, sp = load_model(dat_dir, "cpu")
         _REPLICA["models"] = {p: with_precision(base, p) for p in precisions}
         _REPLICA["shortlists"] = {
             path: load_shortlist(path, base.config.vocab_size) for path in shortlists
         }
+        if lm is not None:
+            _REPLICA["lm"] = language_model_options(lm, base, sp, cli=True)
     _REPLICA["engines"] = {d: ort_engine(d, 1) for d in onnx_dirs}
 
 
@@ -338,6 +409,13 @@ def _replica_translate(
     return dat_translate(model, strategy, sl, prune, ratio)(sources)
 
 
+def _replica_translate_beam(
+    precision: str, gamma: float | None, ratio: float | None, sources: list[list[int]]
+) -> list[list[int]]:
+    options = {} if gamma is None else {"gamma": gamma, **_REPLICA["lm"]}
+    return beam_translate(_REPLICA["models"][precision], options, ratio)(sources)
+
+
 def _replica_translate_onnx(
     directory: str, strategy: str, ratio: float | None, sources: list[list[int]]
 ) -> list[list[int]]:
@@ -345,8 +423,9 @@ def _replica_translate_onnx(
 
 
 class Replicas:
-    """A pool of ``workers`` one-thread processes holding the DAT in each of ``precisions`` and
-    a one-thread ONNX Runtime session of each export in ``onnx_dirs``."""
+    """A pool of ``workers`` one-thread processes holding the DAT in each of ``precisions``, a
+    one-thread ONNX Runtime session of each export in ``onnx_dirs`` and, for the ``beam+LM``
+    rows, the language model file ``lm`` (opened once per worker)."""
 
     def __init__(
         self,
@@ -355,6 +434,7 @@ class Replicas:
         precisions: list[str],
         shortlists: list[str],
         onnx_dirs: Sequence[str] = (),
+        lm: str | None = None,
     ):
         import concurrent.futures
         import multiprocessing
@@ -365,7 +445,14 @@ class Replicas:
             workers,
             mp_context=context,
             initializer=_replica_init,
-            initargs=(dat_dir, precisions, shortlists, list(onnx_dirs), context.Barrier(workers)),
+            initargs=(
+                dat_dir,
+                precisions,
+                shortlists,
+                list(onnx_dirs),
+                context.Barrier(workers),
+                lm,
+            ),
         )
         ready = [self.pool.submit(_replica_ready, 600.0) for _ in range(workers)]
         pids = {f.result() for f in ready}
@@ -387,6 +474,11 @@ class Replicas:
 
     def translate(self, precision, strategy, shortlist, prune, ratio) -> Translate:
         return self._split(_replica_translate, precision, strategy, shortlist, prune, ratio)
+
+    def translate_beam(self, precision: str, gamma: float | None, ratio: float | None) -> Translate:
+        """The beam search (:func:`beam_translate`) in the workers: without an LM (``gamma``
+        ``None``) or with the pool's ``lm`` at weight ``gamma``."""
+        return self._split(_replica_translate_beam, precision, gamma, ratio)
 
     def translate_onnx(self, directory: str, strategy: str, ratio: float | None) -> Translate:
         return self._split(_replica_translate_onnx, directory, strategy, ratio)
@@ -563,12 +655,21 @@ def design_rows(
     precisions: Sequence[str],
     prune_thresholds: Sequence[float],
     replicas: Callable[[Design, int], Replicas],
+    beam: bool = False,
+    lm: str | None = None,
+    gamma: float = DEFAULT_GAMMA,
 ) -> list[Row]:
     """The torch (``DAT``) and ONNX Runtime (``ORT``) rows of one design (its model, shortlist
     and exports loaded by :func:`main`), in the table's order: torch rows by λ, precision,
     strategy, shortlist, pruning; then ONNX Runtime rows by export, λ, strategy. Their names
     start with :attr:`Design.prefix`. ``replicas(design, t)``: the design's pool of ``t``
-    one-thread workers (``inter t``), started when a setting first needs it."""
+    one-thread workers (``inter t``), started when a setting first needs it.
+
+    ``beam``: also the beam search's rows without an LM (``DAT beam``); ``lm`` (the LM file as
+    given on the command line; the design's :attr:`Design.lm_options` hold it opened): also
+    those with it at weight ``gamma`` (``DAT beam+LM``); after each λ and precision's other
+    strategies, without shortlist or pruning (the beam search reads the full token head). No
+    ONNX Runtime beam rows: the export gives each vertex's best token only."""
     rows: list[Row] = []
     directory, shortlist, shortlist_path = design.directory, design.shortlist, design.shortlist_path
     models = {}
@@ -586,8 +687,12 @@ def design_rows(
             "precision": precision,
             "upsample_ratio": ratio,
             "lambda": float(lam),
+            "lm": None,
+            "gamma": None,
             **extra,
         }
+
+    beams = ([("beam", None)] if beam else []) + ([("beam+LM", gamma)] if lm is not None else [])
 
     for (ratio, precision), model in models.items():
         lam = "" if ratio is None else f" λ={ratio:g}"
@@ -650,6 +755,61 @@ def design_rows(
                             ),
                         )
                     )
+        for label, weight in beams:
+            name = f"{design.prefix}DAT {label} {precision}{lam}"
+            command = (
+                f"fadat translate --model {directory} --strategy {BEAM} --precision {precision}"
+                + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
+                + (f" --lm {lm} --gamma {weight:g}" if weight is not None else "")
+            )
+            options = beam_options(design, weight)
+
+            def settings(t, m=model, o=options, r=ratio, p=precision, g=weight):
+                own = [(f"torch {t}", lambda: beam_translate(m, o, r))]
+                if t == 1:
+                    return own
+                return own + [(f"inter {t}", lambda: replicas(design, t).translate_beam(p, g, r))]
+
+            rows.append(
+                Row(
+                    name,
+                    "dat",
+                    command + " --threads T",
+                    settings,
+                    dat={
+                        "model": model,
+                        "strategy": BEAM,
+                        "sl": None,
+                        "prune": None,
+                        "ratio": ratio,
+                        "precision": precision,
+                        "lm": weight is not None,
+                    },
+                    probe={
+                        "kind": "torch",
+                        "dat": str(directory),
+                        "precision": precision,
+                        "strategy": BEAM,
+                        "shortlist": None,
+                        "prune": None,
+                        "ratio": ratio,
+                        "lm": lm if weight is not None else None,
+                        "gamma": weight,
+                    },
+                    disk=directory,
+                    design=design,
+                    info=info(
+                        "torch",
+                        BEAM,
+                        precision,
+                        ratio,
+                        shortlist=False,
+                        prune=None,
+                        lm=lm if weight is not None else None,
+                        gamma=weight,
+                    ),
+                )
+            )
     for precision, export in design.onnx_dirs.items():
         for ratio in ratios:
             lam = "" if ratio is None else f" λ={ratio:g}"
@@ -880,11 +1040,40 @@ def main(argv: list[str] | None = None) -> dict:
         help="--profile ROW: profile batches of B length-sorted sentences (the first "
         "--batch-sentences) instead of batch 1 (the first --latency-sentences)",
     )
+    p.add_argument(
+        "--beam",
+        action="store_true",
+        help="add the DAT's beam search rows without a language model ('DAT beam')",
+    )
+    p.add_argument(
+        "--lm",
+        metavar="FILE",
+        help="add the DAT's beam search rows with this KenLM language model of the DAT's "
+        "pieces ('DAT beam+LM'; fadat translate --lm)",
+    )
+    p.add_argument(
+        "--gamma",
+        type=float,
+        metavar="G",
+        help=f"the --lm rows' LM weight γ (default {DEFAULT_GAMMA:g}; needs --lm)",
+    )
     p.add_argument("--only", help="keep the rows whose name matches this regular expression")
     p.add_argument("--smoke", action="store_true", help="a few sentences, one repeat: seconds")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     designs = parse_designs(args.dat)
+    if args.gamma is not None and args.lm is None:
+        raise SystemExit(
+            "--gamma weighs the --lm language model of the beam+LM rows and does nothing "
+            "without one; give --lm FILE or leave --gamma out"
+        )
+    gamma = DEFAULT_GAMMA if args.gamma is None else args.gamma  # read only with --lm
+    opened_lm = None
+    if args.lm is not None:  # before any model is loaded: a missing file stops the run at once
+        try:
+            opened_lm = open_language_model(args.lm, cli=True)
+        except InputError as err:
+            raise SystemExit(str(err)) from None
     print(f"CPU: {describe_cpu()}", flush=True)
     if args.precisions is None:
         args.precisions = [p for p in PRECISIONS if p != "bf16" or native_bf16("cpu")]
@@ -926,6 +1115,16 @@ def main(argv: list[str] | None = None) -> dict:
     for design in designs:
         design.model, design.sp = load_model(design.directory, "cpu")
         design.sources = [encode_source(design.sp, x) for x in lines]
+        where = "" if design.name is None else f"--dat {design.name}: "
+        try:  # the LM must speak each design's own pieces (its sentencepiece model)
+            if opened_lm is not None:
+                design.lm_options = language_model_options(
+                    opened_lm, design.model, design.sp, path=args.lm, cli=True
+                )
+            for weight in [None] * args.beam + ([gamma] if args.lm is not None else []):
+                check_strategy(design.model, BEAM, beam_options(design, weight), cli=True)
+        except InputError as err:
+            raise SystemExit(f"{where}{err}") from None
     work = Path(tempfile.mkdtemp(prefix="bench-inference-"))
     random_at = args.at == "random"
     first = designs[0]
@@ -982,8 +1181,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     pools: dict[tuple[Design, int], Replicas] = {}
     # what each design's replicas hold
-    pooled: dict[Design, dict[str, set]] = {
-        d: {"precisions": set(), "onnx": set()} for d in designs
+    pooled: dict[Design, dict[str, Any]] = {
+        d: {"precisions": set(), "onnx": set(), "lm": False} for d in designs
     }
 
     def replicas(design: Design, t: int) -> Replicas:
@@ -996,12 +1195,22 @@ def main(argv: list[str] | None = None) -> dict:
                 sorted(held["precisions"]),
                 shortlists,
                 sorted(held["onnx"]),
+                args.lm if held["lm"] else None,
             )
         return pools[design, t]
 
     rows: list[Row] = []
     for design in designs:
-        rows += design_rows(design, ratios, args.precisions, args.prune_thresholds, replicas)
+        rows += design_rows(
+            design,
+            ratios,
+            args.precisions,
+            args.prune_thresholds,
+            replicas,
+            beam=args.beam,
+            lm=args.lm,
+            gamma=gamma,
+        )
     ct2_variants = [("", {}, True), (" =ref len", {"forced": True}, False)]
     if (work / "at-ct2-vmap").is_dir():
         ct2_variants.insert(1, (" +vmap", {"vmap": True}, True))
@@ -1072,6 +1281,8 @@ def main(argv: list[str] | None = None) -> dict:
                             "prune": None,
                             "vmap": bool(variant.get("vmap")),
                             "forced": bool(variant.get("forced")),
+                            "lm": None,
+                            "gamma": None,
                         },
                     )
                 )
@@ -1106,6 +1317,7 @@ def main(argv: list[str] | None = None) -> dict:
     for r in rows:  # what ``inter t`` replicas must hold
         if r.kind == "dat":
             pooled[r.design]["precisions"].add(r.dat["precision"])
+            pooled[r.design]["lm"] |= bool(r.dat.get("lm"))
         elif r.kind == "ort":
             pooled[r.design]["onnx"].add(r.dat["onnx"])
 
@@ -1258,6 +1470,9 @@ def main(argv: list[str] | None = None) -> dict:
             "latency_sentences": latency_count,
             "threads": args.threads,
             "repeats": args.repeats,
+            "beam": args.beam,
+            "lm": args.lm,
+            "gamma": gamma if args.lm is not None else None,
         }
         # all or nothing: a benchmark killed while writing leaves the previous file, not half
         atomic_write(args.json, json.dumps(saved, indent=1, default=str) + "\n", "--json")

@@ -6,7 +6,8 @@ Run by the benchmark, one child per row, after its timed passes::
 
 ``SPEC.json``: ``{"kind": "torch" | "onnx" | "ct2", "batches": [[ids, ...], ...], ...}`` with the
 kind's fields (``torch``: ``dat``, ``precision``, ``strategy``, ``shortlist``, ``prune``,
-``ratio``; ``onnx``: ``directory``, ``strategy``, ``ratio``; ``ct2``: ``directory``,
+``ratio``, and for the beam search (``strategy`` ``beam``) ``lm`` (a KenLM file or null) and
+``gamma``; ``onnx``: ``directory``, ``strategy``, ``ratio``; ``ct2``: ``directory``,
 ``compute``, ``beam``, ``vmap``, ``lengths`` (per batch the forced output lengths, or null)).
 The child imports only what its kind needs (``onnx``: onnxruntime, numpy, sentencepiece and
 :mod:`fadat.engine.runtime`, no torch), then reads its peak resident set size (``VmHWM``,
@@ -54,19 +55,27 @@ def probe(spec: dict) -> dict:
         import torch
 
         sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from bench_inference import dat_translate
+        from bench_inference import BEAM, beam_translate, dat_translate
 
         from fadat.models.directory import load_model
         from fadat.models.inference import with_precision
         from fadat.models.shortlist import load_shortlist
+        from fadat.translation.language_model import language_model_options
 
         torch.set_num_threads(1)
         base = peak_mib()
-        model, _ = load_model(spec["dat"], "cpu")
-        model = with_precision(model, spec["precision"])
-        sl = spec.get("shortlist")
-        sl = load_shortlist(sl, model.config.vocab_size) if sl else None
-        run = dat_translate(model, spec["strategy"], sl, spec.get("prune"), spec.get("ratio"))
+        model, sp = load_model(spec["dat"], "cpu")
+        if spec["strategy"] == BEAM:  # the LM (if any) is part of what the row holds
+            lm = spec.get("lm")
+            options = {}
+            if lm:
+                options = {"gamma": spec["gamma"], **language_model_options(lm, model, sp)}
+            run = beam_translate(with_precision(model, spec["precision"]), options, spec["ratio"])
+        else:
+            model = with_precision(model, spec["precision"])
+            sl = spec.get("shortlist")
+            sl = load_shortlist(sl, model.config.vocab_size) if sl else None
+            run = dat_translate(model, spec["strategy"], sl, spec.get("prune"), spec.get("ratio"))
         for batch in batches:  # as the benchmark times it (graph_top1 runs without grad)
             run(batch)
     elif kind == "ct2":

@@ -7,7 +7,8 @@ Two steps, after the designs are trained (``RUNS/models/STAGE-s1``, recipes/expe
     python bench/speed_frontier.py bleu --design base=runs/sweep/.../models/base-s1 \\
         --design 5x1-range=runs/sweep/.../models/5x1-range-s1 [--design NAME=DIR ...] \\
         --data data/bible-en-es-4k --ratios 2 3 4 6 [--strategies lookahead,joint-viterbi] \\
-        [--split valid] [--subset 0] [--threads 1] --json valid-bleu.json
+        [--lm lm/kd.bin [--gamma 1.0]] [--split valid] [--subset 0] [--threads 1] \\
+        --json valid-bleu.json
     # test BLEU and batch-1 latency come from one bench/bench_inference.py run with the same
     # names (--dat NAME=DIR ...; --json bench.json); then the table and the picture:
     python bench/speed_frontier.py table --bench bench.json [more.json ...] \\
@@ -19,11 +20,20 @@ bootstrap) and writes, per design, λ and strategy, the tokenized BLEU (the NAT 
 the bench's ``tok_bleu``) and sacreBLEU of the split (:func:`valid_bleu`). A design can have
 a file of its own, written when it finishes training; ``table`` merges them (:func:`merge_bleu`).
 
+The DAT's beam search: ``--strategies ...,beam`` gives the beam search without a language model
+(the bench's ``--beam`` rows); ``--lm FILE [--gamma G]`` adds the points of strategy
+``beam+LM`` (the bench's ``--lm FILE --gamma G`` rows, ``DAT beam+LM``): the beam search with
+that KenLM model at weight γ (default 1.0, as the bench's), one more ``evaluate`` call per
+design and λ. A ``beam+LM`` point takes the valid BLEU of the same design, λ and γ only (a
+bench row at another γ shows none).
+
 ``table`` reads the bench's JSON files (their per-row fields: bench/bench_inference.py,
 "--json") and the BLEU file. A point is a torch row of the bench (``system`` ``torch``) at
 ``--precision``, without shortlist or pruning, of a named design (a bare ``--dat`` row takes
 its model directory's name); where a design has two rows of one strategy at one λ (its own λ
-and the same λ asked for), the one asked for is kept. Each point's speed-ups are against the
+and the same λ asked for), the one asked for is kept. A beam search row with a language model
+(its ``lm`` field set) is a point of strategy ``beam+LM`` (:func:`strategy_label`), a curve of
+its own beside ``beam`` without one. Each point's speed-ups are against the
 CTranslate2 rows of the same bench file (CTranslate2's batch-1 ms / the point's; > 1: the DAT
 is faster): beam 5 and greedy at the CTranslate2 compute type ``--ct2-compute`` (default: the
 same as ``--precision``), without ``+vmap``; the rows forced to the references' lengths
@@ -52,6 +62,19 @@ ENGINES = ("torch", "onnxruntime")
 DESIGN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*")
 
 
+#: The strategy of a beam search point with a language model (the bench's ``DAT beam+LM`` rows).
+LM_STRATEGY = "beam+LM"
+
+#: The LM's weight γ of the ``beam+LM`` points without ``--gamma`` (the bench's default).
+DEFAULT_GAMMA = 1.0
+
+
+def strategy_label(row: Mapping[str, Any]) -> str:
+    """A bench row's strategy on the frontier: its ``strategy``, or :data:`LM_STRATEGY` for the
+    beam search with a language model (a row whose ``lm`` is set)."""
+    return LM_STRATEGY if row.get("lm") else row["strategy"]
+
+
 # ----------------------------------------------------------------------------- valid BLEU
 
 
@@ -64,65 +87,96 @@ def valid_bleu(
     split: str = "valid",
     subset: int = 0,
     threads: int = 1,
+    lm: str | Path | None = None,
+    gamma: float | None = None,
 ) -> dict[str, Any]:
     """BLEU of every design at every decoding λ and strategy on one split, through
-    :func:`fadat.evaluation.evaluate.evaluate` (one call per design and λ; no latency, no
-    bootstrap; the model directories as stored, i.e. fp32 weights).
+    :func:`fadat.evaluation.evaluate.evaluate` (one call per design and λ, and one more for
+    the ``beam+LM`` points; no latency, no bootstrap; the model directories as stored, i.e.
+    fp32 weights).
 
     Args:
         designs: design name → DAT model directory, in the order of the table.
         data: a dataset directory written by ``fadat prepare``.
         ratios: the decoding λ values (``upsample_ratio``).
-        strategies: the DAT strategies.
+        strategies: the DAT strategies (``beam``: the beam search without an LM), and
+            :data:`LM_STRATEGY` for the beam search with ``lm`` (added when ``lm`` is given).
         split: the split (``valid``; ``test`` for the fp32 test BLEU).
         subset: the first N sentences only (0 = all).
         threads: torch's intra-op threads.
+        lm: a KenLM language model file of the designs' pieces (``fadat evaluate --lm``): the
+            ``beam+LM`` points.
+        gamma: its weight γ (default :data:`DEFAULT_GAMMA`); only with ``lm``.
 
     Returns:
-        ``{"data", "data_fingerprint", "split", "sentences", "subset", "designs": {name:
-        directory}, "points": [{"design", "model", "lambda", "strategy", "tok_bleu", "bleu"},
-        ...]}`` (BLEU rounded to 2 decimals, as the bench's; ``data_fingerprint``: the
-        sha256 of the split's raw sources and references, :func:`split_digest`, which
-        :func:`merge_bleu` compares, so that one dataset named by two paths still merges).
+        ``{"data", "data_fingerprint", "split", "sentences", "subset", "lm", "gamma",
+        "designs": {name: directory}, "points": [{"design", "model", "lambda", "strategy",
+        "lm", "gamma", "tok_bleu", "bleu"}, ...]}`` (BLEU rounded to 2 decimals, as the
+        bench's; ``lm`` as given and ``gamma`` on the ``beam+LM`` points, ``None`` on the
+        others; ``data_fingerprint``: the sha256 of the split's raw sources and references,
+        :func:`split_digest`, which :func:`merge_bleu` compares, so that one dataset named by
+        two paths still merges).
 
     Raises:
-        fadat.errors.InputError: what :func:`~fadat.evaluation.evaluate.evaluate` raises (a bad
-            model or data directory, a strategy the model does not offer, λ ≤ 0).
+        fadat.errors.InputError: ``gamma`` without ``lm``, :data:`LM_STRATEGY` without ``lm``;
+            what :func:`~fadat.evaluation.evaluate.evaluate` raises (a bad model or data
+            directory, a strategy the model does not offer, λ ≤ 0, a missing or unreadable LM
+            file, an LM that holds too few of a design's pieces).
     """
+    from fadat.errors import InputError
     from fadat.evaluation.evaluate import evaluate
 
+    if gamma is not None and lm is None:
+        raise InputError(
+            "--gamma weighs the --lm language model of the beam+LM points and does nothing "
+            "without one; give --lm FILE or leave --gamma out"
+        )
+    if LM_STRATEGY in strategies and lm is None:
+        raise InputError(f"strategy {LM_STRATEGY} needs a language model: give --lm FILE")
+    plain = [s for s in strategies if s != LM_STRATEGY]
+    weight = (DEFAULT_GAMMA if gamma is None else float(gamma)) if lm is not None else None
+    calls: list[tuple[list[str], dict[str, Any]]] = [(plain, {})] if plain else []
+    if lm is not None:
+        calls.append(([LM_STRATEGY], {"lm": lm, "options": {"gamma": weight}}))
     points, sentences = [], None
     for name, directory in designs.items():
         for ratio in ratios:
-            report = evaluate(
-                directory,
-                data=data,
-                split=split,
-                strategies=list(strategies),
-                subset=subset,
-                latency=False,
-                bootstrap=0,
-                threads=threads,
-                upsample_ratio=float(ratio),
-            )
-            sentences = report["data"].get("sentences", sentences)
-            for system in report["systems"]:
-                points.append(
-                    {
-                        "design": name,
-                        "model": str(directory),
-                        "lambda": float(ratio),
-                        "strategy": system["strategy"],
-                        "tok_bleu": round(system["tok_bleu"], 2),
-                        "bleu": round(system["bleu"], 2),
-                    }
+            for names, extra in calls:
+                report = evaluate(
+                    directory,
+                    data=data,
+                    split=split,
+                    strategies=["beam" if s == LM_STRATEGY else s for s in names],
+                    subset=subset,
+                    latency=False,
+                    bootstrap=0,
+                    threads=threads,
+                    upsample_ratio=float(ratio),
+                    **extra,
                 )
+                sentences = report["data"].get("sentences", sentences)
+                for system in report["systems"]:
+                    with_lm = "lm" in extra
+                    points.append(
+                        {
+                            "design": name,
+                            "model": str(directory),
+                            "lambda": float(ratio),
+                            "strategy": LM_STRATEGY if with_lm else system["strategy"],
+                            "lm": str(lm) if with_lm else None,
+                            "gamma": weight if with_lm else None,
+                            "tok_bleu": round(system["tok_bleu"], 2),
+                            "bleu": round(system["bleu"], 2),
+                        }
+                    )
     return {
         "data": str(data),
         "data_fingerprint": split_digest(data, split),
         "split": split,
         "sentences": sentences,
         "subset": subset,
+        "lm": None if lm is None else str(lm),
+        "gamma": weight,
         "designs": {name: str(d) for name, d in designs.items()},
         "points": points,
     }
@@ -210,7 +264,8 @@ class Point:
     on the test sentences (``None`` if it has none); ``valid_bleu`` from the BLEU file
     (``None`` if absent); ``speedup_beam5`` / ``speedup_greedy``: CTranslate2's batch-1 ms in
     the same run / this point's (``None`` without that row); ``run``: the index of its bench
-    file."""
+    file; ``lm`` (the file as given to the bench) and ``gamma`` for a ``beam+LM`` point, else
+    ``None``."""
 
     design: str
     strategy: str
@@ -223,6 +278,8 @@ class Point:
     speedup_beam5: float | None
     speedup_greedy: float | None
     run: int
+    lm: str | None = None
+    gamma: float | None = None
 
 
 @dataclass(frozen=True)
@@ -298,7 +355,9 @@ def frontier_points(
 
     Returns:
         ``(points, baselines)``: points ordered by design (first appearance), strategy (first
-        appearance), λ; baselines in file order, beam 5 before greedy.
+        appearance; :func:`strategy_label`, so ``beam`` and ``beam+LM`` apart), λ; baselines
+        in file order, beam 5 before greedy. A ``beam+LM`` point's valid BLEU is that of the
+        same design, λ and γ.
 
     Raises:
         ValueError: a design measured in two files (its speed-ups would mix runs), or a JSON
@@ -307,9 +366,10 @@ def frontier_points(
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     compute = ct2_compute or precision
-    valid: dict[tuple[str, str, float], float] = {}
+    valid: dict[tuple[str, str, float, float | None], float] = {}
     for p in (bleu or {}).get("points", []):
-        valid[p["design"], p["strategy"], float(p["lambda"])] = p["tok_bleu"]
+        key = (p["design"], p["strategy"], float(p["lambda"]), _gamma(p))
+        valid[key] = p["tok_bleu"]
     chosen: dict[tuple[str, str, float], tuple[dict[str, Any], int]] = {}
     runs_of: dict[str, int] = {}
     found_baselines: list[Baseline] = []
@@ -327,7 +387,7 @@ def frontier_points(
                     f"design {design!r} is in bench files {runs_of[design]} and {run}: one run "
                     "per design (its speed-ups are against its own run's CTranslate2 rows)"
                 )
-            key = (design, row["strategy"], float(row["lambda"]))
+            key = (design, strategy_label(row), float(row["lambda"]))
             if key in chosen and row.get("upsample_ratio") is None:
                 continue  # the same λ asked for explicitly is already there
             chosen[key] = (row, run)
@@ -348,15 +408,22 @@ def frontier_points(
                 ms,
                 _triple(row.get("sent_s")),
                 row.get("tok_bleu"),
-                valid.get((design, strategy, lam)),
+                valid.get((design, strategy, lam, _gamma(row))),
                 *speedups,
                 run,
+                row.get("lm"),
+                _gamma(row),
             )
         )
     designs = list(dict.fromkeys(p.design for p in points))
     strategies = list(dict.fromkeys(p.strategy for p in points))
     points.sort(key=lambda p: (designs.index(p.design), strategies.index(p.strategy), p.lam))
     return points, found_baselines
+
+
+def _gamma(entry: Mapping[str, Any]) -> float | None:
+    """The γ of a bench row or valid-BLEU point with an LM (``None`` without one)."""
+    return None if not entry.get("lm") or entry.get("gamma") is None else float(entry["gamma"])
 
 
 def _cell(value: float | None, fmt: str) -> str:
@@ -372,7 +439,8 @@ def markdown_table(
     """The frontier as Markdown: a line per bench run (CPU, threads, sentences, repeats), then
     one row per design × λ × strategy (valid BLEU, test BLEU, batch-1 ms with its min–max over
     repeats, sentences/s, speed-ups against CTranslate2 beam 5 and greedy of the same run),
-    then the CTranslate2 rows; with several bench runs each row names its run."""
+    then the CTranslate2 rows; with several bench runs each row names its run. A ``beam+LM``
+    row's strategy names its γ (``beam+LM γ=1``), and a line names each LM file."""
     lines = []
     for run, bench in enumerate(benches):
         info, machine = bench.get("run", {}), bench.get("machine", {})
@@ -389,6 +457,11 @@ def markdown_table(
             f"({bleu.get('sentences', '?')} sentences, fp32 weights) of each design at each λ"
         )
     lines.append("- test BLEU: tokenized BLEU of the bench row's own outputs (its precision)")
+    for lm in dict.fromkeys(p.lm for p in points if p.lm):
+        lines.append(
+            f"- {LM_STRATEGY}: the DAT's beam search with the KenLM language model `{lm}` "
+            "(`fadat translate --strategy beam --lm FILE --gamma γ`)"
+        )
     lines.append(
         "- speed-up: CTranslate2's batch-1 ms in the same run / the row's (> 1: the DAT is faster)"
     )
@@ -402,7 +475,7 @@ def markdown_table(
         ms = p.latency_ms
         run = f" (run {p.run})" if len(benches) > 1 else ""
         lines.append(
-            f"| {p.design}{run} | {p.lam:g} | {p.strategy} | {p.precision} | "
+            f"| {p.design}{run} | {p.lam:g} | {_strategy_cell(p)} | {p.precision} | "
             f"{_cell(p.valid_bleu, '%.2f')} | {_cell(p.test_bleu, '%.2f')} | "
             f"{ms[0]:.2f} ({ms[1]:.2f}–{ms[2]:.2f}) | "
             f"{_cell(p.sent_s[0] if p.sent_s else None, '%.1f')} | "
@@ -422,10 +495,27 @@ def markdown_table(
     return "\n".join(lines) + "\n"
 
 
+def _strategy_cell(point: Point) -> str:
+    """The table's strategy: ``beam+LM γ=1`` for a point with an LM, else the strategy."""
+    return point.strategy + ("" if point.gamma is None else f" γ={point.gamma:g}")
+
+
+#: The picture's line style and marker per strategy (others: :data:`OTHER_STYLE`).
+STYLES: dict[str, tuple[Any, str]] = {
+    "lookahead": ("-", "o"),
+    "joint-viterbi": ("--", "s"),
+    "greedy": (":", "^"),
+    "beam": ("-.", "D"),
+    LM_STRATEGY: ((0, (5, 1, 1, 1, 1, 1)), "P"),
+}
+OTHER_STYLE: tuple[Any, str] = ((0, (1, 2)), "v")
+
+
 def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]):
     """BLEU against batch-1 latency (a matplotlib Figure): per design one colour and per
-    strategy one line style and marker, a line through its λ points (in λ order), each point
-    labelled ``λ=x``; CTranslate2 beam 5 (star) and greedy (cross) as single points, or,
+    strategy one line style and marker (:data:`STYLES`: ``beam`` dash-dot with diamonds,
+    ``beam+LM`` dash-dot-dot with filled pluses), a line through its λ points (in λ order),
+    each point labelled ``λ=x``; CTranslate2 beam 5 (star) and greedy (cross) as single points, or,
     without BLEU (forced to the references' lengths), as vertical lines at their latency, so
     labelled in the legend. Points without test BLEU are left out.
 
@@ -441,7 +531,6 @@ def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]
     fig, ax = plt.subplots(figsize=(9, 6))
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     designs = list(dict.fromkeys(p.design for p in points))
-    styles = {"lookahead": ("-", "o"), "joint-viterbi": ("--", "s"), "greedy": (":", "^")}
     for design in designs:
         colour = colours[designs.index(design) % len(colours)]
         for strategy in dict.fromkeys(p.strategy for p in points if p.design == design):
@@ -454,11 +543,12 @@ def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]
                 continue
             xs = [p.latency_ms[0] for p in curve]
             ys = [p.test_bleu for p in curve]
+            linestyle, marker = STYLES.get(strategy, OTHER_STYLE)
             ax.plot(
                 xs,
                 ys,
-                linestyle=styles.get(strategy, ("-.", "D"))[0],
-                marker=styles.get(strategy, ("-.", "D"))[1],
+                linestyle=linestyle,
+                marker=marker,
                 color=colour,
                 label=f"{design} {strategy}",
             )
@@ -515,7 +605,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--design", action="append", required=True, metavar="NAME=DIR")
     p.add_argument("--data", required=True, help="prepared data directory")
     p.add_argument("--ratios", type=float, nargs="+", required=True, help="decoding λ values")
-    p.add_argument("--strategies", default="lookahead,joint-viterbi")
+    p.add_argument(
+        "--strategies",
+        default="lookahead,joint-viterbi",
+        help="DAT strategies, comma-separated (beam: the beam search without an LM; "
+        f"{LM_STRATEGY}: with --lm)",
+    )
+    p.add_argument(
+        "--lm",
+        metavar="FILE",
+        help=f"a KenLM language model of the designs' pieces: adds the {LM_STRATEGY} points "
+        "(the bench's --lm rows)",
+    )
+    p.add_argument(
+        "--gamma",
+        type=float,
+        metavar="G",
+        help=f"the LM's weight γ (default {DEFAULT_GAMMA:g}, as the bench's; needs --lm)",
+    )
     p.add_argument("--split", default="valid")
     p.add_argument("--subset", type=int, default=0, help="first N sentences (0 = all)")
     p.add_argument("--threads", type=int, default=1)
@@ -554,12 +661,15 @@ def main(argv: list[str] | None = None) -> int:
                 split=args.split,
                 subset=args.subset,
                 threads=args.threads,
+                lm=args.lm,
+                gamma=args.gamma,
             )
         except InputError as err:
             raise SystemExit(f"speed_frontier.py bleu: {err}") from None
         atomic_write(args.json, json.dumps(result, indent=1) + "\n")
         for q in result["points"]:
-            print(f"{q['design']} λ={q['lambda']:g} {q['strategy']}: {q['tok_bleu']:.2f}")
+            weight = "" if q["gamma"] is None else f" γ={q['gamma']:g}"
+            print(f"{q['design']} λ={q['lambda']:g} {q['strategy']}{weight}: {q['tok_bleu']:.2f}")
         return 0
     benches = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.bench]
     bleu = [json.loads(Path(f).read_text(encoding="utf-8")) for f in args.bleu or []]

@@ -17,6 +17,10 @@ SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "bench_inference.py"
 needs_ct2 = pytest.mark.skipif(
     importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 is not installed"
 )
+needs_kenlm = pytest.mark.skipif(
+    importlib.util.find_spec("kenlm") is None,
+    reason="kenlm is not installed (pip install 'fadat[lm]'): the beam+LM rows are not exercised",
+)
 needs_ort = pytest.mark.skipif(
     importlib.util.find_spec("onnxruntime") is None
     or importlib.util.find_spec("onnxscript") is None,
@@ -370,6 +374,185 @@ def test_a_bare_dat_keeps_the_row_names(tmp_path):
     assert saved["DAT lookahead int8"]["design"] is None
     assert saved["DAT lookahead int8 λ=3"]["lambda"] == 3.0
     assert saved["run"]["designs"] == {}
+
+
+def pieces_lm(tmp_path, spm_path):
+    """The tiny ARPA LM of tests/test_lm_cli.py over the tiny models' pieces: it prefers
+    ``test_lm_cli.FAVOURITE`` (``▁ab``). Returns (the file, that piece)."""
+    from test_lm_cli import FAVOURITE, pieces, write_arpa
+
+    words = [w for w in pieces(spm_path) if not w.startswith("<")]
+    return write_arpa(tmp_path / "pieces.arpa", words), FAVOURITE
+
+
+def reference_beam(directory, precision, ratio, options, sources):
+    """The beam search's outputs of the bench's batches (``--smoke``: length-sorted pairs) by
+    hand: the network's full token log-probabilities (``graph_outputs`` in the precision of
+    ``with_precision``) and ``fadat.decoding.decode(..., "beam", **options)``."""
+    import torch
+
+    from fadat.data.contract import pad_sequences
+    from fadat.decoding import decode
+    from fadat.models.directory import load_model
+    from fadat.models.inference import precision_autocast, with_precision
+
+    model, _ = load_model(directory, "cpu")
+    model = with_precision(model, precision)
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    out = [None] * len(sources)
+    for batch in [order[k : k + 2] for k in range(0, len(order), 2)]:
+        with torch.inference_mode(), precision_autocast(model):
+            graph = model.graph_outputs(pad_sequences([sources[i] for i in batch]), ratio)
+        for i, h in zip(batch, decode(*graph, "beam", **options), strict=True):
+            out[i] = list(h.tokens)
+    return out
+
+
+@needs_ct2
+@needs_kenlm
+def test_beam_rows_with_and_without_an_lm(tmp_path):
+    """``--beam --lm FILE --gamma G``: per design, precision and λ a ``DAT beam`` and a ``DAT
+    beam+LM`` row, whose outputs are the beam search's on the full token head of that precision
+    (without the LM, and with it at γ read by the design's own pieces), timed and scored; the
+    JSON's ``strategy``, ``lm``, ``gamma`` on every row; the LM moves outputs toward its word."""
+    import json
+
+    import kenlm
+
+    from fadat.data.spm import encode_source
+    from fadat.translation.language_model import lm_words
+
+    bench = load_bench()
+    dats, src, ref = two_designs(tmp_path)
+    arpa, favourite = pieces_lm(tmp_path, dats["tiny"] / "spm.model")
+    out = tmp_path / "out.json"
+    results = bench.main(
+        ["--smoke", "--dat", f"deep={dats['deep']}", "--dat", f"tiny={dats['tiny']}"]
+        + ["--at", "random", "--src", str(src), "--ref", str(ref), "--precisions", "fp32", "int8"]
+        + ["--upsample-ratios", "2", "--prune-thresholds", "--onnx-precisions"]
+        + ["--memory-batches", "0", "--beam", "--lm", str(arpa), "--gamma", "3"]
+        + ["--only", "beam|^tiny: DAT lookahead int8$", "--json", str(out)]
+    )
+    kinds, precisions, lams = ("beam", "beam+LM"), ("fp32", "int8"), ("", " λ=2")
+    expected = {
+        f"{d}: DAT {k} {p}{lam}" for d in dats for k in kinds for p in precisions for lam in lams
+    }
+    expected |= {"tiny: DAT lookahead int8", "CT2 beam5 int8 =ref len"}
+    assert set(results) == expected
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert (saved["run"]["beam"], saved["run"]["lm"], saved["run"]["gamma"]) == (
+        True,
+        str(arpa),
+        3.0,
+    )
+    for name in ("tiny: DAT lookahead int8", "CT2 beam5 int8 =ref len"):
+        assert (saved[name]["lm"], saved[name]["gamma"]) == (None, None), name
+    own = {"tiny": 4.0, "deep": 3.0}
+    lm = kenlm.Model(str(arpa))
+    lines = src.read_text(encoding="utf-8").splitlines()
+    favourites = {"beam": 0, "beam+LM": 0}
+    for design, directory in dats.items():
+        model, sp = bench.load_model(directory, "cpu")
+        sources = [encode_source(sp, x) for x in lines]
+        with_lm = {"lm": lm, "lm_words": lm_words(sp), "gamma": 3.0}
+        for kind in kinds:
+            for precision in precisions:
+                for ratio, lam in ((None, ""), (2.0, " λ=2")):
+                    name = f"{design}: DAT {kind} {precision}{lam}"
+                    row = saved[name]
+                    assert (row["design"], row["system"], row["strategy"]) == (
+                        design,
+                        "torch",
+                        "beam",
+                    ), name
+                    assert row["precision"] == precision and row["upsample_ratio"] == ratio
+                    assert row["lambda"] == (own[design] if ratio is None else ratio)
+                    assert (row["lm"], row["gamma"]) == (
+                        (str(arpa), 3.0) if kind == "beam+LM" else (None, None)
+                    ), name
+                    assert (row["shortlist"], row["prune"]) == (False, None)
+                    assert row["latency_ms"][0] > 0 and row["sent_s"][0] > 0, name
+                    assert 0 <= row["tok_bleu"] <= 100, name
+                    assert "--strategy beam" in row["command"]
+                    assert ("--lm" in row["command"]) == (kind == "beam+LM")
+                    options = with_lm if kind == "beam+LM" else {}
+                    outputs = results[name]["outputs"]
+                    want = reference_beam(directory, precision, ratio, options, sources)
+                    assert outputs == want, name
+                    favourites[kind] += sum(
+                        sp.id_to_piece(t) == favourite for y in outputs for t in y
+                    )
+    assert favourites["beam+LM"] > favourites["beam"]
+
+
+@needs_kenlm
+def test_dat_replicas_run_the_beam_search(tmp_path, monkeypatch):
+    """``inter 2`` of the beam rows: two one-thread workers, each holding the LM, give the
+    outputs of the beam search in this process, without and with the LM (fp32: int8 scales
+    activations per batch, so a batch split in two may decode otherwise)."""
+    from fadat.data.spm import encode_source
+    from fadat.translation.language_model import language_model_options
+
+    bench = load_bench()
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    dats, src, _ = two_designs(tmp_path)
+    arpa, _ = pieces_lm(tmp_path, dats["tiny"] / "spm.model")
+    model, sp = bench.load_model(dats["tiny"], "cpu")
+    sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
+    pool = bench.Replicas(str(dats["tiny"]), 2, ["fp32"], [], lm=str(arpa))
+    try:
+        for gamma, ratio in ((None, None), (3.0, None), (3.0, 2.0)):
+            options = {}
+            if gamma is not None:
+                options = {"gamma": gamma, **language_model_options(str(arpa), model, sp)}
+            here = bench.beam_translate(model, options, ratio)
+            there = pool.translate_beam("fp32", gamma, ratio)
+            assert there(sources) == here(sources), (gamma, ratio)
+    finally:
+        pool.close()
+
+
+@needs_ct2
+@needs_kenlm
+def test_beam_row_of_a_bare_dat_and_its_memory(tmp_path):
+    """A bare ``--dat``'s rows are ``DAT beam+LM int8`` (γ 1 by default), and its memory probe
+    (bench/rss_probe.py) loads the model and the LM in a child process."""
+    bench = load_bench()
+    dats, src, ref = two_designs(tmp_path)
+    arpa, _ = pieces_lm(tmp_path, dats["tiny"] / "spm.model")
+    results = bench.main(
+        ["--smoke", "--dat", str(dats["tiny"]), "--at", "random", "--src", str(src)]
+        + ["--ref", str(ref), "--precisions", "int8", "--prune-thresholds", "--onnx-precisions"]
+        + ["--lm", str(arpa), "--only", "^DAT beam"]
+    )
+    assert list(results) == ["DAT beam+LM int8"]
+    row = results["DAT beam+LM int8"]
+    assert (row["strategy"], row["lm"], row["gamma"]) == ("beam", str(arpa), 1.0)
+    assert row["memory"]["torch"] and row["memory"]["peak_mib"] > row["memory"]["base_mib"] > 0
+
+
+def test_beam_options_are_refused_before_any_work(tmp_path):
+    """``--gamma`` without ``--lm``; a missing LM file; an LM that is not of a design's pieces
+    (named after the design); a γ that is not a finite number: one message each."""
+    bench = load_bench()
+    dats, src, ref = two_designs(tmp_path)
+    base = ["--smoke", "--dat", f"tiny={dats['tiny']}", "--at", "random"]
+    base += ["--src", str(src), "--ref", str(ref), "--onnx-precisions", "--memory-batches", "0"]
+    with pytest.raises(SystemExit, match="--gamma weighs the --lm language model"):
+        bench.main([*base, "--beam", "--gamma", "0.5"])
+    if importlib.util.find_spec("kenlm") is None:
+        return
+    from test_lm_cli import write_arpa
+
+    missing = tmp_path / "missing.arpa"
+    with pytest.raises(SystemExit, match="missing.arpa: language model \\(--lm\\) not found"):
+        bench.main([*base, "--lm", str(missing)])
+    words = write_arpa(tmp_path / "words.arpa", ["zz", "yy"], favourite="zz")
+    with pytest.raises(SystemExit, match="^--dat tiny: .*words.arpa: only 0 of the model's"):
+        bench.main([*base, "--lm", str(words)])
+    arpa, _ = pieces_lm(tmp_path, dats["tiny"] / "spm.model")
+    with pytest.raises(SystemExit, match="gamma.*finite"):
+        bench.main([*base, "--lm", str(arpa), "--gamma", "nan"])
 
 
 def test_dat_values_name_designs(tmp_path):

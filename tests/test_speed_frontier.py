@@ -162,6 +162,104 @@ def test_points_speedups_and_table():
     assert "1516 sentences" in text and "first 100" in text and "300 sentences" in text
 
 
+def beam_bench_json():
+    """:func:`bench_json` with design a's beam search rows: without an LM at λ 2 and 4, with the
+    LM at γ 1 at λ 2 and 4 (the bench's ``--beam --lm lm/kd.bin --gamma 1``)."""
+    bench = bench_json()
+    lm = {"lm": "lm/kd.bin", "gamma": 1.0}
+    bench["a: DAT beam int8 λ=2"] = dat_row("a", "beam", 2.0, 30.0, 19.0)
+    bench["a: DAT beam int8 λ=4"] = dat_row("a", "beam", 4.0, 50.0, 20.0)
+    bench["a: DAT beam+LM int8 λ=2"] = dat_row("a", "beam", 2.0, 25.0, 21.0, **lm)
+    bench["a: DAT beam+LM int8 λ=4"] = dat_row("a", "beam", 4.0, 40.0, 22.0, **lm)
+    return bench
+
+
+#: Valid BLEU of the beam points: beam+LM at λ 2 at the bench's γ, at λ 4 at another γ only.
+BEAM_BLEU = {
+    **BLEU,
+    "points": BLEU["points"]
+    + [
+        {
+            "design": "a",
+            "lambda": 2.0,
+            "strategy": "beam",
+            "lm": None,
+            "gamma": None,
+            "tok_bleu": 20.0,
+        },
+        {
+            "design": "a",
+            "lambda": 2.0,
+            "strategy": "beam+LM",
+            "lm": "x.bin",
+            "gamma": 1.0,
+            "tok_bleu": 22.0,
+        },
+        {
+            "design": "a",
+            "lambda": 4.0,
+            "strategy": "beam+LM",
+            "lm": "x.bin",
+            "gamma": 0.5,
+            "tok_bleu": 23.0,
+        },
+    ],
+}
+
+
+def test_beam_points_with_and_without_an_lm():
+    """The bench's beam rows are two curves: ``beam`` and ``beam+LM`` (a row with ``lm``),
+    each with its valid BLEU (``beam+LM`` only at the same γ), speed-ups, and table rows that
+    name the LM's γ and file."""
+    frontier = load_frontier()
+    points, baselines = frontier.frontier_points([beam_bench_json()], BEAM_BLEU)
+    got = [
+        (p.strategy, p.lam, p.latency_ms[0], p.test_bleu, p.valid_bleu, p.lm, p.gamma)
+        for p in points
+        if p.design == "a"
+    ]
+    assert got == [
+        ("lookahead", 2.0, 10.0, 18.25, 20.5, None, None),
+        ("lookahead", 4.0, 20.0, 19.0, None, None, None),
+        ("beam", 2.0, 30.0, 19.0, 20.0, None, None),
+        ("beam", 4.0, 50.0, 20.0, None, None, None),
+        ("beam+LM", 2.0, 25.0, 21.0, 22.0, "lm/kd.bin", 1.0),
+        ("beam+LM", 4.0, 40.0, 22.0, None, "lm/kd.bin", 1.0),  # valid BLEU at γ 0.5 only
+    ]
+    lm2 = next(p for p in points if p.strategy == "beam+LM" and p.lam == 2.0)
+    assert (lm2.speedup_beam5, lm2.speedup_greedy) == (40.0 / 25.0, 20.0 / 25.0)
+    text = frontier.markdown_table(points, baselines, [beam_bench_json()], BEAM_BLEU)
+    assert (
+        "| a | 2 | beam+LM γ=1 | int8 | 22.00 | 21.00 | 25.00 (24.00–26.00) | 40.0 | 1.60× "
+        "| 0.80× |" in text.splitlines()
+    )
+    assert (
+        "| a | 4 | beam | int8 | – | 20.00 | 50.00 (49.00–51.00) | 20.0 | 0.80× | 0.40× |" in text
+    )
+    assert "- beam+LM: the DAT's beam search with the KenLM language model `lm/kd.bin`" in text
+
+
+def test_picture_draws_beam_and_beam_lm_apart():
+    """``beam`` and ``beam+LM`` of one design: two lines of the design's colour, each with its
+    own line style and marker (none the other strategies')."""
+    import matplotlib.pyplot as plt
+
+    frontier = load_frontier()
+    points, baselines = frontier.frontier_points([beam_bench_json()], BEAM_BLEU)
+    fig = frontier.frontier_figure(points, baselines)
+    try:
+        lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+        beam, with_lm = lines["a beam"], lines["a beam+LM"]
+        assert list(beam.get_xdata()) == [30.0, 50.0] and list(beam.get_ydata()) == [19.0, 20.0]
+        assert list(with_lm.get_xdata()) == [25.0, 40.0]
+        assert list(with_lm.get_ydata()) == [21.0, 22.0]
+        assert beam.get_color() == with_lm.get_color() == lines["a lookahead"].get_color()
+        looks = {k: (v.get_linestyle(), v.get_marker()) for k, v in lines.items() if k[:2] == "a "}
+        assert len(set(looks.values())) == len(looks) == 3, looks
+    finally:
+        plt.close(fig)
+
+
 def test_picture_draws_the_curves_and_the_baselines():
     """One line per design and strategy through its λ points in λ order, labelled ``λ=x``;
     CTranslate2 beam 5 (with BLEU) a point, greedy (forced, no BLEU) a vertical line whose
@@ -287,20 +385,17 @@ def test_split_digest_is_the_raw_text_of_the_split(tmp_path):
         frontier.split_digest(tmp_path / "d", "train")
 
 
-def test_valid_bleu_is_the_bench_paths_bleu(tmp_path):
-    """``bleu`` through fadat.evaluate gives, per design, λ and strategy, the tokenized BLEU
-    of the bench's own decoding path (fp32) at that λ on the same valid sentences; the
-    references are one design's λ = 2 joint-Viterbi outputs (some of ≥ 4 words), so that point
-    scores 100 and the same design at λ = 3 less: λ reaches the decoder."""
+def designs_and_valid_data(tmp_path):
+    """The bench tests' two tiny designs and a prepared dataset whose train and valid splits
+    are 12 random sentences with the tiny design's λ = 2 joint-Viterbi outputs as references.
+    Returns (designs, data directory, sources, references)."""
     from test_bench_inference import load_bench, two_designs
     from test_translate import random_sentences
 
     from fadat import cli
     from fadat.data.spm import encode_source
-    from fadat.evaluation.scoring import corpus_scores
 
     bench = load_bench()
-    frontier = load_frontier()
     dats, _, _ = two_designs(tmp_path)
     sources = random_sentences(12, seed=5, low=5, high=6)
     model, sp = bench.load_model(dats["tiny"], "cpu")
@@ -317,7 +412,62 @@ def test_valid_bleu_is_the_bench_paths_bleu(tmp_path):
     data = tmp_path / "data"
     argv = ["prepare", *files, "--source-lang", "en", "--target-lang", "en", "--output", str(data)]
     assert cli.main([*argv, "--spm-model", str(dats["tiny"] / "spm.model")]) == 0
+    return dats, data, sources, refs
 
+
+@pytest.mark.skipif(importlib.util.find_spec("kenlm") is None, reason="kenlm is not installed")
+def test_valid_bleu_of_the_beam_search_with_and_without_an_lm(tmp_path, capsys):
+    """``bleu --strategies beam --lm FILE --gamma G``: per design and λ a ``beam`` point and a
+    ``beam+LM`` point (its LM and γ recorded) whose BLEU is that of the bench's beam rows (the
+    same decoding path, fp32); ``--gamma`` or ``beam+LM`` without ``--lm`` is refused."""
+    from test_bench_inference import load_bench, pieces_lm
+
+    from fadat.data.spm import encode_source
+    from fadat.evaluation.scoring import corpus_scores
+    from fadat.translation.language_model import language_model_options
+
+    bench = load_bench()
+    frontier = load_frontier()
+    dats, data, sources, refs = designs_and_valid_data(tmp_path)
+    arpa, _ = pieces_lm(tmp_path, dats["tiny"] / "spm.model")
+    out = tmp_path / "valid-bleu.json"
+    argv = ["bleu", "--design", f"tiny={dats['tiny']}", "--data", str(data), "--ratios", "2"]
+    argv += ["--strategies", "beam", "--json", str(out)]
+    assert frontier.main([*argv, "--lm", str(arpa), "--gamma", "3"]) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    assert (result["lm"], result["gamma"]) == (str(arpa), 3.0)
+    got = {p["strategy"]: (p["lm"], p["gamma"], p["tok_bleu"]) for p in result["points"]}
+    assert set(got) == {"beam", "beam+LM"} and len(result["points"]) == 2
+    model, sp = bench.load_model(dats["tiny"], "cpu")
+    ids = [encode_source(sp, x) for x in sources]
+    with_lm = {"gamma": 3.0, **language_model_options(str(arpa), model, sp)}
+    for strategy, options, lm, gamma in (
+        ("beam", {}, None, None),
+        ("beam+LM", with_lm, str(arpa), 3.0),
+    ):
+        hyps = bench.beam_translate(model, options, 2.0)(ids)
+        scores = corpus_scores([sp.decode(y) for y in hyps], [refs], "en")
+        assert got[strategy] == (lm, gamma, round(scores["tok_bleu"], 2)), strategy
+    assert "tiny λ=2 beam+LM γ=3: " in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="--gamma weighs the --lm language model"):
+        frontier.main([*argv, "--gamma", "3"])
+    with pytest.raises(SystemExit, match="strategy beam\\+LM needs a language model"):
+        frontier.main([*argv[:-4], "--strategies", "beam+LM", "--json", str(out)])
+
+
+def test_valid_bleu_is_the_bench_paths_bleu(tmp_path):
+    """``bleu`` through fadat.evaluate gives, per design, λ and strategy, the tokenized BLEU
+    of the bench's own decoding path (fp32) at that λ on the same valid sentences; the
+    references are one design's λ = 2 joint-Viterbi outputs (some of ≥ 4 words), so that point
+    scores 100 and the same design at λ = 3 less: λ reaches the decoder."""
+    from test_bench_inference import load_bench
+
+    from fadat.data.spm import encode_source
+    from fadat.evaluation.scoring import corpus_scores
+
+    bench = load_bench()
+    frontier = load_frontier()
+    dats, data, sources, refs = designs_and_valid_data(tmp_path)
     out = tmp_path / "valid-bleu.json"
     argv = ["bleu", "--design", f"tiny={dats['tiny']}", "--design", f"deep={dats['deep']}"]
     argv += ["--data", str(data), "--ratios", "2", "3", "--json", str(out)]
