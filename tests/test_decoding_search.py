@@ -592,25 +592,6 @@ def plain_beam(tlp, ln, lens, **options):
     ]
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {},
-        {"beam_size": 3, "max_beam_per_length": 2, "top_cand_n": 3, "top_p": 0.8},
-        {"beam_size": 5, "max_beam_per_length": 1, "max_successors": None, "alpha": 0.7},
-        {"beam_size": 50, "max_beam_per_length": 50, "top_cand_n": 2, "max_successors": 4},
-    ],
-)
-def test_beam_array_search_equals_plain_search(options):
-    # The array implementation against the trie/dict one, with pruning active.
-    tlp, ln, lens = random_graph(8, 16, 6, seed=30, sharp=1.5)
-    fast = decode(tlp, ln, lens, "beam", **options)
-    plain = plain_beam(tlp, ln, lens, **options)
-    for f, p in zip(fast, plain, strict=True):
-        assert (f.tokens, f.path, f.path_tokens) == (p.tokens, p.path, p.path_tokens)
-        assert f.score == pytest.approx(p.score, abs=1e-9)
-
-
 @pytest.mark.parametrize("alpha", [0.0, 1.1])
 def test_plain_beam_without_pruning_is_exhaustive_search(alpha):
     tlp, ln, lens = random_graph(4, 6, 4, seed=31, sharp=1.0)

@@ -30,7 +30,8 @@ dispatches by name. ``s_v = max_y log P(y|v)`` and the argmax token come from :f
 
 Greedy, lookahead, Viterbi and the candidate tables of sampling are batched tensor code and run
 on the device of the inputs (CUDA was not run: this machine has no GPU). Beam search is a
-per-sentence NumPy/Python search on the CPU, as the reference's (C++/OpenMP) one is; its
+per-sentence search on the CPU compiled with numba, as the reference's (C++/OpenMP) one is
+compiled; :func:`beam_search_candidates` runs it from each vertex's top tokens alone. Its
 optional n-gram language model needs the ``kenlm`` package (not a core dependency).
 
 One module per family: :mod:`.paths` (what every decoder shares: :class:`Hypothesis`, outputs
@@ -47,7 +48,7 @@ from typing import Any
 
 import torch
 
-from fadat.decoding.beam import beam_search
+from fadat.decoding.beam import beam_search, beam_search_candidates
 from fadat.decoding.greedy import greedy, lookahead, walk_links
 from fadat.decoding.paths import (
     Hypothesis,
@@ -79,6 +80,7 @@ __all__ = [
     "StrategyOption",
     "VertexTop1",
     "beam_search",
+    "beam_search_candidates",
     "decode",
     "greedy",
     "joint_viterbi",

@@ -1,7 +1,7 @@
 """Beam search over output prefixes with an optional n-gram language model (thu-coai/DAG-Search;
-docs/reference-behaviour.md): a per-sentence NumPy/Python search on the CPU, as the reference's
-(C++/OpenMP) one is; the language model needs the ``kenlm`` package. Conventions:
-:mod:`fadat.decoding`.
+docs/reference-behaviour.md): a per-sentence search on the CPU compiled with numba, as the
+reference's (C++/OpenMP) one is compiled; the language model needs the ``kenlm`` package.
+Conventions: :mod:`fadat.decoding`.
 
 Objective: the output ``y`` maximising
 ``J(y) = (log P(y|x) + γ·lm(y)) / max(1, |y|)^α`` with
@@ -35,11 +35,32 @@ prefixes keep repeats and ``--decode-dedup`` only post-processes them); candidat
 ``β = 1``; the end vertex's token is summed out rather than read from the candidates; the LM's
 ``</s>`` score is added at the end vertex (our choice; the reference's end handling was not
 checked); no n-gram bans. As in the reference, ``lm`` is in log10 and the DAG score in nats.
+
+Search implementation: :func:`beam_search` takes each vertex's top ``top_cand_n`` tokens
+(:func:`top_candidates`) and hands them to :func:`beam_search_candidates`, which reads nothing
+else. Per sentence, in float64, the compiled search (:mod:`fadat.decoding._beam_jit`) keeps
+prefixes as nodes of an array trie (exact identity) and states as array rows found through a
+hash table keyed ``(node, flag, vertex)``; one compiled step per vertex ranks, prunes and
+expands. Without an LM the whole sentence is one compiled call. With one, Python calls the step
+vertex by vertex and scores the trie nodes each step created with KenLM (which compiled code
+cannot call) before the next step ranks them. The plain trie/dict search
+:func:`_beam_one_reference`, one Python step per state and candidate, is the reference it is
+tested equal to: same outputs, paths and scores, ties included (states ranked by a stable sort
+in insertion order, the first of equal best contributions keeps the back-pointer, the first of
+equal final states wins). One difference in the last bit: the top-p cut takes ``exp`` from libm
+where the reference takes NumPy's (SIMD on AVX-512 CPUs), and with ``max_successors`` it tests
+only the best ``max_successors`` pairs; either changes the cut only when the mass before a pair
+equals ``top_p`` within rounding.
+
+Compilation: numba compiles the search on the first call in a process, about 13 s of CPU time
+(x86, measured as process time on a shared core), and caches it on disk (``cache=True``: in
+``__pycache__`` next to :mod:`fadat.decoding._beam_jit`, else in numba's user-wide cache
+directory, or in ``NUMBA_CACHE_DIR``); a later process loads it in about 0.3 s of CPU time.
+Where no cache directory is writable (a read-only install), every process compiles.
 """
 
 from __future__ import annotations
 
-import gc
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -48,7 +69,7 @@ import numpy as np
 import torch
 
 from fadat.data.contract import PAD_ID
-from fadat.decoding.paths import Hypothesis, output_tokens, path_score
+from fadat.decoding.paths import Hypothesis, path_score
 
 
 class _LanguageModel:
@@ -77,6 +98,18 @@ class _LanguageModel:
     def finish(self, state: Any) -> float:
         return self.model.BaseScore(state, "</s>", self._kenlm.State())
 
+    def extend(self, states: list[Any], parents: list[int], tokens: list[int]) -> list[float]:
+        """Append to ``states`` the state of each new trie node (node ``parents[k]``'s state,
+        then word ``tokens[k]``) and return the log10 score of each word (:meth:`step` for a
+        batch of nodes, in a tight loop: the compiled search calls it every vertex)."""
+        base, state, words = self.model.BaseScore, self._kenlm.State, self.words
+        scores = []
+        for p, t in zip(parents, tokens, strict=True):
+            out = state()
+            scores.append(base(states[p], words[t], out))
+            states.append(out)
+        return scores
+
 
 def beam_search(
     token_logprobs: torch.Tensor,
@@ -96,17 +129,11 @@ def beam_search(
     """Prefix-merging beam search over the DAG (thu-coai/DAG-Search; reference-behaviour.md).
 
     The objective, the search, the candidates and the deviations from the reference are in the
-    module docstring (:mod:`fadat.decoding.beam`).
-
-    Runs per sentence on the CPU in float64. Without an LM, each vertex's merging, pruning and
-    expansion are NumPy array operations and prefixes are identified by a 64-bit hash (see
-    :func:`_beam_one_fast`; a hash collision, probability < 1e-9 per sentence, would merge two
-    prefixes); with an LM, the plain trie/dict search :func:`_beam_one_reference` runs (exact
-    prefix identity, one Python step per state and candidate). Tests check both give the same
-    results.
+    module docstring (:mod:`fadat.decoding.beam`). Takes each vertex's top ``top_cand_n`` tokens
+    (:func:`top_candidates`) and runs :func:`beam_search_candidates` on them.
 
     Args:
-        token_logprobs: ``(B, L, V)`` float.
+        token_logprobs: ``(B, L, V)`` float, on any device.
         links: ``(B, L, L)`` float.
         graph_lengths: ``(B,)`` int64.
         beam_size: states kept per vertex (``--decode-beamsize``).
@@ -132,29 +159,91 @@ def beam_search(
         ImportError: ``lm`` given but ``kenlm`` is not installed.
     """
     _check_options(beam_size, max_beam_per_length, top_cand_n, top_p, max_successors)
+    n = min(top_cand_n, token_logprobs.shape[-1])
+    top_lp, top_tok = top_candidates(token_logprobs, n)  # (B, L, n), (B, L, n)
+    return beam_search_candidates(
+        top_lp,
+        top_tok,
+        links,
+        graph_lengths,
+        beam_size=beam_size,
+        max_beam_per_length=max_beam_per_length,
+        top_cand_n=n,
+        top_p=top_p,
+        max_successors=max_successors,
+        alpha=alpha,
+        lm=lm,
+        lm_words=lm_words,
+        gamma=gamma,
+    )
+
+
+def beam_search_candidates(
+    top_logprobs: torch.Tensor,
+    top_tokens: torch.Tensor,
+    links: torch.Tensor,
+    graph_lengths: torch.Tensor,
+    *,
+    beam_size: int = 100,
+    max_beam_per_length: int = 10,
+    top_cand_n: int = 5,
+    top_p: float = 0.9,
+    max_successors: int | None = 5,
+    alpha: float = 1.1,
+    lm: Any = None,
+    lm_words: Sequence[str] | None = None,
+    gamma: float = 0.1,
+) -> list[Hypothesis]:
+    """:func:`beam_search` from each vertex's top tokens instead of the whole ``(B, L, V)``
+    log-probabilities: the search reads nothing else (its candidates are among each vertex's
+    top ``top_cand_n`` tokens, the endpoints read their argmax, the first column).
+
+    Runs per sentence on the CPU in float64, in the compiled search of
+    :mod:`fadat.decoding._beam_jit` (the module docstring of :mod:`fadat.decoding.beam`, search
+    implementation). The keyword options are :func:`beam_search`'s; ``top_cand_n`` takes the
+    first ``top_cand_n`` of the ``n`` tokens of every vertex.
+
+    Args:
+        top_logprobs: ``(B, L, n)`` float, the log-probabilities of ``top_tokens``.
+        top_tokens: ``(B, L, n)`` int64, each vertex's ``n`` most likely token ids, by
+            log-probability descending, ties by the lower id (:func:`top_candidates`).
+        links: ``(B, L, L)`` float.
+        graph_lengths: ``(B,)`` int64.
+
+    Returns:
+        ``B`` hypotheses, as :func:`beam_search`'s (the same on the same inputs).
+
+    Raises:
+        ValueError: as :func:`beam_search`; ``top_logprobs`` and ``top_tokens`` of different
+            shapes; fewer than ``top_cand_n`` tokens per vertex.
+        ImportError: ``lm`` given but ``kenlm`` is not installed.
+    """
+    _check_options(beam_size, max_beam_per_length, top_cand_n, top_p, max_successors)
+    if top_logprobs.shape != top_tokens.shape or top_logprobs.dim() != 3:
+        raise ValueError(
+            "top_logprobs and top_tokens must both be (B, L, n), got "
+            f"{tuple(top_logprobs.shape)} and {tuple(top_tokens.shape)}"
+        )
+    if top_tokens.shape[-1] < top_cand_n:
+        raise ValueError(
+            f"top_tokens has {top_tokens.shape[-1]} tokens per vertex, fewer than "
+            f"top_cand_n = {top_cand_n}"
+        )
     language_model = None
     if lm is not None:
         if lm_words is None:
             raise ValueError("lm_words (the LM word of each token id) is required with lm")
         language_model = _LanguageModel(lm, lm_words)
-    lp_all = token_logprobs.detach().to("cpu", torch.float64).numpy()  # (B, L, V)
+    tl_all = top_logprobs[..., :top_cand_n].detach().to("cpu", torch.float64).numpy()  # (B, L, n)
+    tt_all = top_tokens[..., :top_cand_n].detach().to("cpu", torch.int64).numpy()  # (B, L, n)
     ln_all = links.detach().to("cpu", torch.float64).numpy()  # (B, L, L)
+    options = (beam_size, max_beam_per_length, top_p, max_successors, alpha)
     out = []
-    # The search allocates many small linked containers and frees nothing until the sentence
-    # ends; the cyclic garbage collector would re-traverse them all again and again.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        for b, n in enumerate(graph_lengths.tolist()):
-            args = (lp_all[b, :n], ln_all[b, :n, :n], beam_size, max_beam_per_length)
-            args += (top_cand_n, top_p, max_successors, alpha)
-            if language_model is None:
-                out.append(_beam_one_fast(*args))
-            else:
-                out.append(_beam_one_reference(*args, language_model, gamma))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
+    for b, n in enumerate(graph_lengths.tolist()):
+        tl = np.ascontiguousarray(tl_all[b, :n])  # (L_b, n) one compiled specialisation:
+        tt = np.ascontiguousarray(tt_all[b, :n])  # C-contiguous arrays only
+        ln = np.ascontiguousarray(ln_all[b, :n, :n])
+        out.append(_beam_one_compiled(tl, tt, ln, *options, language_model, gamma))
     return out
 
 
@@ -172,6 +261,138 @@ def _check_options(
         raise ValueError(f"max_successors must be >= 1, got {max_successors}")
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def top_candidates(token_logprobs: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each vertex's ``n`` most likely tokens, largest first, ties by the lower token id (the
+    first ``n`` columns of ``np.argsort(-lp, axis=-1, kind="stable")``), for
+    :func:`beam_search_candidates`.
+
+    ``torch.topk`` of ``n + 1`` on the input's dtype and device (a conversion to float64 keeps
+    the order, so the tokens are those of the float64 log-probabilities); it does not order
+    equal values by id, so the rows where two of the ``n + 1`` values are equal (including the
+    ``n``-th and the next: a tie at the boundary) and the rows with a NaN go through
+    :func:`_top_n` on the CPU.
+
+    Args:
+        token_logprobs: ``(B, L, V)`` float.
+        n: tokens per vertex, ``1 ≤ n ≤ V``.
+
+    Returns:
+        ``(top_logprobs, top_tokens)``: ``(B, L, n)`` float64 and ``(B, L, n)`` int64, on the
+        CPU.
+    """
+    x = token_logprobs.detach()
+    B, L, V = x.shape
+    if n >= V:
+        lp = x.to("cpu", torch.float64).numpy().reshape(B * L, V)  # (B·L, V)
+        tok = _top_n(lp, n)  # (B·L, n)
+        top_lp = np.take_along_axis(lp, tok, axis=1)
+        return torch.from_numpy(top_lp).view(B, L, n), torch.from_numpy(tok).view(B, L, n)
+    vals, idx = x.topk(n + 1, dim=-1)  # (B, L, n + 1), the order of equal values unspecified
+    exact = ~((vals[..., 1:] == vals[..., :-1]).any(-1) | x.isnan().any(-1))  # (B, L)
+    top_lp = vals[..., :n].to("cpu", torch.float64)  # (B, L, n)
+    top_tok = idx[..., :n].to("cpu", torch.int64)  # (B, L, n)
+    if not bool(exact.all()):
+        rows = tuple(r.cpu() for r in (~exact).nonzero(as_tuple=True))  # (R,), (R,)
+        lp = x[rows].to("cpu", torch.float64).numpy()  # (R, V)
+        tok = _top_n(lp, n)  # (R, n)
+        top_tok[rows] = torch.from_numpy(tok)
+        top_lp[rows] = torch.from_numpy(np.take_along_axis(lp, tok, axis=1))
+    return top_lp, top_tok
+
+
+def _top_n(lp: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` columns of ``np.argsort(-lp, axis=1, kind="stable")`` ``(L, n)`` int64
+    (largest first, ties by lower token id), in O(L·V) rather than O(L·V·log V): the n-th
+    largest value of each row by ``np.partition``, the tokens above it and, among those equal
+    to it, the lowest ids, then a stable sort of those n. Rows with a NaN take the full sort
+    (its NaN order)."""
+    L, V = lp.shape
+    if n >= V or np.isnan(lp).any():
+        return np.argsort(-lp, axis=1, kind="stable")[:, :n]
+    kth = np.partition(lp, V - n, axis=1)[:, V - n : V - n + 1]  # (L, 1) the n-th largest
+    above = lp > kth  # (L, V)
+    tied = lp == kth  # (L, V)
+    room = n - above.sum(axis=1, keepdims=True)  # (L, 1) tied tokens to take, >= 1
+    chosen = above | (tied & (np.cumsum(tied, axis=1) <= room))  # exactly n per row
+    cols = np.nonzero(chosen)[1].reshape(L, n)  # (L, n) in id order
+    order = np.argsort(-np.take_along_axis(lp, cols, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(cols, order, axis=1)
+
+
+def _beam_one_compiled(
+    top_lp: np.ndarray,
+    top_tok: np.ndarray,
+    ln: np.ndarray,
+    beam_size: int,
+    max_beam_per_length: int,
+    top_p: float,
+    max_successors: int | None,
+    alpha: float,
+    lm: _LanguageModel | None,
+    gamma: float,
+) -> Hypothesis:
+    """Beam search of one sentence in the compiled search (:mod:`fadat.decoding._beam_jit`):
+    ``top_lp`` ``(L_b, n)`` float64, ``top_tok`` ``(L_b, n)`` int64, ``ln`` ``(L_b, L_b)``
+    float64, all C-contiguous. Same results as :func:`_beam_one_reference`.
+
+    Without an LM one compiled call runs the sentence. With one, Python calls the compiled
+    :func:`~fadat.decoding._beam_jit.step` vertex by vertex and scores the trie nodes each step
+    created with KenLM (a state per node in ``states``) before the next step ranks anything.
+    """
+    from fadat.decoding import _beam_jit as jit
+
+    L = ln.shape[0]
+    if L == 2:
+        return _two_vertex_hypothesis(top_lp, ln, top_tok[:, 0], np.zeros(2, np.int64))
+    pw = np.array([max(1, k) ** alpha for k in range(L + 1)])  # (L + 1,) as the reference's
+    succ = -1 if max_successors is None else max_successors
+    options = (top_lp, top_tok, ln, pw, beam_size, max_beam_per_length, top_p, succ)
+    cap = _arena_capacity(L)
+    arena = jit.new_arena(L, int(top_tok[0, 0]), cap, cap)
+    if lm is None:
+        path, ptoks, cols, out = jit.search(*options, PAD_ID, arena)
+    else:
+        states = [lm.begin()]  # the KenLM state of every trie node
+        for i in range(L - 1):
+            first = int(arena[-1][0])  # the id of the first node this step creates
+            new = jit.step(i, *options, gamma, PAD_ID, arena)
+            while new < 0:
+                arena = jit.grown(arena)
+                new = jit.step(i, *options, gamma, PAD_ID, arena)
+            if new:
+                rows = arena[0][first : first + new]  # (new, 3) parent, token, length
+                scores = lm.extend(states, rows[:, 0].tolist(), rows[:, 1].tolist())
+                node_lm = arena[1]
+                node_lm[first : first + new] = node_lm[rows[:, 0]] + np.array(scores)
+        final_lm = np.zeros(arena[0].shape[0])  # (N,) the LM's </s> at the end vertex
+        for node in set(jit.vertex_nodes(L - 1, arena).tolist()):
+            final_lm[node] = lm.finish(states[node])
+        path, ptoks, cols, out = jit.best_path(top_tok, pw, gamma, final_lm, arena)
+    score = path_score(top_lp, ln, path, cols)
+    return Hypothesis(out.tolist(), path.tolist(), ptoks.tolist(), score)
+
+
+def _arena_capacity(L: int) -> int:
+    """The compiled search's first capacity of trie nodes and of states for a graph of ``L``
+    vertices: 64 a vertex (the released model's graphs use 10-50 with the defaults), a power of
+    two, at least 1024; the arena doubles when a step needs more."""
+    return 1 << max(10, (64 * L - 1).bit_length())
+
+
+# ----------------------------------------------------------------------------------------------
+# The plain reference: a trie and dicts, one Python step per (state, candidate)
+# ----------------------------------------------------------------------------------------------
+
+
+def _top_tokens(lp: np.ndarray, top_cand_n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each vertex's top ``min(top_cand_n, V)`` tokens ``(L_b, n)`` int64, their log-probs
+    ``(L_b, n)`` float64 and its argmax token ``(L_b,)``, from ``lp`` ``(L_b, V)``."""
+    n = min(top_cand_n, lp.shape[1])
+    top_tok = _top_n(lp, n)  # (L, n)
+    top_lp = np.take_along_axis(lp, top_tok, axis=1)  # (L, n)
+    return top_tok, top_lp, lp.argmax(axis=1)
 
 
 def _beam_candidates(
@@ -202,198 +423,13 @@ def _beam_candidates(
     return list(zip(jj[order].tolist(), tt[order].tolist(), sc[order].tolist(), strict=True))
 
 
-# splitmix64 finaliser constants: a prefix's 64-bit identity is mix(parent · K + token + 1).
-_HASH_MUL = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_FREE_SALT = np.uint64(0xD6E8FEB86659FD93)
-
-
-def _extend_hash(h: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """64-bit identities of prefixes ``h`` extended by tokens ``t`` (uint64 arithmetic wraps)."""
-    z = h * _HASH_MUL + (t.astype(np.uint64) + np.uint64(1))
-    z ^= z >> np.uint64(30)
-    z *= _MIX1
-    z ^= z >> np.uint64(27)
-    z *= _MIX2
-    z ^= z >> np.uint64(31)
-    return z
-
-
-def _group_states(chunks: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
-    """Merge contributions with equal (prefix, flag) key: log-sum-exp of scores, best single."""
-    columns = zip(*chunks, strict=True)
-    key, h, free, length, last, score, best, back, tok = (np.concatenate(c) for c in columns)
-    order = np.lexsort((-best, key))  # by key, best contribution first within a key
-    key_s = key[order]
-    starts = np.flatnonzero(np.r_[True, key_s[1:] != key_s[:-1]])
-    counts = np.diff(np.r_[starts, len(order)])
-    sc = score[order]
-    peak = np.maximum.reduceat(sc, starts)  # (G,)
-    lse = peak + np.log(np.add.reduceat(np.exp(sc - np.repeat(peak, counts)), starts))  # (G,)
-    first = order[starts]  # (G,) each group's best contribution
-    keep = (h, free, length, last)
-    return (*(x[first] for x in keep), lse, best[first], back[first], tok[first])
-
-
-def _top_tokens(lp: np.ndarray, top_cand_n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each vertex's top ``min(top_cand_n, V)`` tokens ``(L_b, n)`` int64, their log-probs
-    ``(L_b, n)`` float64 and its argmax token ``(L_b,)``, from ``lp`` ``(L_b, V)``."""
-    n = min(top_cand_n, lp.shape[1])
-    top_tok = _top_n(lp, n)  # (L, n)
-    top_lp = np.take_along_axis(lp, top_tok, axis=1)  # (L, n)
-    return top_tok, top_lp, lp.argmax(axis=1)
-
-
-def _top_n(lp: np.ndarray, n: int) -> np.ndarray:
-    """The first ``n`` columns of ``np.argsort(-lp, axis=1, kind="stable")`` ``(L, n)`` int64
-    (largest first, ties by lower token id), in O(L·V) rather than O(L·V·log V): the n-th
-    largest value of each row by ``np.partition``, the tokens above it and, among those equal
-    to it, the lowest ids, then a stable sort of those n. Rows with a NaN take the full sort
-    (its NaN order)."""
-    L, V = lp.shape
-    if n >= V or np.isnan(lp).any():
-        return np.argsort(-lp, axis=1, kind="stable")[:, :n]
-    kth = np.partition(lp, V - n, axis=1)[:, V - n : V - n + 1]  # (L, 1) the n-th largest
-    above = lp > kth  # (L, V)
-    tied = lp == kth  # (L, V)
-    room = n - above.sum(axis=1, keepdims=True)  # (L, 1) tied tokens to take, >= 1
-    chosen = above | (tied & (np.cumsum(tied, axis=1) <= room))  # exactly n per row
-    cols = np.nonzero(chosen)[1].reshape(L, n)  # (L, n) in id order
-    order = np.argsort(-np.take_along_axis(lp, cols, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(cols, order, axis=1)
-
-
-def _two_vertex_hypothesis(lp: np.ndarray, ln: np.ndarray, argmax_tok: np.ndarray) -> Hypothesis:
-    """The only path of a graph with just the start and the end vertex: an empty output."""
-    path, ptoks = [0, 1], [int(argmax_tok[0]), int(argmax_tok[1])]
-    return Hypothesis([], path, ptoks, path_score(lp, ln, path, ptoks))
-
-
-def _beam_one_fast(
-    lp: np.ndarray,
-    ln: np.ndarray,
-    beam_size: int,
-    max_beam_per_length: int,
-    top_cand_n: int,
-    top_p: float,
-    max_successors: int | None,
-    alpha: float,
+def _two_vertex_hypothesis(
+    lp: np.ndarray, ln: np.ndarray, path_tokens: np.ndarray, cols: np.ndarray
 ) -> Hypothesis:
-    """Beam search of one sentence with array operations per vertex (same search as
-    :func:`_beam_one_reference`, without a language model).
-
-    States are arrays; a prefix is identified by a 64-bit mixed hash of its tokens instead of a
-    trie node, so merging and expanding are NumPy sorts and reductions. Two different prefixes
-    would be merged only on a 64-bit hash collision (probability about ``n²/2⁶⁵`` for ``n``
-    prefixes: below 1e-9 for 10⁵ prefixes).
-
-    A state is the tuple of arrays ``(h, free, length, last, lse, best, back, tok)`` (one entry
-    per state): prefix hash, free flag, prefix length, last token, log-sum-exp score, best single
-    score, back-pointer entry of the best contribution and the token it read. Every state visited
-    is an entry of the back-pointer table (``prev``, ``tok``, ``vert`` chunks).
-    """
-    L = lp.shape[0]
-    top_tok, top_lp, argmax_tok = _top_tokens(lp, top_cand_n)
-    if L == 2:
-        return _two_vertex_hypothesis(lp, ln, argmax_tok)
-    end = L - 1
-    pending: list[list[tuple[np.ndarray, ...]]] = [[] for _ in range(L)]
-    prev_chunks = [np.array([-1])]  # back-pointer of every entry, entry 0 = the start vertex
-    tok_chunks = [np.array([argmax_tok[0]])]
-    vert_chunks = [np.array([0])]
-    n_entries = 1
-    # the start state: empty prefix, free, score 0
-    state = (np.zeros(1, np.uint64), np.ones(1, bool), np.zeros(1, np.int64), np.full(1, -1))
-    state += (np.zeros(1), np.zeros(1), np.full(1, -1), np.full(1, argmax_tok[0]))
-    for i in range(L - 1):
-        if i > 0:
-            if not pending[i]:
-                continue
-            state = _group_states(pending[i])
-            pending[i] = []
-            ids = n_entries + np.arange(len(state[0]))
-            prev_chunks.append(state[6])
-            tok_chunks.append(state[7])
-            vert_chunks.append(np.full(len(ids), i))
-            n_entries += len(ids)
-        else:
-            ids = np.zeros(1, np.int64)
-        length, lse = state[2], state[4]
-        rank = lse / np.maximum(length, 1) ** alpha  # (G,)
-        kept = _prune_fast(length, rank, max_beam_per_length, beam_size)
-        cands = _beam_candidates(ln[i], top_lp, top_tok, i, top_p, max_successors)
-        _expand_fast(state, ids[kept], kept, cands, pending)
-    if not pending[end]:
-        raise ValueError("links has no path from vertex 0 to the end vertex")
-    h, free, length, last, lse, best, back, _ = _group_states(pending[end])
-    g = int(np.argmax(lse / np.maximum(length, 1) ** alpha))
-    prev_all = np.concatenate(prev_chunks)
-    tok_all = np.concatenate(tok_chunks)
-    vert_all = np.concatenate(vert_chunks)
-    path, ptoks = [end], [int(argmax_tok[end])]
-    e = int(back[g])
-    while e >= 0:
-        path.append(int(vert_all[e]))
-        ptoks.append(int(tok_all[e]))
-        e = int(prev_all[e])
-    path.reverse()
-    ptoks.reverse()
-    ptoks[0] = int(argmax_tok[0])
-    return Hypothesis(output_tokens(ptoks), path, ptoks, path_score(lp, ln, path, ptoks))
-
-
-def _prune_fast(
-    length: np.ndarray, rank: np.ndarray, max_beam_per_length: int, beam_size: int
-) -> np.ndarray:
-    """Indices ``(S,)`` of the states kept at a vertex: the best ``max_beam_per_length`` by
-    ``rank`` ``(G,)`` per prefix ``length`` ``(G,)``, then the best ``beam_size`` of those, best
-    first (ties in input order, as the reference's stable sort)."""
-    order = np.lexsort((-rank, length))  # by length, best rank first within a length
-    len_s = length[order]
-    starts = np.flatnonzero(np.r_[True, len_s[1:] != len_s[:-1]])
-    counts = np.diff(np.r_[starts, len(order)])
-    within = np.arange(len(order)) - np.repeat(starts, counts)
-    survivors = order[within < max_beam_per_length]
-    return survivors[np.argsort(-rank[survivors], kind="stable")[:beam_size]]  # (S,)
-
-
-def _expand_fast(
-    state: tuple[np.ndarray, ...],
-    kept_ids: np.ndarray,
-    kept: np.ndarray,
-    cands: list[tuple[int, int, float]],
-    pending: list[list[tuple[np.ndarray, ...]]],
-) -> None:
-    """Extend the ``kept`` states ``(S,)`` (back-pointer entries ``kept_ids`` ``(S,)``) with the
-    source vertex's candidates; each destination vertex ``j`` gets one chunk of ``(S·C_j,)``
-    contributions, keyed by (prefix hash, free flag), appended to ``pending[j]``."""
-    h, free, length, last, lse, best = state[:6]
-    cj = np.array([c[0] for c in cands], dtype=np.int64)  # (C,)
-    ct = np.array([c[1] for c in cands], dtype=np.int64)  # (C,)
-    cs = np.array([c[2] for c in cands], dtype=np.float64)  # (C,)
-    S, C = len(kept), len(cj)
-    hk, fk, lk, tk = h[kept, None], free[kept, None], length[kept, None], last[kept, None]
-    still = (ct < 0) | (ct == PAD_ID)  # (C,) end vertex or pad: the prefix stays, free
-    dup = ~fk & (ct[None, :] == tk) & ~still[None, :]  # (S, C) duplicate of the last token
-    grow = ~still[None, :] & ~dup  # (S, C)
-    new_h = np.where(grow, _extend_hash(hk, np.maximum(ct, 0)[None, :]), hk)  # (S, C)
-    new_free = np.broadcast_to(still[None, :], (S, C))
-    key = new_h ^ (new_free.astype(np.uint64) * _FREE_SALT)  # (S, C)
-    fields = (
-        key,
-        new_h,
-        new_free,
-        lk + grow,
-        np.where(grow, ct[None, :], tk),
-        lse[kept, None] + cs[None, :],
-        best[kept, None] + cs[None, :],
-        np.broadcast_to(kept_ids[:, None], (S, C)),
-        np.broadcast_to(ct[None, :], (S, C)),
-    )
-    for j in np.unique(cj).tolist():
-        cols = cj == j
-        pending[j].append(tuple(f[:, cols].reshape(-1) for f in fields))
+    """The only path of a graph with just the start and the end vertex: an empty output; its
+    tokens ``path_tokens`` ``(2,)`` are columns ``cols`` ``(2,)`` of ``lp``."""
+    path, ptoks = [0, 1], [int(path_tokens[0]), int(path_tokens[1])]
+    return Hypothesis([], path, ptoks, path_score(lp, ln, path, cols[:2]))
 
 
 class _Trie:
@@ -456,8 +492,8 @@ def _beam_one_reference(
     """Beam search of one sentence, plain version: ``lp`` ``(L_b, V)``, ``ln`` ``(L_b, L_b)``.
 
     Prefixes live in a trie (exact identity) and states in dicts; one Python step per
-    (state, candidate). Used with a language model (which scores trie nodes) and as the reference
-    that :func:`_beam_one_fast` is tested against.
+    (state, candidate). The reference that the compiled search (:func:`_beam_one_compiled`) is
+    tested against; no decoder calls it.
 
     A state entry is ``[log-sum-exp score, best single score, back-pointer entry, token, vertex,
     node, free]``, keyed by ``(node, free)`` in its vertex's dict.
@@ -465,7 +501,7 @@ def _beam_one_reference(
     L = lp.shape[0]
     top_tok, top_lp, argmax_tok = _top_tokens(lp, top_cand_n)
     if L == 2:
-        return _two_vertex_hypothesis(lp, ln, argmax_tok)
+        return _two_vertex_hypothesis(lp, ln, argmax_tok, argmax_tok)
     trie = _Trie(lm)
     states: list[dict[tuple[int, bool], list]] = [dict() for _ in range(L)]
     states[0][(0, True)] = [0.0, 0.0, None, int(argmax_tok[0]), 0, 0, True]
