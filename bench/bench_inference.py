@@ -51,9 +51,9 @@ in depth, width and trained λ (range): a row without ``λ=`` decodes at its mod
 ``decoding_upsample_ratio``. Duration at one thread: about 15 s per row and repeat on the
 2-core AMD of docs/results/cpu-speed.md (its 23-row one-thread table, ≈ 5–6 min per repeat);
 more for λ = 6, less for λ = 2 and for a one-layer decoder. A beam search row (``--beam``,
-``--lm``) takes roughly 3× a lookahead row's time today (docs/results/lm-beam.md: 103 ms
-against 39 ms at batch 1, fp32, one thread): with both, ≈ 6 lookahead rows' time more per λ and
-precision.
+``--lm``) takes 1.2–1.4× a torch lookahead row's time at batch 1 and 1.5–1.8× in batches
+(docs/results/lm-beam.md: int8, one thread, AMD Zen 4, the compiled search): with both, about
+three lookahead rows' time more per λ and precision.
 
 ``--json FILE``: per row (the row's name is the key) its ``command``; what it measures:
 ``design`` (the name; ``None`` for a bare ``--dat`` and the CTranslate2 rows), ``model`` (the
