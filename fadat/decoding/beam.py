@@ -341,7 +341,7 @@ def _beam_one_compiled(
     :func:`~fadat.decoding._beam_jit.step` vertex by vertex and scores the trie nodes each step
     created with KenLM (a state per node in ``states``) before the next step ranks anything.
     """
-    from fadat.decoding import _beam_jit as jit
+    import fadat.decoding._beam_jit as jit
 
     L = ln.shape[0]
     if L == 2:
