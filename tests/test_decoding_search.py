@@ -641,27 +641,3 @@ def test_sample_ban_history_follows_the_output_rule():
     )
     assert all(h.path_tokens[4] == B_ for h in hyps)
     assert all(h.tokens == [A, A, B_] for h in hyps)
-
-
-@pytest.mark.parametrize("kind", ["normal", "ties", "ties-and-inf", "one-finite"])
-def test_top_n_equals_the_stable_full_sort(kind):
-    # the beam search's per-vertex candidate tokens: the partition-based top n must pick and
-    # order exactly as the stable argsort it replaces, ties by the lower token id
-    from fadat.decoding.beam import _top_n
-
-    rng = np.random.default_rng(len(kind))
-    for _ in range(500):
-        L, V = int(rng.integers(1, 8)), int(rng.integers(1, 30))
-        n = int(rng.integers(1, V + 1))
-        if kind == "normal":
-            lp = rng.normal(size=(L, V))
-        elif kind == "ties":
-            lp = rng.integers(-3, 1, size=(L, V)).astype(float)
-        elif kind == "ties-and-inf":
-            lp = rng.integers(-2, 1, size=(L, V)).astype(float)
-            lp[lp == -2] = -np.inf
-        else:
-            lp = np.full((L, V), -np.inf)
-            lp[:, int(rng.integers(V))] = 0.0
-        expected = np.argsort(-lp, axis=1, kind="stable")[:, :n]
-        np.testing.assert_array_equal(_top_n(lp, n), expected)

@@ -303,22 +303,11 @@ def top_candidates(token_logprobs: torch.Tensor, n: int) -> tuple[torch.Tensor, 
 
 
 def _top_n(lp: np.ndarray, n: int) -> np.ndarray:
-    """The first ``n`` columns of ``np.argsort(-lp, axis=1, kind="stable")`` ``(L, n)`` int64
-    (largest first, ties by lower token id), in O(L·V) rather than O(L·V·log V): the n-th
-    largest value of each row by ``np.partition``, the tokens above it and, among those equal
-    to it, the lowest ids, then a stable sort of those n. Rows with a NaN take the full sort
-    (its NaN order)."""
-    L, V = lp.shape
-    if n >= V or np.isnan(lp).any():
-        return np.argsort(-lp, axis=1, kind="stable")[:, :n]
-    kth = np.partition(lp, V - n, axis=1)[:, V - n : V - n + 1]  # (L, 1) the n-th largest
-    above = lp > kth  # (L, V)
-    tied = lp == kth  # (L, V)
-    room = n - above.sum(axis=1, keepdims=True)  # (L, 1) tied tokens to take, >= 1
-    chosen = above | (tied & (np.cumsum(tied, axis=1) <= room))  # exactly n per row
-    cols = np.nonzero(chosen)[1].reshape(L, n)  # (L, n) in id order
-    order = np.argsort(-np.take_along_axis(lp, cols, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(cols, order, axis=1)
+    """The first ``n`` columns of ``np.argsort(-lp, axis=1, kind="stable")`` ``(L, n)`` int64:
+    largest first, ties by the lower token id, NaN in NumPy's sort order. Only for the rows
+    :func:`top_candidates` cannot take from ``torch.topk`` (ties, NaN, ``n ≥ V``) and for the
+    reference search, so a full sort of those rows is cheap enough."""
+    return np.argsort(-lp, axis=1, kind="stable")[:, :n]
 
 
 def _beam_one_compiled(
