@@ -70,9 +70,9 @@ from typing import Any
 import numpy as np
 import torch
 
+import fadat.engine.beam_np as beam_np
 from fadat.data.contract import PAD_ID
 from fadat.decoding.paths import Hypothesis, path_score
-from fadat.engine import beam_np
 from fadat.engine.beam_np import _LanguageModel
 from fadat.engine.beam_np import check_options as _check_options
 

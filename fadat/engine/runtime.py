@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from fadat.engine import beam_np, decoding_np
+import fadat.engine.beam_np as beam_np
+import fadat.engine.decoding_np as decoding_np
 from fadat.engine.decoding_np import Hypothesis
 
 METADATA = "metadata.json"

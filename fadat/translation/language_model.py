@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import fadat.engine.beam_np as beam_np
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from fadat.engine import beam_np
 from fadat.errors import DecodingOptionError, InputError
 
 if TYPE_CHECKING:
