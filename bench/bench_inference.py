@@ -101,9 +101,13 @@ Rows (``--only REGEX`` keeps the rows whose name matches):
   dynamic quantization) × the same λ values; no shortlist or pruning (the graph has neither).
   int8 quantizes activations per tensor over the whole batch, so an int8 row's outputs depend
   on how sentences are batched (its BLEU is that of the batched pass, its ``inter t`` outputs
-  those of the halves). No beam search rows: the export gives each vertex's best token only
-  (the graph's top-1), and the beam search reads every vertex's full distribution;
-  Left out, with a message, when onnxruntime is not installed;
+  those of the halves). With ``--beam`` and ``--lm`` also ``ORT beam`` and ``ORT beam+LM`` rows
+  per export and λ: the same beam search (the same options and γ, the same LM file opened once)
+  on each vertex's top 5 tokens that the export's graph gives (format version 2; ``fadat
+  export --top-k``), as ``fadat translate --engine onnxruntime --strategy beam [--lm FILE
+  --gamma γ]`` runs it (:func:`ort_beam_translate`); an export of ``--onnx-dir`` of format
+  version 1 stops the run with a message to export it again. Their memory column includes the
+  LM and numba. Left out, with a message, when onnxruntime is not installed;
 - ``CT2``: the AT exported to CTranslate2 (fadat.translation.export; ``--ct2-compute``, default
   int8): greedy and beam 5; the same with CTranslate2's vocabulary map written from a shortlist
   built the same way for the AT's vocabulary (``+vmap``; ``--at-shortlist``, default the AT
@@ -350,6 +354,25 @@ def ort_translate(engine, strategy: str, ratio: float | None = None) -> Translat
     return run
 
 
+def ort_beam_translate(engine, options: dict[str, Any], ratio: float | None = None) -> Translate:
+    """Token ids in, token ids out through ONNX Runtime and the beam search
+    (:meth:`fadat.engine.runtime.OnnxDAT.translate_ids` with strategy ``beam``: the graph's
+    ``top_lp``/``top_tok`` and :func:`fadat.engine.beam_np.beam_search`), as ``fadat translate
+    --engine onnxruntime --strategy beam`` runs it.
+
+    Args:
+        engine: an :class:`~fadat.engine.runtime.OnnxDAT` of a format-version-2 export.
+        options: the beam search's keywords, as :func:`beam_translate`'s (``{}``, or ``gamma``
+            and an opened ``lm``; ``lm_words`` defaults to the export's pieces).
+        ratio: the decoding λ (``None`` = the export's).
+    """
+
+    def run(sources):
+        return [h.tokens for h in engine.translate_ids(sources, BEAM, ratio, **options)]
+
+    return run
+
+
 # ----------------------------------------------------------------------------- DAT replicas
 # ``inter t`` for the DAT: t worker processes of one torch thread each, a batch split into t
 # contiguous parts translated side by side (CTranslate2's ``inter_threads``, as a server with
@@ -368,22 +391,24 @@ def _replica_init(
 ) -> None:
     """Worker start: one torch thread; every precision's model, every shortlist, every ONNX
     export (a one-thread session each) and the language model ``lm`` of the ``beam+LM`` rows
-    (a KenLM file, with the DAT's LM words) loaded now, so that no timed call pays for loading;
-    ``barrier`` (a ``multiprocessing`` Barrier of the pool's size) is what
-    :func:`_replica_ready` waits on."""
+    (a KenLM file opened once, with the DAT's LM words for the torch rows; the ONNX Runtime
+    rows read the export's) loaded now, so that no timed call pays for loading; ``barrier`` (a
+    ``multiprocessing`` Barrier of the pool's size) is what :func:`_replica_ready` waits on."""
     from fadat.models.shortlist import load_shortlist
 
     _REPLICA["barrier"] = barrier
     torch.set_num_threads(1)
     _REPLICA["models"], _REPLICA["shortlists"], _REPLICA["lm"] = {}, {}, None
+    opened = None if lm is None else open_language_model(lm, cli=True)
+    _REPLICA["lm_model"] = opened
     if precisions:
         base, sp = load_model(dat_dir, "cpu")
         _REPLICA["models"] = {p: with_precision(base, p) for p in precisions}
         _REPLICA["shortlists"] = {
             path: load_shortlist(path, base.config.vocab_size) for path in shortlists
         }
-        if lm is not None:
-            _REPLICA["lm"] = language_model_options(lm, base, sp, cli=True)
+        if opened is not None:
+            _REPLICA["lm"] = language_model_options(opened, base, sp, path=lm, cli=True)
     _REPLICA["engines"] = {d: ort_engine(d, 1) for d in onnx_dirs}
 
 
@@ -420,6 +445,13 @@ def _replica_translate_onnx(
     directory: str, strategy: str, ratio: float | None, sources: list[list[int]]
 ) -> list[list[int]]:
     return ort_translate(_REPLICA["engines"][directory], strategy, ratio)(sources)
+
+
+def _replica_translate_onnx_beam(
+    directory: str, gamma: float | None, ratio: float | None, sources: list[list[int]]
+) -> list[list[int]]:
+    options = {} if gamma is None else {"gamma": gamma, "lm": _REPLICA["lm_model"]}
+    return ort_beam_translate(_REPLICA["engines"][directory], options, ratio)(sources)
 
 
 class Replicas:
@@ -482,6 +514,13 @@ class Replicas:
 
     def translate_onnx(self, directory: str, strategy: str, ratio: float | None) -> Translate:
         return self._split(_replica_translate_onnx, directory, strategy, ratio)
+
+    def translate_onnx_beam(
+        self, directory: str, gamma: float | None, ratio: float | None
+    ) -> Translate:
+        """The beam search on ONNX Runtime (:func:`ort_beam_translate`) in the workers: without
+        an LM (``gamma`` ``None``) or with the pool's ``lm`` at weight ``gamma``."""
+        return self._split(_replica_translate_onnx_beam, directory, gamma, ratio)
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -616,6 +655,27 @@ def onnx_export_dir(dat_dir: str, precision: str, onnx_dir: str | None, work: Pa
     return out
 
 
+def check_beam_export(directory: Path) -> None:
+    """Stop the run when the export ``directory`` cannot feed the ``ORT beam`` rows: format
+    version 1 (each vertex's best token only), or fewer top tokens per vertex than the beam
+    search's default ``top_cand_n`` (5).
+
+    Raises:
+        SystemExit: with :meth:`fadat.engine.runtime.OnnxDAT.check_beam`'s message.
+    """
+    from fadat.engine.runtime import FORMAT_VERSION, METADATA, TOP_K
+
+    meta = json.loads((Path(directory) / METADATA).read_text(encoding="utf-8"))
+    version, top_k = int(meta.get("format_version", 1)), int(meta.get("top_k", 0))
+    if version < FORMAT_VERSION or top_k < min(TOP_K, int(meta["vocab_size"])):
+        raise SystemExit(
+            f"{directory}: an ONNX export of format version {version} with {top_k} top tokens "
+            f"per vertex cannot run the ORT beam rows (--beam, --lm; beam search with "
+            f"top_cand_n {TOP_K}): export it again (fadat export --format onnx), or leave "
+            "--onnx-dir out"
+        )
+
+
 def disk_mib(directory: Path) -> float:
     """The size of the files under ``directory`` in MiB (what a deployment copies)."""
     return sum(f.stat().st_size for f in Path(directory).rglob("*") if f.is_file()) / 2**20
@@ -665,11 +725,11 @@ def design_rows(
     start with :attr:`Design.prefix`. ``replicas(design, t)``: the design's pool of ``t``
     one-thread workers (``inter t``), started when a setting first needs it.
 
-    ``beam``: also the beam search's rows without an LM (``DAT beam``); ``lm`` (the LM file as
-    given on the command line; the design's :attr:`Design.lm_options` hold it opened): also
-    those with it at weight ``gamma`` (``DAT beam+LM``); after each λ and precision's other
-    strategies, without shortlist or pruning (the beam search reads the full token head). No
-    ONNX Runtime beam rows: the export gives each vertex's best token only."""
+    ``beam``: also the beam search's rows without an LM (``DAT beam``, ``ORT beam``); ``lm``
+    (the LM file as given on the command line; the design's :attr:`Design.lm_options` hold it
+    opened): also those with it at weight ``gamma`` (``DAT beam+LM``, ``ORT beam+LM``); after
+    each λ and precision's (export's) other strategies, without shortlist or pruning (the torch
+    rows read the full token head, the ONNX Runtime rows the export's top tokens)."""
     rows: list[Row] = []
     directory, shortlist, shortlist_path = design.directory, design.shortlist, design.shortlist_path
     models = {}
@@ -847,6 +907,54 @@ def design_rows(
                         design=design,
                         info=info(
                             "onnxruntime", strategy, precision, ratio, shortlist=False, prune=None
+                        ),
+                    )
+                )
+            for label, weight in beams:
+                command = (
+                    f"fadat export --format onnx --precision {precision} --model {directory} "
+                    f"--output DIR; fadat translate --engine onnxruntime --model DIR "
+                    f"--strategy {BEAM}"
+                    + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
+                    + (f" --lm {lm} --gamma {weight:g}" if weight is not None else "")
+                    + " --threads T"
+                )
+                options = beam_options(design, weight)
+
+                def settings(t, d=str(export), o=options, r=ratio, g=weight):
+                    own = [(f"intra {t}", lambda: ort_beam_translate(ort_engine(d, t), o, r))]
+                    if t == 1:
+                        return own
+                    return own + [
+                        (f"inter {t}", lambda: replicas(design, t).translate_onnx_beam(d, g, r))
+                    ]
+
+                rows.append(
+                    Row(
+                        f"{design.prefix}ORT {label} {precision}{lam}",
+                        "ort",
+                        command,
+                        settings,
+                        dat={"onnx": str(export), "lm": weight is not None},
+                        probe={
+                            "kind": "onnx",
+                            "directory": str(export),
+                            "strategy": BEAM,
+                            "ratio": ratio,
+                            "lm": lm if weight is not None else None,
+                            "gamma": weight,
+                        },
+                        disk=export,
+                        design=design,
+                        info=info(
+                            "onnxruntime",
+                            BEAM,
+                            precision,
+                            ratio,
+                            shortlist=False,
+                            prune=None,
+                            lm=lm if weight is not None else None,
+                            gamma=weight,
                         ),
                     )
                 )
@@ -1178,6 +1286,8 @@ def main(argv: list[str] | None = None) -> dict:
             design.onnx_dirs[precision] = onnx_export_dir(
                 str(design.directory), precision, onnx_dir, work / sub
             )
+            if args.beam or args.lm is not None:  # the ORT beam rows need the top tokens
+                check_beam_export(design.onnx_dirs[precision])
 
     pools: dict[tuple[Design, int], Replicas] = {}
     # what each design's replicas hold
@@ -1320,6 +1430,7 @@ def main(argv: list[str] | None = None) -> dict:
             pooled[r.design]["lm"] |= bool(r.dat.get("lm"))
         elif r.kind == "ort":
             pooled[r.design]["onnx"].add(r.dat["onnx"])
+            pooled[r.design]["lm"] |= bool(r.dat.get("lm"))
 
     results: dict[str, dict] = {r.name: {"command": r.command, **r.info} for r in rows}
     for t_index, threads in enumerate(args.threads):

@@ -7,10 +7,11 @@ Run by the benchmark, one child per row, after its timed passes::
 ``SPEC.json``: ``{"kind": "torch" | "onnx" | "ct2", "batches": [[ids, ...], ...], ...}`` with the
 kind's fields (``torch``: ``dat``, ``precision``, ``strategy``, ``shortlist``, ``prune``,
 ``ratio``, and for the beam search (``strategy`` ``beam``) ``lm`` (a KenLM file or null) and
-``gamma``; ``onnx``: ``directory``, ``strategy``, ``ratio``; ``ct2``: ``directory``,
-``compute``, ``beam``, ``vmap``, ``lengths`` (per batch the forced output lengths, or null)).
-The child imports only what its kind needs (``onnx``: onnxruntime, numpy, sentencepiece and
-:mod:`fadat.engine.runtime`, no torch), then reads its peak resident set size (``VmHWM``,
+``gamma``; ``onnx``: ``directory``, ``strategy``, ``ratio``, and for ``beam`` ``lm`` and
+``gamma`` as for torch; ``ct2``: ``directory``, ``compute``, ``beam``, ``vmap``, ``lengths``
+(per batch the forced output lengths, or null)). The child imports only what its kind needs
+(``onnx``: onnxruntime, numpy, sentencepiece and :mod:`fadat.engine.runtime`, no torch; the
+beam search adds numba, and kenlm with an LM), then reads its peak resident set size (``VmHWM``,
 :func:`peak_mib`) as ``base``, loads the system on one thread, translates
 every batch once and reads the peak again. Prints one JSON line: ``{"base_mib", "peak_mib",
 "torch": whether torch was imported}``.
@@ -49,8 +50,13 @@ def probe(spec: dict) -> dict:
 
         base = peak_mib()
         engine = OnnxDAT(spec["directory"], intra_threads=1)
+        options = {}
+        if spec.get("lm"):  # the beam+LM rows: the LM is part of what the row holds
+            import kenlm
+
+            options = {"gamma": spec["gamma"], "lm": kenlm.Model(spec["lm"])}
         for batch in batches:
-            engine.translate_ids(batch, spec["strategy"], spec.get("ratio"))
+            engine.translate_ids(batch, spec["strategy"], spec.get("ratio"), **options)
     elif kind == "torch":
         import torch
 

@@ -1,4 +1,4 @@
-"""The compiled beam search (fadat.decoding._beam_jit) against the plain trie/dict search
+"""The compiled beam search (fadat.engine._beam_jit) against the plain trie/dict search
 (``_beam_one_reference``) on random graphs built to hit ties, pads, duplicates and missing links,
 with and without a KenLM language model; ``beam_search_candidates`` against ``beam_search``;
 ``top_candidates`` against the stable full sort."""
@@ -11,13 +11,14 @@ import torch
 from test_decoding import random_graph
 from test_decoding_search import ARPA
 
-from fadat.decoding import beam, beam_search
+from fadat.decoding import beam_search
 from fadat.decoding.beam import (
     _beam_one_reference,
-    _LanguageModel,
     beam_search_candidates,
     top_candidates,
 )
+from fadat.engine import beam_np
+from fadat.engine.beam_np import _LanguageModel
 
 NEG_INF = float("-inf")
 # Both searches run the same float64 operations in the same order, so their scores agree to the
@@ -114,7 +115,7 @@ def test_compiled_search_with_kenlm_equals_reference(tmp_path, seed):
 def test_compiled_search_grows_its_arena(monkeypatch, tmp_path, with_lm):
     # from a tiny first capacity the arena grows many times, inside the compiled loop (no LM)
     # and between the steps that Python calls (LM)
-    monkeypatch.setattr(beam, "_arena_capacity", lambda L: 4)
+    monkeypatch.setattr(beam_np, "_arena_capacity", lambda L: 4)
     rng = np.random.default_rng(7)
     lp, ln = tricky_graph(rng, 30, 6)
     options = {"beam_size": 200, "max_beam_per_length": 50, "top_cand_n": 4, "top_p": 1.0}
@@ -123,7 +124,7 @@ def test_compiled_search_grows_its_arena(monkeypatch, tmp_path, with_lm):
     if with_lm:
         pytest.importorskip("kenlm")
         (tmp_path / "tiny.arpa").write_text(ARPA)
-        lm = beam._LanguageModel(str(tmp_path / "tiny.arpa"), ["w0", "w1", "w2", "w3", "w4", "w5"])
+        lm = _LanguageModel(str(tmp_path / "tiny.arpa"), ["w0", "w1", "w2", "w3", "w4", "w5"])
         kw = {"lm": lm.model, "lm_words": lm.words, "gamma": 1.0}
     (h,) = beam_search(*batch([(lp, ln)]), **options, **kw)
     assert_same(h, reference(lp, ln, options, lm, kw.get("gamma", 0.0)))

@@ -644,3 +644,98 @@ def test_cpu_features_without_cpuinfo_and_with_torch(tmp_path):
             assert features[name] == bool(getattr(torch.cpu, helper)()), name
     assert features["avx_vnni"] is True
     assert features["amx_int8"] == features["amx_tile"]
+
+
+@needs_ct2
+@needs_ort
+@needs_kenlm
+def test_ort_beam_rows_with_and_without_an_lm(tmp_path, dat_onnx):
+    """``--beam --lm FILE`` with ONNX Runtime exports: per export an ``ORT beam`` and an ``ORT
+    beam+LM`` row, whose fp32 outputs are the torch ``DAT beam`` rows' (the same search on the
+    export's top tokens) and whose int8 outputs are the engine's on the bench's batches; the
+    JSON says what each row is, its memory probe imports no torch; the LM moves the outputs
+    toward its word. An export of format version 1 stops such a run."""
+    import json
+
+    from fadat.data.spm import encode_source
+
+    bench = load_bench()
+    models, src, ref = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
+    arpa, favourite = pieces_lm(tmp_path, models["spm"])
+    out = tmp_path / "out.json"
+    results = bench.main(
+        ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"]), "--src", str(src)]
+        + ["--ref", str(ref), "--precisions", "fp32", "--prune-thresholds"]
+        + ["--onnx-dir", str(dat_onnx["dir"]), "--beam", "--lm", str(arpa), "--gamma", "3"]
+        + ["--memory-batches", "1", "--only", "^(DAT|ORT) beam", "--json", str(out)]
+    )
+    kinds = ("beam", "beam+LM")
+    expected = {f"ORT {k} {p}" for k in kinds for p in ("fp32", "int8")}
+    expected |= {f"DAT {k} fp32" for k in kinds}
+    assert set(results) == expected
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    _, sp = bench.load_model(models["dat"], "cpu")
+    sources = [encode_source(sp, x) for x, _ in PAIRS]
+    order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+    favourites = dict.fromkeys(kinds, 0)
+    for kind in kinds:
+        gamma = 3.0 if kind == "beam+LM" else None
+        assert results[f"ORT {kind} fp32"]["outputs"] == results[f"DAT {kind} fp32"]["outputs"]
+        engine = bench.ort_engine(str(dat_onnx["dir"] / "int8"), 1)
+        options = {} if gamma is None else {"gamma": gamma, "lm": str(arpa)}
+        want = [None] * len(sources)
+        for pair in [order[k : k + 2] for k in range(0, len(order), 2)]:  # --smoke: pairs
+            hyps = engine.translate_ids([sources[i] for i in pair], "beam", **options)
+            for i, h in zip(pair, hyps, strict=True):
+                want[i] = h.tokens
+        assert results[f"ORT {kind} int8"]["outputs"] == want, kind
+        for precision in ("fp32", "int8"):
+            name = f"ORT {kind} {precision}"
+            row = saved[name]
+            assert (row["system"], row["strategy"], row["precision"]) == (
+                "onnxruntime",
+                "beam",
+                precision,
+            )
+            assert (row["lm"], row["gamma"]) == ((str(arpa), 3.0) if gamma else (None, None))
+            assert "--engine onnxruntime" in row["command"] and "--strategy beam" in row["command"]
+            assert ("--lm" in row["command"]) == (gamma is not None)
+            assert row["latency_ms"][0] > 0 and 0 <= row["tok_bleu"] <= 100, name
+            assert row["memory"]["torch"] is False, name
+            favourites[kind] += sum(
+                sp.id_to_piece(t) == favourite for y in results[name]["outputs"] for t in y
+            )
+    assert favourites["beam+LM"] > favourites["beam"]
+    old = tmp_path / "v1"
+    old.mkdir()
+    meta = json.loads((dat_onnx["dir"] / "fp32" / "metadata.json").read_text(encoding="utf-8"))
+    (old / "metadata.json").write_text(json.dumps(meta | {"format_version": 1}))
+    with pytest.raises(SystemExit, match="format version 1 .* export it again"):
+        bench.check_beam_export(old)
+    bench.check_beam_export(dat_onnx["dir"] / "int8")
+
+
+@needs_ort
+@needs_kenlm
+def test_onnx_replicas_run_the_beam_search(tmp_path, monkeypatch, dat_onnx):
+    """``inter 2`` of the ORT beam rows: two one-thread workers, each holding the export's
+    session and the LM, give the outputs of the engine in this process (fp32), without and
+    with the LM."""
+    from fadat.data.spm import encode_source
+
+    bench = load_bench()
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    models, src, _ = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
+    arpa, _ = pieces_lm(tmp_path, models["spm"])
+    _, sp = bench.load_model(models["dat"], "cpu")
+    sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
+    directory = str(dat_onnx["dir"] / "fp32")
+    pool = bench.Replicas(str(models["dat"]), 2, [], [], [directory], lm=str(arpa))
+    try:
+        for gamma in (None, 3.0):
+            options = {} if gamma is None else {"gamma": gamma, "lm": str(arpa)}
+            here = bench.ort_beam_translate(bench.ort_engine(directory, 1), options)
+            there = pool.translate_onnx_beam(directory, gamma, None)
+            assert there(sources) == here(sources), gamma
+    finally:
+        pool.close()

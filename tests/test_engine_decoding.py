@@ -162,9 +162,24 @@ BLOCK_TORCH = (
 
 
 def test_the_engine_modules_import_without_torch():
+    """The engine's modules import without torch, and without numba and kenlm (the beam search
+    imports them when it runs); the beam search then runs without torch, its numba compiled
+    search loaded from numba's cache or compiled."""
     code = BLOCK_TORCH + (
-        "import fadat.engine.decoding_np, fadat.engine.runtime\n"
-        "assert 'torch' not in sys.modules\n"
+        "import fadat.engine, fadat.engine.decoding_np, fadat.engine.beam_np\n"
+        "import fadat.engine.runtime\n"
+        "assert not {'torch', 'numba', 'kenlm'} & set(sys.modules), sys.modules.keys()\n"
+        "import numpy as np\n"
+        "from fadat.engine.beam_np import beam_search\n"
+        "lp = np.log(np.full((1, 5, 2), 0.5, dtype=np.float32))\n"
+        "tok = np.tile(np.array([4, 5]), (1, 5, 1))\n"
+        "ln = np.triu(np.zeros((1, 5, 5), dtype=np.float32), 1)\n"
+        "ln[ln == 0] = -np.inf\n"
+        "ln[0, np.arange(4), np.arange(1, 5)] = 0.0\n"
+        "(h,) = beam_search(lp, tok, ln, np.array([5]), top_cand_n=2)\n"
+        # J([4, 5, 4]) = log(1/8) / 3^1.1 beats log(2/8) / 2^1.1 of [4, 5]; [5, 4, 5] ties
+        "assert h.path == [0, 1, 2, 3, 4] and h.tokens == [4, 5, 4], h\n"
+        "assert 'torch' not in sys.modules and 'numba' in sys.modules\n"
         "print('ok')\n"
     )
     out = subprocess.run(

@@ -1,7 +1,9 @@
 """The ONNX export of a DAT (fadat.translation.onnx_export) run by ONNX Runtime
-(fadat.engine.runtime): graph outputs against fadat's within stated tolerances, fp32
-translations equal to fadat's on the 50 committed test sentences, int8's agreement reported,
-the engine choice of the front ends, and the stand-alone example without torch.
+(fadat.engine.runtime): graph outputs (the top-1 and each vertex's top tokens) against fadat's
+within stated tolerances, fp32 translations equal to fadat's on the 50 committed test sentences
+(the beam search included), int8's agreement reported, the engine choice of the front ends, and
+the stand-alone example without torch. The beam search on the engine in detail:
+tests/test_engine_beam.py.
 
 Exporting the committed model takes about 30 s of one core (the ``torch.export``-based
 exporter), so one fp32 export per module; the int8 export is quantized from it.
@@ -24,6 +26,7 @@ pytest.importorskip("onnxscript")
 import fadat  # noqa: E402
 from fadat import cli  # noqa: E402
 from fadat.data.contract import EOS_ID, PAD_ID  # noqa: E402
+from fadat.decoding.beam import top_candidates  # noqa: E402
 from fadat.engine.runtime import OnnxDAT  # noqa: E402
 from fadat.models.directory import load_pretrained  # noqa: E402
 from fadat.models.inference import graph_top1  # noqa: E402
@@ -103,8 +106,11 @@ def random_source(batch: int, length: int, vocab: int, seed: int) -> torch.Tenso
 def compare_graph(model, engine, sizes, seed=0) -> dict[str, float]:
     """Largest |Δs|, |Δlinks| (finite entries) and the share of tokens that differ where
     fadat's top-2 gap exceeds TOKEN_GAP, over random batches of ``sizes``; −inf patterns of the
-    links must be the same."""
-    worst = {"s": 0.0, "links": 0.0, "tok": 0.0}
+    links must be the same. The same for each vertex's top tokens (``top_lp``, ``top_tok``)
+    against :func:`fadat.decoding.beam.top_candidates` of fadat's log-probabilities: the largest
+    |Δ| and the share of ranks whose token differs where that rank is more than TOKEN_GAP from
+    its neighbours; ``s``/``tok`` must be their first column."""
+    worst = {"s": 0.0, "links": 0.0, "tok": 0.0, "top_lp": 0.0, "top_tok": 0.0}
     for k, (batch, length) in enumerate(sizes):
         source = random_source(batch, length, model.config.vocab_size, seed + k)
         top1, links, lengths = graph_top1(model, source)
@@ -125,6 +131,19 @@ def compare_graph(model, engine, sizes, seed=0) -> dict[str, float]:
         clear = real & (top2[..., 0] - top2[..., 1] > TOKEN_GAP)
         worst["tok"] = max(worst["tok"], float((tok != top1.tok.numpy())[clear].mean()))
         assert (tok[~real] == PAD_ID).all()
+        top_lp, top_tok, _, _ = engine.run_top_k(source.numpy())  # (B, L, k) each
+        k = top_lp.shape[-1]
+        assert k == engine.top_k
+        np.testing.assert_array_equal(top_lp[..., 0], s)
+        np.testing.assert_array_equal(top_tok[..., 0], tok)
+        want_lp, want_tok = top_candidates(logp, k)  # (B, L, k) float64, int64
+        worst["top_lp"] = max(worst["top_lp"], float(np.abs(top_lp - want_lp.numpy())[real].max()))
+        values = logp.topk(k + 1, dim=-1).values.numpy()  # (B, L, k + 1)
+        near = values[..., :-1] - values[..., 1:] <= TOKEN_GAP  # (B, L, k): rank j ≈ j + 1
+        after = np.concatenate([np.zeros_like(near[..., :1]), near[..., :-1]], axis=-1)
+        clear_k = real[..., None] & ~near & ~after  # (B, L, k)
+        differ = (top_tok != want_tok.numpy())[clear_k]
+        worst["top_tok"] = max(worst["top_tok"], float(differ.mean()))
     return worst
 
 
@@ -132,6 +151,7 @@ def test_fp32_graph_outputs_equal_fadats_within_tolerance(model, exports):
     worst = compare_graph(model, OnnxDAT(exports["fp32"]), SIZES)
     print(f"fp32 graph vs torch: {worst}")
     assert worst["s"] <= S_ATOL and worst["links"] <= LINKS_ATOL and worst["tok"] == 0.0
+    assert worst["top_lp"] <= S_ATOL and worst["top_tok"] == 0.0
 
 
 def test_int8_graph_outputs_are_reported(model, exports):
@@ -164,7 +184,18 @@ def test_export_directory_metadata_and_dynamic_axes(model, exports):
         "s": ["batch", "graph_size"],
         "tok": ["batch", "graph_size"],
         "links": ["batch", "graph_size", "graph_size"],
+        "top_lp": ["batch", "graph_size", ""],
+        "top_tok": ["batch", "graph_size", ""],
     }
+    top = {v.name: v.type.tensor_type for v in proto.graph.output if v.name.startswith("top_")}
+    assert [top[n].shape.dim[2].dim_value for n in ("top_lp", "top_tok")] == [5, 5]
+    assert (top["top_lp"].elem_type, top["top_tok"].elem_type) == (
+        onnx.TensorProto.FLOAT,
+        onnx.TensorProto.INT64,
+    )
+    assert (meta["format_version"], meta["top_k"]) == (2, 5)
+    assert meta["strategies"] == ["greedy", "lookahead", "viterbi", "joint-viterbi", "beam"]
+    assert ("", "TopK") in {(n.domain, n.op_type) for n in proto.graph.node}
     assert meta["attention"] == FUSED_ATTENTION_OP
     ops = [(n.domain, n.op_type) for n in proto.graph.node]
     layers = model.config.encoder_layers + 2 * model.config.decoder_layers
@@ -335,6 +366,8 @@ def test_export_attention_choice_is_checked(tmp_path):
         ("greedy", {}),
         ("joint-viterbi", {}),
         ("viterbi", {"length_penalty": 1.2}),
+        ("beam", {}),
+        ("beam", {"beam_size": 20, "top_cand_n": 3, "alpha": 1.0}),
     ],
 )
 def test_fp32_translations_equal_fadats(
@@ -386,7 +419,7 @@ def test_cli_translate_and_export_choose_the_engine(exports, tmp_path, capsys, s
 
     base = ["translate", "--input", str(src), "--output", str(tmp_path / "x")]
     onnx_run = [*base, "--engine", "onnxruntime", "--model", str(exports["fp32"])]
-    assert "not available" in fails([*onnx_run, "--strategy", "beam"])
+    assert "not available" in fails([*onnx_run, "--strategy", "sample"])
     torch_on_export = [*base, "--engine", "torch", "--model", str(exports["fp32"])]
     assert "--engine onnxruntime" in fails(torch_on_export)
     assert "int8" in fails([*onnx_run, "--precision", "int8"])
@@ -408,7 +441,8 @@ def test_serve_engine_on_onnxruntime(exports, sentences, torch_lookahead):
     from fadat.serve.engine import Engine
 
     engine = Engine.from_directory(exports["fp32"])  # engine "auto": the export's
-    assert not engine.has_graph and "beam" not in engine.strategies
+    assert not engine.has_graph and "sample" not in engine.strategies
+    assert "beam" in engine.strategies and "gamma" not in engine.strategies["beam"]  # no --lm
     results = engine.translate(sentences[:4], "lookahead", {})
     assert [r.text for r in results] == torch_lookahead[:4]
     assert all(r.confidence is None and r.log_prob is None for r in results)
@@ -447,11 +481,32 @@ def test_standalone_example_runs_without_torch(exports, sentences, torch_lookahe
 
 def test_onnx_model_checks_options_from_the_records_without_decoding():
     """The engine's option check is the strategy record's (no trial decode), less what the
-    numpy decoders lack: n-gram bans and several hypotheses."""
+    engine lacks: n-gram bans, several hypotheses, and the beam search on an export that cannot
+    feed it (version 1, or ``top_cand_n`` above its ``top_k``, ``min(top_cand_n, V)`` counted
+    as the torch search takes it)."""
     from fadat.decoding.strategies import StrategyError
+    from fadat.models.dat import DATModel
     from fadat.translation.engines import OnnxRuntimeModel
 
-    model = object.__new__(OnnxRuntimeModel)  # the check reads no export
+    def export(version: int, top_k: int, vocab: int = 100) -> OnnxDAT:
+        """An OnnxDAT with what the checks read of an export (no session, no files)."""
+        engine = object.__new__(OnnxDAT)
+        engine.format_version, engine.top_k, engine.directory = version, top_k, Path("export")
+        engine.metadata = {"vocab_size": vocab}
+        return engine
+
+    model = object.__new__(OnnxRuntimeModel)
+    model.engine = export(2, 5)
+    assert model.flag_aliases == DATModel.flag_aliases  # --length-penalty is the beam's α
+    model.check_options("beam", {"beam_size": 4, "top_cand_n": 5})
+    with pytest.raises(StrategyError, match="export again with --top-k 6"):
+        model.check_options("beam", {"top_cand_n": 6})
+    model.engine = export(2, 16, vocab=16)
+    model.check_options("beam", {"top_cand_n": 100})  # min(100, V) = 16 tokens
+    model.engine = export(1, 0)
+    assert "beam" not in model.strategies() and "lookahead" in model.strategies()
+    with pytest.raises(StrategyError, match="format-version-1 export .* export the model again"):
+        model.check_options("beam", {})
     model.check_options("lookahead", {"beta": 0.5})
     with pytest.raises(StrategyError, match="one hypothesis"):
         model.check_options("lookahead", {}, nbest=2)

@@ -223,6 +223,7 @@ def test_export_ctranslate2_from_python_equals_the_verb(tiny, tmp_path, capsys):
         ({"format": "tflite"}, "format must be one of ctranslate2, onnx, got 'tflite'"),
         ({"format": "ctranslate2", "attention": "standard"}, "--attention is for --format onnx"),
         ({"format": "onnx", "attention": "flash"}, "attention must be one of fused, standard"),
+        ({"format": "ctranslate2", "top_k": 3}, "--top-k is for --format onnx"),
     ):
         with pytest.raises(InputError, match=message):
             export(model, tmp_path / "none", **kwargs)
@@ -242,7 +243,8 @@ def test_export_onnx_from_python_equals_the_verb(dat_onnx, tmp_path):
     out, dat = dat_onnx["dir"] / "fp32", dat_onnx["dat"]
     argv = ["export", "--format", "onnx", "--model", str(dat)]
     printed = _quiet_in_its_own_process([*argv, "--output", str(tmp_path / "cli")])
-    assert printed == f"exported {dat} to {tmp_path / 'cli'} (onnx, fp32, fused attention)\n"
+    what = "onnx, fp32, fused attention, top 5 tokens per vertex"
+    assert printed == f"exported {dat} to {tmp_path / 'cli'} ({what})\n"
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(p.name for p in (tmp_path / "cli").iterdir())
     for name in names:

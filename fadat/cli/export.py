@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fadat.options import positive_int
 from fadat.translation.export import FORMATS, QUANTIZATIONS, export
 
 
@@ -39,6 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the graph runs in ONNX Runtime only) or standard (standard ONNX ops, any runtime; "
         "slower in ONNX Runtime)",
     )
+    parser.add_argument(
+        "--top-k",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="onnx: each vertex's K best tokens in the graph's outputs, what the beam search "
+        "reads (the most its --top-cand-n can be on the export; default 5, DAG-Search's "
+        "--decode-top-cand-n)",
+    )
     parser.add_argument("--force", action="store_true", help="replace an existing --output")
     parser.add_argument(
         "--shortlist",
@@ -65,9 +75,13 @@ def run(args: argparse.Namespace) -> int:
         shortlist=shortlist,
         force=args.force,
         attention=args.attention,
+        top_k=args.top_k,
     )
     if args.format == "onnx":
-        what = f"onnx, {args.precision}, {args.attention} attention"
+        from fadat.engine.runtime import TOP_K
+
+        k = TOP_K if args.top_k is None else args.top_k
+        what = f"onnx, {args.precision}, {args.attention} attention, top {k} tokens per vertex"
         print(f"exported {args.model} to {out} ({what})")
         return 0
     extra = ", vmap.txt from the shortlist" if shortlist is not None else ""

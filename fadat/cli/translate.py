@@ -87,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="auto (default): onnxruntime for an export of `fadat export --format onnx`, torch "
         "for a model directory; torch: the model in PyTorch; onnxruntime: an export (or a DAT "
         "model directory, exported first) run by ONNX Runtime, strategies greedy, lookahead, "
-        "viterbi, joint-viterbi (docs/engine.md)",
+        "viterbi, joint-viterbi and beam (with --lm too) (docs/engine.md)",
     )
     add_head_arguments(parser)
     add_common_arguments(parser)

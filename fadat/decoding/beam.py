@@ -38,12 +38,14 @@ checked); no n-gram bans. As in the reference, ``lm`` is in log10 and the DAG sc
 
 Search implementation: :func:`beam_search` takes each vertex's top ``top_cand_n`` tokens
 (:func:`top_candidates`) and hands them to :func:`beam_search_candidates`, which reads nothing
-else. Per sentence, in float64, the compiled search (:mod:`fadat.decoding._beam_jit`) keeps
-prefixes as nodes of an array trie (exact identity) and states as array rows found through a
-hash table keyed ``(node, flag, vertex)``; one compiled step per vertex ranks, prunes and
-expands. Without an LM the whole sentence is one compiled call. With one, Python calls the step
-vertex by vertex and scores the trie nodes each step created with KenLM (which compiled code
-cannot call) before the next step ranks them. The plain trie/dict search
+else and runs the torch-free search :func:`fadat.engine.beam_np.beam_search` on them as numpy
+arrays (the search the ONNX Runtime engine runs on its graph's top tokens, docs/engine.md).
+Per sentence, in float64, the compiled search (:mod:`fadat.engine._beam_jit`) keeps prefixes as
+nodes of an array trie (exact identity) and states as array rows found through a hash table
+keyed ``(node, flag, vertex)``; one compiled step per vertex ranks, prunes and expands. Without
+an LM the whole sentence is one compiled call. With one, Python calls the step vertex by vertex
+and scores the trie nodes each step created with KenLM (which compiled code cannot call) before
+the next step ranks them. The plain trie/dict search
 :func:`_beam_one_reference`, one Python step per state and candidate, is the reference it is
 tested equal to: same outputs, paths and scores, ties included (states ranked by a stable sort
 in insertion order, the first of equal best contributions keeps the back-pointer, the first of
@@ -54,7 +56,7 @@ equals ``top_p`` within rounding.
 
 Compilation: numba compiles the search on the first call in a process, about 13 s of CPU time
 (x86, measured as process time on a shared core), and caches it on disk (``cache=True``: in
-``__pycache__`` next to :mod:`fadat.decoding._beam_jit`, else in numba's user-wide cache
+``__pycache__`` next to ``fadat/engine/_beam_jit.py``, else in numba's user-wide cache
 directory, or in ``NUMBA_CACHE_DIR``); a later process loads it in about 0.3 s of CPU time.
 Where no cache directory is writable (a read-only install), every process compiles.
 """
@@ -68,47 +70,11 @@ from typing import Any
 import numpy as np
 import torch
 
+import fadat.engine.beam_np as beam_np
 from fadat.data.contract import PAD_ID
 from fadat.decoding.paths import Hypothesis, path_score
-
-
-class _LanguageModel:
-    """KenLM scores (log10) of output prefixes, cached per trie node."""
-
-    def __init__(self, lm: Any, words: Sequence[str]) -> None:
-        import kenlm
-
-        self.model = (
-            kenlm.Model(str(lm))
-            if isinstance(lm, (str, bytes)) or hasattr(lm, "__fspath__")
-            else lm
-        )
-        self.words = list(words)
-        self._kenlm = kenlm
-
-    def begin(self) -> Any:
-        state = self._kenlm.State()
-        self.model.BeginSentenceWrite(state)
-        return state
-
-    def step(self, state: Any, token: int) -> tuple[float, Any]:
-        out = self._kenlm.State()
-        return self.model.BaseScore(state, self.words[token], out), out
-
-    def finish(self, state: Any) -> float:
-        return self.model.BaseScore(state, "</s>", self._kenlm.State())
-
-    def extend(self, states: list[Any], parents: list[int], tokens: list[int]) -> list[float]:
-        """Append to ``states`` the state of each new trie node (node ``parents[k]``'s state,
-        then word ``tokens[k]``) and return the log10 score of each word (:meth:`step` for a
-        batch of nodes, in a tight loop: the compiled search calls it every vertex)."""
-        base, state, words = self.model.BaseScore, self._kenlm.State, self.words
-        scores = []
-        for p, t in zip(parents, tokens, strict=True):
-            out = state()
-            scores.append(base(states[p], words[t], out))
-            states.append(out)
-        return scores
+from fadat.engine.beam_np import _LanguageModel
+from fadat.engine.beam_np import check_options as _check_options
 
 
 def beam_search(
@@ -198,10 +164,11 @@ def beam_search_candidates(
     log-probabilities: the search reads nothing else (its candidates are among each vertex's
     top ``top_cand_n`` tokens, the endpoints read their argmax, the first column).
 
-    Runs per sentence on the CPU in float64, in the compiled search of
-    :mod:`fadat.decoding._beam_jit` (the module docstring of :mod:`fadat.decoding.beam`, search
-    implementation). The keyword options are :func:`beam_search`'s; ``top_cand_n`` takes the
-    first ``top_cand_n`` of the ``n`` tokens of every vertex.
+    A thin wrapper: the tensors go to the CPU as float64 (int64 tokens) numpy arrays and
+    :func:`fadat.engine.beam_np.beam_search` searches them, per sentence in the compiled search
+    of :mod:`fadat.engine._beam_jit` (the module docstring of :mod:`fadat.decoding.beam`,
+    search implementation). The keyword options are :func:`beam_search`'s; ``top_cand_n`` takes
+    the first ``top_cand_n`` of the ``n`` tokens of every vertex.
 
     Args:
         top_logprobs: ``(B, L, n)`` float, the log-probabilities of ``top_tokens``.
@@ -215,52 +182,33 @@ def beam_search_candidates(
 
     Raises:
         ValueError: as :func:`beam_search`; ``top_logprobs`` and ``top_tokens`` of different
-            shapes; fewer than ``top_cand_n`` tokens per vertex.
+            shapes; fewer than ``top_cand_n`` tokens per vertex; ``links`` or
+            ``graph_lengths`` of the wrong shape, lengths outside ``[2, L]``; no path from
+            vertex 0 to the end vertex.
         ImportError: ``lm`` given but ``kenlm`` is not installed.
     """
-    _check_options(beam_size, max_beam_per_length, top_cand_n, top_p, max_successors)
-    if top_logprobs.shape != top_tokens.shape or top_logprobs.dim() != 3:
-        raise ValueError(
-            "top_logprobs and top_tokens must both be (B, L, n), got "
-            f"{tuple(top_logprobs.shape)} and {tuple(top_tokens.shape)}"
-        )
-    if top_tokens.shape[-1] < top_cand_n:
-        raise ValueError(
-            f"top_tokens has {top_tokens.shape[-1]} tokens per vertex, fewer than "
-            f"top_cand_n = {top_cand_n}"
-        )
-    language_model = None
-    if lm is not None:
-        if lm_words is None:
-            raise ValueError("lm_words (the LM word of each token id) is required with lm")
-        language_model = _LanguageModel(lm, lm_words)
-    tl_all = top_logprobs[..., :top_cand_n].detach().to("cpu", torch.float64).numpy()  # (B, L, n)
-    tt_all = top_tokens[..., :top_cand_n].detach().to("cpu", torch.int64).numpy()  # (B, L, n)
-    ln_all = links.detach().to("cpu", torch.float64).numpy()  # (B, L, L)
-    options = (beam_size, max_beam_per_length, top_p, max_successors, alpha)
-    out = []
-    for b, n in enumerate(graph_lengths.tolist()):
-        tl = np.ascontiguousarray(tl_all[b, :n])  # (L_b, n) one compiled specialisation:
-        tt = np.ascontiguousarray(tt_all[b, :n])  # C-contiguous arrays only
-        ln = np.ascontiguousarray(ln_all[b, :n, :n])
-        out.append(_beam_one_compiled(tl, tt, ln, *options, language_model, gamma))
-    return out
+    hyps = beam_np.beam_search(
+        top_logprobs.detach().to("cpu", torch.float64).numpy(),  # (B, L, n)
+        top_tokens.detach().to("cpu", torch.int64).numpy(),  # (B, L, n)
+        links.detach().to("cpu", torch.float64).numpy(),  # (B, L, L)
+        graph_lengths.detach().to("cpu", torch.int64).numpy(),  # (B,)
+        beam_size=beam_size,
+        max_beam_per_length=max_beam_per_length,
+        top_cand_n=top_cand_n,
+        top_p=top_p,
+        max_successors=max_successors,
+        alpha=alpha,
+        lm=lm,
+        lm_words=lm_words,
+        gamma=gamma,
+    )
+    return [_as_hypothesis(h) for h in hyps]
 
 
-def _check_options(
-    beam_size: int,
-    max_beam_per_length: int,
-    top_cand_n: int,
-    top_p: float,
-    max_successors: int | None,
-) -> None:
-    """Raise ValueError for :func:`beam_search`'s out-of-range pruning options."""
-    if beam_size < 1 or max_beam_per_length < 1 or top_cand_n < 1:
-        raise ValueError("beam_size, max_beam_per_length and top_cand_n must be >= 1")
-    if max_successors is not None and max_successors < 1:
-        raise ValueError(f"max_successors must be >= 1, got {max_successors}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+def _as_hypothesis(h: beam_np.Hypothesis) -> Hypothesis:
+    """The engine's hypothesis (:class:`fadat.engine.decoding_np.Hypothesis`) as
+    :class:`fadat.decoding.Hypothesis`: the same fields."""
+    return Hypothesis(h.tokens, h.path, h.path_tokens, h.score)
 
 
 def top_candidates(token_logprobs: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -310,66 +258,6 @@ def _top_n(lp: np.ndarray, n: int) -> np.ndarray:
     return np.argsort(-lp, axis=1, kind="stable")[:, :n]
 
 
-def _beam_one_compiled(
-    top_lp: np.ndarray,
-    top_tok: np.ndarray,
-    ln: np.ndarray,
-    beam_size: int,
-    max_beam_per_length: int,
-    top_p: float,
-    max_successors: int | None,
-    alpha: float,
-    lm: _LanguageModel | None,
-    gamma: float,
-) -> Hypothesis:
-    """Beam search of one sentence in the compiled search (:mod:`fadat.decoding._beam_jit`):
-    ``top_lp`` ``(L_b, n)`` float64, ``top_tok`` ``(L_b, n)`` int64, ``ln`` ``(L_b, L_b)``
-    float64, all C-contiguous. Same results as :func:`_beam_one_reference`.
-
-    Without an LM one compiled call runs the sentence. With one, Python calls the compiled
-    :func:`~fadat.decoding._beam_jit.step` vertex by vertex and scores the trie nodes each step
-    created with KenLM (a state per node in ``states``) before the next step ranks anything.
-    """
-    import fadat.decoding._beam_jit as jit
-
-    L = ln.shape[0]
-    if L == 2:
-        return _two_vertex_hypothesis(top_lp, ln, top_tok[:, 0], np.zeros(2, np.int64))
-    pw = np.array([max(1, k) ** alpha for k in range(L + 1)])  # (L + 1,) as the reference's
-    succ = -1 if max_successors is None else max_successors
-    options = (top_lp, top_tok, ln, pw, beam_size, max_beam_per_length, top_p, succ)
-    cap = _arena_capacity(L)
-    arena = jit.new_arena(L, int(top_tok[0, 0]), cap, cap)
-    if lm is None:
-        path, ptoks, cols, out = jit.search(*options, PAD_ID, arena)
-    else:
-        states = [lm.begin()]  # the KenLM state of every trie node
-        for i in range(L - 1):
-            first = int(arena[-1][0])  # the id of the first node this step creates
-            new = jit.step(i, *options, gamma, PAD_ID, arena)
-            while new < 0:
-                arena = jit.grown(arena)
-                new = jit.step(i, *options, gamma, PAD_ID, arena)
-            if new:
-                rows = arena[0][first : first + new]  # (new, 3) parent, token, length
-                scores = lm.extend(states, rows[:, 0].tolist(), rows[:, 1].tolist())
-                node_lm = arena[1]
-                node_lm[first : first + new] = node_lm[rows[:, 0]] + np.array(scores)
-        final_lm = np.zeros(arena[0].shape[0])  # (N,) the LM's </s> at the end vertex
-        for node in set(jit.vertex_nodes(L - 1, arena).tolist()):
-            final_lm[node] = lm.finish(states[node])
-        path, ptoks, cols, out = jit.best_path(top_tok, pw, gamma, final_lm, arena)
-    score = path_score(top_lp, ln, path, cols)
-    return Hypothesis(out.tolist(), path.tolist(), ptoks.tolist(), score)
-
-
-def _arena_capacity(L: int) -> int:
-    """The compiled search's first capacity of trie nodes and of states for a graph of ``L``
-    vertices: 64 a vertex (the released model's graphs use 10-50 with the defaults), a power of
-    two, at least 1024; the arena doubles when a step needs more."""
-    return 1 << max(10, (64 * L - 1).bit_length())
-
-
 # ----------------------------------------------------------------------------------------------
 # The plain reference: a trie and dicts, one Python step per (state, candidate)
 # ----------------------------------------------------------------------------------------------
@@ -415,10 +303,9 @@ def _beam_candidates(
 def _two_vertex_hypothesis(
     lp: np.ndarray, ln: np.ndarray, path_tokens: np.ndarray, cols: np.ndarray
 ) -> Hypothesis:
-    """The only path of a graph with just the start and the end vertex: an empty output; its
-    tokens ``path_tokens`` ``(2,)`` are columns ``cols`` ``(2,)`` of ``lp``."""
-    path, ptoks = [0, 1], [int(path_tokens[0]), int(path_tokens[1])]
-    return Hypothesis([], path, ptoks, path_score(lp, ln, path, cols[:2]))
+    """:func:`fadat.engine.beam_np._two_vertex_hypothesis` (the only path of a 2-vertex graph)
+    as :class:`fadat.decoding.Hypothesis`."""
+    return _as_hypothesis(beam_np._two_vertex_hypothesis(lp, ln, path_tokens, cols))
 
 
 class _Trie:
@@ -481,8 +368,8 @@ def _beam_one_reference(
     """Beam search of one sentence, plain version: ``lp`` ``(L_b, V)``, ``ln`` ``(L_b, L_b)``.
 
     Prefixes live in a trie (exact identity) and states in dicts; one Python step per
-    (state, candidate). The reference that the compiled search (:func:`_beam_one_compiled`) is
-    tested against; no decoder calls it.
+    (state, candidate). The reference that the compiled search
+    (:func:`fadat.engine.beam_np._beam_one_compiled`) is tested against; no decoder calls it.
 
     A state entry is ``[log-sum-exp score, best single score, back-pointer entry, token, vertex,
     node, free]``, keyed by ``(node, free)`` in its vertex's dict.

@@ -15,6 +15,7 @@ import torch
 
 from fadat.data.contract import PAD_ID
 from fadat.engine.decoding_np import output_tokens as _output_tokens
+from fadat.engine.decoding_np import path_score as _path_score
 
 NEG_INF = float("-inf")
 
@@ -104,15 +105,14 @@ def path_score(
         path_tokens: token ids at the path's vertices.
 
     Returns:
-        The score in nats (−inf if the path uses a missing edge).
+        The score in nats (−inf if the path uses a missing edge), summed in float64 by
+        :func:`fadat.engine.decoding_np.path_score` (the one implementation).
     """
     lp = np.asarray(
         token_logprobs.detach().cpu() if torch.is_tensor(token_logprobs) else token_logprobs
     )
     ln = np.asarray(links.detach().cpu() if torch.is_tensor(links) else links)
-    p = np.asarray(path, dtype=np.int64)
-    t = np.asarray(path_tokens, dtype=np.int64)
-    return float(ln[p[:-1], p[1:]].astype(np.float64).sum() + lp[p, t].astype(np.float64).sum())
+    return _path_score(lp, ln, path, path_tokens)
 
 
 def check_inputs(

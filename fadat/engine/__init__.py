@@ -1,16 +1,20 @@
-"""The DAT's inference engine outside PyTorch: an exported graph run by ONNX Runtime and the
-top-1 decoders in numpy.
+"""The DAT's inference engine outside PyTorch: an exported graph run by ONNX Runtime, the
+top-1 decoders in numpy and the compiled beam search.
 
 - :mod:`.decoding_np`: greedy, lookahead (without n-gram bans), Viterbi and joint-Viterbi over
   numpy arrays, the same outputs as :mod:`fadat.decoding` on the same graphs;
+- :mod:`.beam_np`: the DAG beam search (optional KenLM language model) over each vertex's top
+  tokens in numpy arrays, compiled with numba (:mod:`._beam_jit`); the torch engine's
+  :func:`fadat.decoding.beam_search` runs it too;
 - :mod:`.runtime`: :class:`~fadat.engine.runtime.OnnxDAT`, a directory written by
   ``fadat export --format onnx`` (:mod:`fadat.translation.onnx_export`) run with ONNX Runtime,
   numpy and sentencepiece.
 
 Nothing in this package imports torch or another fadat package (``import fadat`` is lazy), so
 it runs where only ``onnxruntime``, ``numpy`` and ``sentencepiece`` are installed
-(``pip install --no-deps fadat``; docs/engine.md). Nothing heavy is imported here; the engine
-choice of the front ends is defined here so that their argument parsers need no torch.
+(``pip install --no-deps fadat``; docs/engine.md); the beam search imports ``numba`` (and
+``kenlm`` with a language model) when it runs, not before. Nothing heavy is imported here; the
+engine choice of the front ends is defined here so that their argument parsers need no torch.
 """
 
 from __future__ import annotations

@@ -64,6 +64,32 @@ def output_tokens(path_tokens: Sequence[int], pad_id: int = PAD_ID) -> list[int]
     return out
 
 
+def path_score(
+    token_logprobs: np.ndarray,
+    links: np.ndarray,
+    path: Sequence[int],
+    path_tokens: Sequence[int],
+) -> float:
+    """``log P(a|x) + Σ_v log P(path_token_v | v)`` of one sentence's path, summed in float64
+    (the one implementation: :func:`fadat.decoding.path_score` calls it).
+
+    Args:
+        token_logprobs: ``(L, V)`` log-probabilities of one sentence, or any ``(L, n)`` table
+            whose column ``path_tokens[k]`` holds vertex ``path[k]``'s token (the beam search
+            passes each vertex's top tokens and the columns of the path's tokens).
+        links: ``(L, L)`` log transition probabilities of one sentence.
+        path: vertex ids of the path.
+        path_tokens: the columns of ``token_logprobs`` read at the path's vertices.
+
+    Returns:
+        The score in nats (−inf if the path uses a missing edge).
+    """
+    lp, ln = np.asarray(token_logprobs), np.asarray(links)
+    p = np.asarray(path, dtype=np.int64)
+    t = np.asarray(path_tokens, dtype=np.int64)
+    return float(ln[p[:-1], p[1:]].astype(np.float64).sum() + lp[p, t].astype(np.float64).sum())
+
+
 def _working(x: np.ndarray) -> np.ndarray:
     """float16 as float32 (sums of ~100 half-precision log-probs lose too much); others stay."""
     x = np.asarray(x)

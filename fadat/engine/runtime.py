@@ -1,25 +1,49 @@
 """A DAT engine directory (``fadat export --format onnx``) run by ONNX Runtime, with the numpy
-decoders of :mod:`fadat.engine.decoding_np`: :class:`OnnxDAT`.
+decoders of :mod:`fadat.engine.decoding_np` and the beam search of :mod:`fadat.engine.beam_np`:
+:class:`OnnxDAT`.
 
-Imports onnxruntime, numpy and sentencepiece only (no torch, no other fadat package), so the
-same class serves ``fadat translate --engine onnxruntime`` and a deployment without torch
+Imports onnxruntime, numpy and sentencepiece only (no torch, no other fadat package; the beam
+search imports numba, and kenlm with a language model, when it runs), so the same class serves
+``fadat translate --engine onnxruntime`` and a deployment without torch
 (examples/onnx_translate.py, docs/engine.md). The directory's layout and the graph's contract:
 :mod:`fadat.translation.onnx_export`.
+
+Format versions (``metadata.json``'s ``format_version``): 1, the graph's outputs ``s``, ``tok``
+and ``links`` (the top-1 decoders only); 2 (:data:`FORMAT_VERSION`, what ``fadat export``
+writes), also ``top_lp`` and ``top_tok``, each vertex's ``top_k`` best tokens, which the beam
+search reads. Both are read; a version-1 export refuses the beam search with a message to export
+it again.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from fadat.engine.decoding_np import STRATEGIES, Hypothesis, decode
+import fadat.engine.beam_np as beam_np
+import fadat.engine.decoding_np as decoding_np
+from fadat.engine.decoding_np import Hypothesis
 
 METADATA = "metadata.json"
 FORMAT = "fadat-onnx-engine"
+#: The format version ``fadat export --format onnx`` writes, and the newest this engine reads
+#: (module docstring).
+FORMAT_VERSION = 2
+#: Tokens per vertex in the graph's ``top_lp``/``top_tok`` by default (``fadat export --top-k``):
+#: the beam search's default ``top_cand_n``, DAG-Search's ``--decode-top-cand-n``.
+TOP_K = 5
+#: The strategy that reads ``top_lp``/``top_tok`` (format version 2).
+BEAM = "beam"
+#: Strategy name → the engine's decoder: the top-1 decoders of
+#: :data:`fadat.engine.decoding_np.STRATEGIES` ``fn(s, tok, links, graph_lengths, **options)``
+#: and the beam search :func:`fadat.engine.beam_np.beam_search` ``fn(top_lp, top_tok, links,
+#: graph_lengths, **options)``.
+STRATEGIES: dict[str, Any] = {**decoding_np.STRATEGIES, BEAM: beam_np.beam_search}
 
 
 def is_engine_dir(directory: str | Path) -> bool:
@@ -89,13 +113,14 @@ class NonFiniteGraphError(ValueError):
 
 
 class OnnxDAT:
-    """An exported DAT: one ONNX Runtime session of its graph, its sentencepiece model and the
-    numpy top-1 decoders.
+    """An exported DAT: one ONNX Runtime session of its graph, its sentencepiece model, the
+    numpy top-1 decoders and the beam search (format version 2).
 
     Example::
 
         engine = OnnxDAT("exports/dat-onnx", intra_threads=1)
         engine.translate(["In the beginning God created the heavens and the earth."])
+        engine.translate(["In the beginning ..."], "beam", lm="lm.arpa", gamma=1.0)
 
     Args:
         directory: written by ``fadat export --format onnx``.
@@ -107,11 +132,15 @@ class OnnxDAT:
         metadata: the directory's ``metadata.json``.
         upsample_ratio: the decoding λ (graph size ``L = λ·|x </s>|``).
         precision: ``fp32`` or ``int8``.
+        format_version: 1 or 2 (module docstring).
+        top_k: tokens per vertex in the graph's ``top_lp``/``top_tok`` (the largest
+            ``top_cand_n`` the beam search can take); 0 for a version-1 export (no beam search).
         pad_id, eos_id: the special ids of the contract (``metadata["special_ids"]``).
         sp: the sentencepiece processor.
 
     Raises:
-        EngineDirectoryError: not an export, a newer format, or a file missing.
+        EngineDirectoryError: not an export, a newer format, a file missing, or a version-2
+            graph without the ``top_lp``/``top_tok`` outputs.
     """
 
     def __init__(
@@ -130,10 +159,11 @@ class OnnxDAT:
                 f"(no {METADATA} of format {FORMAT!r})"
             )
         meta = json.loads((directory / METADATA).read_text(encoding="utf-8"))
-        if int(meta.get("format_version", 0)) > 1:
+        self.format_version = int(meta.get("format_version", 1))
+        if self.format_version > FORMAT_VERSION:
             raise EngineDirectoryError(
                 f"{directory}: format version {meta['format_version']} is newer than this "
-                "fadat reads (1)"
+                f"fadat reads ({FORMAT_VERSION})"
             )
         for name in (meta["graph"], "spm.model"):
             if not (directory / name).is_file():
@@ -147,10 +177,53 @@ class OnnxDAT:
         ids = meta["special_ids"]
         self.bos_id, self.pad_id = int(ids["bos"]), int(ids["pad"])
         self.eos_id, self.unk_id = int(ids["eos"]), int(ids["unk"])
+        self.top_k = int(meta.get("top_k", 0)) if self.format_version >= 2 else 0
         self.session = create_session(
             directory / meta["graph"], intra_threads=intra_threads, providers=providers
         )
+        outputs = {o.name for o in self.session.get_outputs()}
+        if self.format_version >= 2 and not {"top_lp", "top_tok"} <= outputs:
+            raise EngineDirectoryError(
+                f"{directory}: a format-version-{self.format_version} graph without the outputs "
+                "top_lp and top_tok (export it again: fadat export --format onnx)"
+            )
         self.sp = spm.SentencePieceProcessor(model_file=str(directory / "spm.model"))
+
+    # -- what the export offers ---------------------------------------------------------------
+
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """The strategies this export runs: the top-1 decoders, and the beam search for a
+        format-version-2 export."""
+        return tuple(name for name in STRATEGIES if name != BEAM or self.top_k)
+
+    def check_beam(self, top_cand_n: int = 5) -> None:
+        """Check that this export feeds the beam search with ``top_cand_n`` tokens per vertex
+        (``min(top_cand_n, V)``, as :func:`fadat.decoding.beam.beam_search` takes them).
+
+        Raises:
+            ValueError: a format-version-1 export (its graph gives each vertex's best token
+                only); ``top_cand_n`` above the export's :attr:`top_k`.
+        """
+        if not self.top_k:
+            raise ValueError(
+                f"{self.directory}: a format-version-{self.format_version} export gives each "
+                "vertex's best token only; the beam search needs its top tokens (format "
+                "version 2): export the model again with fadat export --format onnx"
+            )
+        wanted = min(int(top_cand_n), int(self.metadata["vocab_size"]))
+        if wanted > self.top_k:
+            raise ValueError(
+                f"top_cand_n = {top_cand_n}: this export gives {self.top_k} tokens per vertex "
+                f"(exported with --top-k {self.top_k}); lower top_cand_n or export again with "
+                f"--top-k {wanted}"
+            )
+
+    def lm_words(self) -> list[str]:
+        """The LM word of every token id of the export's sentencepiece model, for the beam
+        search's ``lm_words`` (:func:`fadat.engine.beam_np.lm_words` with the export's special
+        ids: the rule of :func:`fadat.translation.language_model.lm_words`)."""
+        return beam_np.lm_words(self.sp, (self.bos_id, self.pad_id, self.eos_id, self.unk_id))
 
     # -- the graph ----------------------------------------------------------------------------
 
@@ -201,6 +274,46 @@ class OnnxDAT:
             ValueError: ``S`` above ``max_source_positions``.
             NonFiniteGraphError: NaN or +inf outputs (corrupt weights).
         """
+        s, tok, links, lengths = self._run(("s", "tok", "links"), source, upsample_ratio)
+        if not np.isfinite(s).all():
+            raise NonFiniteGraphError("token log-probabilities")
+        return s, tok, links, lengths
+
+    def run_top_k(
+        self, source: np.ndarray, upsample_ratio: float | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One run of the graph on a padded batch for the beam search: each vertex's
+        :attr:`top_k` best tokens instead of its best one.
+
+        Args:
+            source, upsample_ratio: as :meth:`run`.
+
+        Returns:
+            ``(top_lp (B, L, k) float32, top_tok (B, L, k) int64, links (B, L, L) float32,
+            graph_lengths (B,) int64)``: ``top_lp`` descending, ties by the lower id (0 and
+            ``<pad>`` at padding vertices).
+
+        Raises:
+            ValueError: a format-version-1 export (:meth:`check_beam`); as :meth:`run`.
+            NonFiniteGraphError: NaN or +inf outputs (corrupt weights).
+        """
+        self.check_beam(1)
+        top_lp, top_tok, links, lengths = self._run(
+            ("top_lp", "top_tok", "links"), source, upsample_ratio
+        )
+        if (
+            np.isnan(top_lp).any()
+            or np.isposinf(top_lp).any()
+            or not np.isfinite(top_lp[..., 0]).all()
+        ):
+            raise NonFiniteGraphError("token log-probabilities")
+        return top_lp, top_tok, links, lengths
+
+    def _run(
+        self, names: Sequence[str], source: np.ndarray, upsample_ratio: float | None
+    ) -> list[np.ndarray]:
+        """The graph's outputs ``names`` on ``source`` (the last one the links, checked), then
+        the graph lengths."""
         source = np.ascontiguousarray(source, dtype=np.int64)
         if source.shape[1] > self.max_source_positions:
             raise ValueError(
@@ -209,12 +322,11 @@ class OnnxDAT:
             )
         lengths = self.graph_lengths((source != self.pad_id).sum(axis=1), upsample_ratio)
         tokens = self.decoder_tokens(lengths)
-        s, tok, links = self.session.run(None, {"source": source, "decoder_tokens": tokens})
+        outputs = self.session.run(list(names), {"source": source, "decoder_tokens": tokens})
+        links = outputs[-1]
         if np.isnan(links).any() or np.isposinf(links).any():
             raise NonFiniteGraphError("link scores")
-        if not np.isfinite(s).all():
-            raise NonFiniteGraphError("token log-probabilities")
-        return s, tok, links, lengths
+        return [*outputs, lengths]
 
     # -- translation --------------------------------------------------------------------------
 
@@ -242,29 +354,63 @@ class OnnxDAT:
 
         Args:
             sources: ``B`` id lists.
-            strategy: one of :data:`fadat.engine.decoding_np.STRATEGIES`.
+            strategy: one of :data:`STRATEGIES` (``beam``: a format-version-2 export).
             upsample_ratio: the decoding λ; ``None`` = the export's.
-            **options: the strategy's options (``beta=``, ``length_penalty=``, ``max_length=``).
+            **options: the strategy's options: ``beta=``, ``length_penalty=``,
+                ``max_length=`` (:mod:`fadat.engine.decoding_np`); for ``beam`` those of
+                :func:`fadat.engine.beam_np.beam_search` (``beam_size=``, ``top_cand_n=`` up
+                to :attr:`top_k`, ``lm=`` a ``kenlm.Model`` or an ARPA/binary file, ``gamma=``
+                ...), ``lm_words=`` defaulting to :meth:`lm_words` when ``lm`` is given.
 
         Returns:
             One :class:`~fadat.engine.decoding_np.Hypothesis` per source.
 
         Raises:
-            ValueError: unknown strategy or option; as :meth:`run`.
+            ValueError: unknown strategy or option, bad option value; ``beam`` on a
+                format-version-1 export or with ``top_cand_n`` above :attr:`top_k`
+                (:meth:`check_beam`); as :meth:`run`.
+            ImportError: ``beam`` without numba, or with ``lm`` without kenlm.
         """
         if strategy not in STRATEGIES:
             raise ValueError(
                 f"strategy {strategy!r} is not available in the onnxruntime engine; "
                 f"choose one of {', '.join(STRATEGIES)}"
             )
+        if strategy == BEAM:
+            self.check_beam(options.get("top_cand_n", 5))
         if not sources:
             return []
         width = max(len(ids) for ids in sources)
         source = np.full((len(sources), width), self.pad_id, dtype=np.int64)  # (B, S)
         for b, ids in enumerate(sources):
             source[b, : len(ids)] = ids
+        if strategy == BEAM:
+            top_lp, top_tok, links, lengths = self.run_top_k(source, upsample_ratio)
+            return self.beam_search(top_lp, top_tok, links, lengths, **options)
         s, tok, links, lengths = self.run(source, upsample_ratio)
-        return decode(s, tok, links, lengths, strategy, **options)
+        return decoding_np.decode(s, tok, links, lengths, strategy, **options)
+
+    def beam_search(
+        self,
+        top_lp: np.ndarray,
+        top_tok: np.ndarray,
+        links: np.ndarray,
+        graph_lengths: np.ndarray,
+        **options: Any,
+    ) -> list[Hypothesis]:
+        """:func:`fadat.engine.beam_np.beam_search` on the outputs of :meth:`run_top_k`, with
+        ``lm_words`` defaulting to :meth:`lm_words` when ``lm`` is given.
+
+        Raises:
+            ValueError: an unknown option (naming the strategy), a bad value; as
+                :func:`~fadat.engine.beam_np.beam_search`.
+        """
+        if options.get("lm") is not None and options.get("lm_words") is None:
+            options = {**options, "lm_words": self.lm_words()}
+        try:
+            return beam_np.beam_search(top_lp, top_tok, links, graph_lengths, **options)
+        except TypeError as err:
+            raise ValueError(f"strategy {BEAM!r}: {err}") from err
 
     def translate(
         self,
@@ -277,11 +423,19 @@ class OnnxDAT:
     ) -> list[str]:
         """Translate raw sentences; one detokenised string each, in order (an empty or blank
         line gives ``""``). Sentences are sorted by length into batches of at most
-        ``max_sentences``.
+        ``max_sentences``. A language model given as a file (``lm=``, strategy ``beam``) is
+        opened once for all batches.
 
         Raises:
             ValueError: as :meth:`translate_ids`.
+            ImportError: as :meth:`translate_ids`.
         """
+        lm = options.get("lm")
+        if strategy == BEAM and (isinstance(lm, str) or hasattr(lm, "__fspath__")):
+            self.check_beam(options.get("top_cand_n", 5))
+            import kenlm
+
+            options = {**options, "lm": kenlm.Model(os.fspath(lm))}
         encoded = {i: self.encode(line) for i, line in enumerate(sentences) if line.strip()}
         order = sorted(encoded, key=lambda i: -len(encoded[i]))
         out = [""] * len(sentences)

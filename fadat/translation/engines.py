@@ -23,6 +23,7 @@ from torch import Tensor
 
 from fadat.decoding.strategies import GRAPH, Strategy, StrategyError, offered
 from fadat.engine import DEFAULT_ENGINE, ENGINES, resolve_engine
+from fadat.engine.runtime import BEAM
 from fadat.errors import InputError, NonFiniteOutputError
 from fadat.models.architectures import Scored
 
@@ -35,8 +36,9 @@ class OnnxRuntimeModel:
     :func:`fadat.translation.pipeline.translate_lines` and the server use.
 
     Offers the strategies the export's graph feeds (greedy, lookahead without n-gram bans,
-    Viterbi, joint-Viterbi), one hypothesis per sentence, no ``log P(y|x)`` (the graph does
-    not give the full token head) and no scoring of given pairs.
+    Viterbi, joint-Viterbi; the beam search, with or without a language model, on an export of
+    format version 2 with ``top_cand_n`` up to its ``top_k``), one hypothesis per sentence, no
+    ``log P(y|x)`` (the graph does not give the full token head) and no scoring of given pairs.
 
     Attributes:
         engine: the runtime.
@@ -53,7 +55,8 @@ class OnnxRuntimeModel:
     has_graph: ClassVar[bool] = False  # the graph view needs the full token head
     reduced_head: ClassVar[bool] = False
     scores_pairs: ClassVar[bool] = False  # no score_batch: the server leaves log P(y|x) out
-    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {}
+    # the DAT's (fadat.models.dat.DATModel.flag_aliases): the beam search's α is --length-penalty
+    flag_aliases: ClassVar[dict[str, dict[str, str]]] = {BEAM: {"length_penalty": "alpha"}}
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
@@ -69,16 +72,19 @@ class OnnxRuntimeModel:
         self.precisions = (engine.precision,)
 
     def offered_strategies(self) -> dict[str, Strategy]:
-        """The registry's DAG strategies that the numpy decoders implement
-        (:data:`fadat.engine.decoding_np.STRATEGIES`), name → record; the options a record
-        allows beyond :meth:`strategies` (n-gram bans) are refused by :meth:`check_options`."""
-        from fadat.engine.decoding_np import STRATEGIES
+        """The registry's DAG strategies that the engine implements
+        (:data:`fadat.engine.runtime.STRATEGIES`), name → record; the options a record allows
+        beyond :meth:`strategies` (n-gram bans) are refused by :meth:`check_options`, and so is
+        the beam search on an export that cannot run it."""
+        from fadat.engine.runtime import STRATEGIES
 
         return {name: s for name, s in offered(GRAPH).items() if name in STRATEGIES}
 
     def strategies(self) -> dict[str, tuple[str, ...]]:
-        """Strategy → its keyword options (:data:`fadat.engine.decoding_np.STRATEGIES`)."""
-        from fadat.engine.decoding_np import STRATEGIES
+        """Strategy → its keyword options (:data:`fadat.engine.runtime.STRATEGIES`), for the
+        strategies this export runs (:attr:`fadat.engine.runtime.OnnxDAT.strategies`: the beam
+        search on format version 2 only)."""
+        from fadat.engine.runtime import STRATEGIES
 
         return {
             name: tuple(
@@ -87,16 +93,19 @@ class OnnxRuntimeModel:
                 if p.kind is p.KEYWORD_ONLY
             )
             for name, fn in STRATEGIES.items()
+            if name in self.engine.strategies
         }
 
     def check_options(self, strategy: str, options: dict[str, Any], nbest: int = 1) -> None:
         """Validate options and ``nbest`` from the strategy's record
         (:meth:`fadat.decoding.strategies.Strategy.check_request`; no decode is tried), less
-        what the numpy decoders do not implement (n-gram bans, several hypotheses).
+        what the engine does not implement (n-gram bans, several hypotheses) and, for the beam
+        search, what the export cannot feed it (:meth:`fadat.engine.runtime.OnnxDAT.check_beam`).
 
         Raises:
             StrategyError: (a ``ValueError``) as ``check_request``; an option the record allows
-                but this engine does not; ``nbest > 1``.
+                but this engine does not; ``nbest > 1``; ``beam`` on a format-version-1 export
+                (export it again) or with ``top_cand_n`` above the export's ``top_k``.
         """
         record = self.offered_strategies().get(strategy)
         if record is None:
@@ -104,6 +113,12 @@ class OnnxRuntimeModel:
                 f"strategy {strategy!r} is not available in the onnxruntime engine; "
                 f"choose one of {', '.join(self.offered_strategies())}"
             )
+        if strategy == BEAM:
+            top_cand_n = options.get("top_cand_n", record.defaults["top_cand_n"])
+            try:
+                self.engine.check_beam(top_cand_n if isinstance(top_cand_n, int) else 1)
+            except ValueError as err:
+                raise StrategyError(str(err)) from None
         if nbest > 1:
             raise StrategyError(f"--nbest {nbest}: the onnxruntime engine gives one hypothesis")
         unsupported = sorted(set(options) - set(self.strategies().get(strategy, ())))
@@ -128,7 +143,9 @@ class OnnxRuntimeModel:
         with_log_prob: bool = False,
     ) -> list[list[Scored]]:
         """One run of the exported graph and one numpy decode
-        (:meth:`fadat.engine.runtime.OnnxDAT.run`, :func:`fadat.engine.decoding_np.decode`).
+        (:meth:`fadat.engine.runtime.OnnxDAT.run`, :func:`fadat.engine.decoding_np.decode`;
+        for ``beam``: :meth:`~fadat.engine.runtime.OnnxDAT.run_top_k` and
+        :func:`fadat.engine.beam_np.beam_search`).
 
         Args:
             source: ``(B, S)`` int64 ``x </s>`` right-padded.
@@ -143,11 +160,15 @@ class OnnxRuntimeModel:
         from fadat.engine.decoding_np import decode
         from fadat.engine.runtime import NonFiniteGraphError
 
+        run = self.engine.run_top_k if strategy == BEAM else self.engine.run
         try:
-            s, tok, links, lengths = self.engine.run(source.cpu().numpy(), upsample_ratio)
+            outputs = run(source.cpu().numpy(), upsample_ratio)
         except NonFiniteGraphError as err:
             raise NonFiniteOutputError(err.what) from None
-        hyps = decode(s, tok, links, lengths, strategy, **options)
+        if strategy == BEAM:
+            hyps = self.engine.beam_search(*outputs, **options)
+        else:
+            hyps = decode(*outputs, strategy, **options)
         return [[Scored(h.tokens, h.score, None, len(h.tokens) + 2)] for h in hyps]
 
     def score_batch(self, *args: Any, **kwargs: Any):

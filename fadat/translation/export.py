@@ -179,6 +179,7 @@ def export(
     shortlist: bool | str | Path | None = None,
     force: bool = False,
     attention: str = "fused",
+    top_k: int | None = None,
 ) -> Path:
     """Export a model directory to another inference engine (``fadat export``).
 
@@ -199,13 +200,16 @@ def export(
         force: replace an existing export at ``output``.
         attention: onnx: ``"fused"`` (ONNX Runtime's ``MultiHeadAttention`` contrib op, the
             graph runs in ONNX Runtime only) or ``"standard"`` (standard ONNX ops).
+        top_k: onnx: tokens per vertex in the graph's ``top_lp``/``top_tok`` outputs, the
+            beam search's largest ``top_cand_n`` on the export (``None``: 5,
+            :data:`fadat.engine.runtime.TOP_K`).
 
     Returns:
         ``output`` as a Path.
 
     Raises:
         InputError: an unknown ``format``; ``shortlist`` or ``quantization`` with ``onnx``;
-            ``precision`` or ``attention`` with ``ctranslate2``; and as
+            ``precision``, ``attention`` or ``top_k`` with ``ctranslate2``; and as
             :func:`export_ctranslate2` and :func:`~fadat.translation.onnx_export.export_onnx`.
     """
     if format not in FORMATS:
@@ -217,11 +221,22 @@ def export(
 
         if shortlist is not None or quantization != "float32":
             raise InputError("--shortlist and --quantization are for --format ctranslate2")
-        return export_onnx(model_dir, output, precision=precision, force=force, attention=attention)
+        from fadat.engine.runtime import TOP_K
+
+        return export_onnx(
+            model_dir,
+            output,
+            precision=precision,
+            force=force,
+            attention=attention,
+            top_k=TOP_K if top_k is None else top_k,
+        )
     if precision != "fp32":
         raise InputError("--precision is for --format onnx (ctranslate2: --quantization)")
     if attention != "fused":
         raise InputError("--attention is for --format onnx")
+    if top_k is not None:
+        raise InputError("--top-k is for --format onnx")
     return export_ctranslate2(
         model_dir,
         output,

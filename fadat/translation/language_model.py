@@ -29,14 +29,16 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import fadat.engine.beam_np as beam_np
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.errors import DecodingOptionError, InputError
 
 if TYPE_CHECKING:
     from torch import nn
 
-#: The LM word of the special ids (see the module docstring).
-SPECIAL_WORD = "<unk>"
+#: The LM word of the special ids (see the module docstring;
+#: :data:`fadat.engine.beam_np.SPECIAL_WORD`, where the torch-free engine finds it).
+SPECIAL_WORD = beam_np.SPECIAL_WORD
 
 #: An LM is refused when fewer than this share of the model's ordinary pieces (every piece but
 #: the four special ones) are words of its vocabulary: it was trained on other text than the
@@ -64,11 +66,11 @@ def lm_words(sp: Any) -> list[str]:
 
     Returns:
         ``sp.get_piece_size()`` strings, indexed by token id (the beam search's ``lm_words``).
+
+    The rule is :func:`fadat.engine.beam_np.lm_words` (importable without torch, for the ONNX
+    Runtime engine) with fadat's special ids.
     """
-    words = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-    for i in _SPECIAL_IDS:
-        words[i] = SPECIAL_WORD
-    return words
+    return beam_np.lm_words(sp, _SPECIAL_IDS)
 
 
 def lm_sentence(sp: Any, ids: Iterable[int]) -> str:

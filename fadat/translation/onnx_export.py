@@ -3,15 +3,18 @@ directory (docs/engine.md).
 
 The directory holds:
 
-- ``dat.onnx``: one graph, the DAT's encoder, decoder, token head reduced to each vertex's best
-  token (what greedy, lookahead, Viterbi and joint-Viterbi read: :class:`DATGraph`) and links
-  head. Inputs ``source`` ``(batch, source_length)`` int64 ``x </s>`` right-padded with
-  ``<pad>``, ``decoder_tokens`` ``(batch, graph_size)`` int64 ``[<s>, <unk> × (L_b − 2), </s>,
-  <pad> …]``; outputs ``s`` ``(batch, graph_size)`` fp32, ``tok`` ``(batch, graph_size)`` int64,
-  ``links`` ``(batch, graph_size, graph_size)`` fp32. The axes are dynamic and carry those names.
-- ``metadata.json``: the decoding λ (``upsample_ratio``), the size limits, the special-token
-  contract, the precision, the opset and the versions of fadat, torch and onnx that wrote it
-  (:data:`METADATA`).
+- ``dat.onnx``: one graph, the DAT's encoder, decoder, token head reduced to each vertex's ``k``
+  best tokens (what the beam search reads; their first is what greedy, lookahead, Viterbi and
+  joint-Viterbi read: :class:`DATGraph`) and links head. Inputs ``source`` ``(batch,
+  source_length)`` int64 ``x </s>`` right-padded with ``<pad>``, ``decoder_tokens`` ``(batch,
+  graph_size)`` int64 ``[<s>, <unk> × (L_b − 2), </s>, <pad> …]``; outputs (:data:`OUTPUT_NAMES`)
+  ``s`` ``(batch, graph_size)`` fp32, ``tok`` ``(batch, graph_size)`` int64, ``links`` ``(batch,
+  graph_size, graph_size)`` fp32, ``top_lp`` ``(batch, graph_size, k)`` fp32 and ``top_tok``
+  ``(batch, graph_size, k)`` int64. The axes are dynamic and carry those names; ``k`` is fixed
+  at export (``top_k``, :data:`TOP_K` by default: ``fadat export --format onnx --top-k K``).
+- ``metadata.json``: the format version (:data:`FORMAT_VERSION`), the decoding λ
+  (``upsample_ratio``), the size limits, the special-token contract, ``top_k``, the precision,
+  the opset and the versions of fadat, torch and onnx that wrote it (:data:`METADATA`).
 - ``spm.model``: the model's sentencepiece model.
 
 Export: ``torch.onnx.export(..., dynamo=True)`` (the ``torch.export``-based exporter, torch's
@@ -59,6 +62,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from fadat.engine.runtime import FORMAT_VERSION, TOP_K
 from fadat.errors import InputError
 from fadat.models.directory import load_pretrained, read_model_metadata, spm_model_path
 from fadat.models.transformer import CrossAttention, SelfAttention
@@ -74,10 +78,10 @@ KIND = "onnx-engine"  # the output directory's kind (fadat.outputs)
 PRECISIONS = ("fp32", "int8")
 GRAPH_FILE = "dat.onnx"
 METADATA = "metadata.json"
-FORMAT_VERSION = 1
 OPSET = 18
 INPUT_NAMES = ("source", "decoder_tokens")
-OUTPUT_NAMES = ("s", "tok", "links")
+#: The graph's outputs (format version 2; version 1 had the first three only).
+OUTPUT_NAMES = ("s", "tok", "links", "top_lp", "top_tok")
 ATTENTION = ("fused", "standard")
 FUSED_ATTENTION_OP = "com.microsoft.MultiHeadAttention"
 
@@ -97,31 +101,47 @@ def _require_onnx():
 
 class DATGraph(nn.Module):
     """The part of a DAT that the engine exports: what :func:`fadat.models.inference.graph_top1`
-    computes in fp32 without a shortlist or pruning, as one module with tensor inputs.
+    computes in fp32 without a shortlist or pruning, plus each vertex's ``top_k`` best tokens
+    (what :func:`fadat.decoding.beam.top_candidates` gives the beam search), as one module with
+    tensor inputs.
 
     Args:
         model: a :class:`fadat.models.dat.DATModel` (fp32, eval mode).
+        top_k: tokens per vertex in ``top_lp``/``top_tok``, ``1 ≤ top_k ≤ V``.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, top_k: int = TOP_K) -> None:
         super().__init__()
         self.model = model
+        self.top_k = top_k
 
-    def forward(self, source: Tensor, decoder_tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        self, source: Tensor, decoder_tokens: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """``source`` ``(B, S)`` int64 and ``decoder_tokens`` ``(B, L)`` int64 (module docstring)
         → ``s`` ``(B, L)`` fp32 (``max_y log P(y|v)``, 0 at padding vertices), ``tok`` ``(B, L)``
         int64 (its argmax, the lowest id on ties; ``<pad>`` at padding vertices), ``links``
-        ``(B, L, L)`` fp32 (:func:`fadat.models.dat.transition_log_probs`)."""
+        ``(B, L, L)`` fp32 (:func:`fadat.models.dat.transition_log_probs`), ``top_lp`` ``(B, L,
+        k)`` fp32 and ``top_tok`` ``(B, L, k)`` int64: the ``k`` largest log-probabilities of
+        every vertex and their token ids, descending (0 and ``<pad>`` in every column at padding
+        vertices).
+
+        One ``topk`` gives all four token outputs: ``s`` and ``tok`` are its first column. In
+        the exported graph it is ONNX's ``TopK`` (``largest``, ``sorted``), which puts the lower
+        index first among equal values, so the tokens follow the tie rule of
+        :func:`~fadat.decoding.beam.top_candidates` and ``tok`` is the lowest id of the maximum,
+        as ``argmax`` (ONNX Runtime's CPU kernel does so: tests/test_engine_onnx.py). In eager
+        PyTorch ``torch.topk`` orders equal values arbitrarily."""
         m = self.model
         graph_lengths = decoder_tokens.ne(PAD_ID).sum(dim=1)  # (B,)
         states = m.decoder_states(m.encode(source), decoder_tokens)  # (B, L, d)
         links = m.links_head(states, graph_lengths)  # (B, L, L)
         logp = torch.log_softmax(m.token_logits(states).float(), dim=-1)  # (B, L, V)
-        s, tok = logp.max(dim=-1)  # (B, L), (B, L)
-        real = decoder_tokens.ne(PAD_ID)  # (B, L)
-        s = torch.where(real, s, torch.zeros((), dtype=s.dtype))
-        tok = torch.where(real, tok, torch.full((), PAD_ID, dtype=tok.dtype))
-        return s, tok, links
+        top_lp, top_tok = logp.topk(self.top_k, dim=-1)  # (B, L, k), (B, L, k) descending
+        real = decoder_tokens.ne(PAD_ID)[..., None]  # (B, L, 1)
+        top_lp = torch.where(real, top_lp, torch.zeros((), dtype=top_lp.dtype))
+        top_tok = torch.where(real, top_tok, torch.full((), PAD_ID, dtype=top_tok.dtype))
+        return top_lp[..., 0], top_tok[..., 0], links, top_lp, top_tok
 
 
 # ----------------------------------------------------------------------------------------------
@@ -366,8 +386,24 @@ def _exporter_notices_off() -> Iterator[None]:
         registry.setLevel(level)
 
 
+def check_top_k(top_k: int, vocab_size: int) -> None:
+    """Check the export's tokens per vertex.
+
+    Raises:
+        ValueError: ``top_k`` not an integer in ``[1, vocab_size]``.
+    """
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= vocab_size:
+        raise ValueError(
+            f"--top-k must be an integer in [1, {vocab_size}] (the vocabulary size), got {top_k!r}"
+        )
+
+
 def export_graph(
-    model: nn.Module, path: str | Path, opset: int = OPSET, attention: str = "fused"
+    model: nn.Module,
+    path: str | Path,
+    opset: int = OPSET,
+    attention: str = "fused",
+    top_k: int = TOP_K,
 ) -> None:
     """Export :class:`DATGraph` of ``model`` to one self-contained ONNX file (weights inside).
 
@@ -377,16 +413,18 @@ def export_graph(
         opset: the ONNX opset.
         attention: ``"fused"`` (ONNX Runtime's ``MultiHeadAttention``) or ``"standard"``
             (module docstring).
+        top_k: tokens per vertex in the outputs ``top_lp`` and ``top_tok``.
 
     Raises:
-        ValueError: an unknown ``attention``.
+        ValueError: an unknown ``attention``; ``top_k`` outside ``[1, V]``.
     """
     if attention not in ATTENTION:
         raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
+    check_top_k(top_k, model.config.vocab_size)
     onnx, _ = _require_onnx()
     from torch.export import Dim
 
-    graph = DATGraph(model).eval()
+    graph = DATGraph(model, top_k).eval()
     fused = attention == "fused"
     batch = Dim("batch")
     source_length = Dim("source_length", max=model.config.max_source_positions)
@@ -453,6 +491,7 @@ def _write_fp32(
     out: Path,
     opset: int,
     attention: str,
+    top_k: int,
 ) -> None:
     """The fp32 export's files in ``out``: graph, ``spm.model``, ``metadata.json``."""
     import onnx
@@ -461,7 +500,7 @@ def _write_fp32(
     import fadat
 
     cfg = model.config
-    export_graph(model, out / GRAPH_FILE, opset, attention)
+    export_graph(model, out / GRAPH_FILE, opset, attention, top_k)
     shutil.copyfile(spm_path, out / "spm.model")
     info = {
         "format": "fadat-onnx-engine",
@@ -473,6 +512,7 @@ def _write_fp32(
         "max_target_positions": cfg.max_target_positions,
         "vocab_size": cfg.vocab_size,
         "special_ids": {"bos": BOS_ID, "pad": PAD_ID, "eos": EOS_ID, "unk": UNK_ID},
+        "top_k": top_k,
         "contract": (
             "source: (batch, source_length) int64, sentencepiece ids of x then </s>, "
             "right-padded with pad; decoder_tokens: (batch, graph_size) int64 "
@@ -480,9 +520,12 @@ def _write_fp32(
             "|x </s>|), 2, max_target_positions); outputs s (batch, graph_size) float32 "
             "max log P(token|vertex) (0 at padding), tok (batch, graph_size) int64 its "
             "argmax (pad at padding), links (batch, graph_size, graph_size) float32 log "
-            "transition probabilities (-inf where invalid)"
+            "transition probabilities (-inf where invalid), top_lp (batch, graph_size, top_k) "
+            "float32 the top_k largest log P(token|vertex), descending, and top_tok (batch, "
+            "graph_size, top_k) int64 their ids, ties by the lower id (0 and pad at padding); "
+            "s and tok are their first column"
         ),
-        "strategies": ["greedy", "lookahead", "viterbi", "joint-viterbi"],
+        "strategies": ["greedy", "lookahead", "viterbi", "joint-viterbi", "beam"],
         "default_strategy": model.default_strategy,
         "opset": opset,
         "attention": FUSED_ATTENTION_OP if attention == "fused" else "standard ONNX ops",
@@ -548,6 +591,7 @@ def export_onnx(
     force: bool = False,
     opset: int = OPSET,
     attention: str = "fused",
+    top_k: int = TOP_K,
 ) -> Path:
     """Export a DAT model directory to an ONNX Runtime engine directory (module docstring).
 
@@ -562,12 +606,17 @@ def export_onnx(
         opset: the ONNX opset of the graph.
         attention: ``"fused"`` (one ONNX Runtime ``MultiHeadAttention`` per attention block;
             runs in ONNX Runtime only) or ``"standard"`` (standard ONNX ops), module docstring.
+        top_k: tokens per vertex in the graph's ``top_lp``/``top_tok`` outputs (the most the
+            beam search's ``top_cand_n`` can be on this export), ``1 ≤ top_k ≤ V``; recorded
+            in ``metadata.json``. The default, 5, is the beam search's default ``top_cand_n``
+            (DAG-Search's ``--decode-top-cand-n``).
 
     Returns:
         ``output`` as a Path.
 
     Raises:
         InputError: onnx, onnxruntime or onnxscript not installed; unknown ``precision``;
+            ``top_k`` outside ``[1, V]``;
             ``model_dir`` missing, corrupt, not a DAT or without a sentencepiece model;
             ``output`` an export without ``force``, or anything else than an export or an
             empty directory.
@@ -590,6 +639,10 @@ def export_onnx(
     spm_path = spm_model_path(model_dir)
     if spm_path is None:
         raise InputError(f"{model_dir}: has no sentencepiece model")
+    try:
+        check_top_k(top_k, int(meta["config"]["vocab_size"]))
+    except ValueError as err:
+        raise InputError(str(err)) from None
     check_not_input(output, [("--model", model_dir)])
     if check_output_dir(output, KIND) and not force:
         raise InputError(f"--output {output}: an existing ONNX export (pass --force)")
@@ -598,10 +651,10 @@ def export_onnx(
     staged = staging_dir(output)
     try:
         if precision == "fp32":
-            _write_fp32(model, meta, model_dir, spm_path, staged, opset, attention)
+            _write_fp32(model, meta, model_dir, spm_path, staged, opset, attention, top_k)
         else:
             with tempfile.TemporaryDirectory(dir=staged) as tmp:
-                _write_fp32(model, meta, model_dir, spm_path, Path(tmp), opset, attention)
+                _write_fp32(model, meta, model_dir, spm_path, Path(tmp), opset, attention, top_k)
                 _write_int8(Path(tmp), staged)
         replace_dir(staged, output, KIND)
     except BaseException:

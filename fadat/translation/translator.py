@@ -75,7 +75,9 @@ class Translator:
         --format onnx`` and ``"torch"`` for a model directory. With ``engine="onnxruntime"``
         ``directory`` is an export (or a DAT model directory, exported first), run by ONNX
         Runtime with ``intra_threads`` threads; ``precision`` is the export's (fp32 or int8),
-        and the strategies are greedy, lookahead without n-gram bans, viterbi and joint-viterbi
+        and the strategies are greedy, lookahead without n-gram bans, viterbi, joint-viterbi
+        and, on an export of format version 2, beam (with a language model too:
+        :func:`fadat.translation.language_model.language_model_options`)
         (:func:`fadat.translation.engines.load_translation_model`, docs/engine.md).
 
         Raises:

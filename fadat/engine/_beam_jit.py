@@ -1,6 +1,8 @@
-"""The compiled (numba) search loop of :func:`fadat.decoding.beam.beam_search_candidates`; the
-search itself is described in :mod:`fadat.decoding.beam`. Imported only when a beam search runs,
-so that ``import fadat`` does not load numba.
+"""The compiled (numba) search loop of the DAG beam search
+(:func:`fadat.engine.beam_np.beam_search`, which :func:`fadat.decoding.beam.beam_search` runs
+too); the search itself is described in :mod:`fadat.decoding.beam`. Imported only when a beam
+search runs, so that neither ``import fadat`` nor the engine (:mod:`fadat.engine`) loads numba.
+Imports numba and numpy only.
 
 One sentence's search lives in an *arena*, a tuple of arrays (capacities grow by doubling):
 
@@ -19,9 +21,9 @@ One sentence's search lives in an *arena*, a tuple of arrays (capacities grow by
 - ``counters`` ``(4,)`` int64: nodes used, states used, and the capacities a refused
   :func:`step` asks for.
 
-Every compiled function is cached on disk (``cache=True``: next to this file, or in numba's
-user-wide cache directory, or ``NUMBA_CACHE_DIR``); where no directory is writable they are
-compiled in each process instead.
+Every compiled function is cached on disk (``cache=True``: in ``__pycache__`` next to this
+file, ``fadat/engine/_beam_jit.py``, else in numba's user-wide cache directory, or in
+``NUMBA_CACHE_DIR``); where no directory is writable they are compiled in each process instead.
 """
 
 from __future__ import annotations
