@@ -752,7 +752,9 @@ def design_rows(
             **extra,
         }
 
-    beams = ([("beam", None)] if beam else []) + ([("beam+LM", gamma)] if lm is not None else [])
+    beams = ([("beam", None, None)] if beam else []) + (
+        [("beam+LM", gamma, lm)] if lm is not None else []
+    )  # (label, γ, LM file) of each beam search row
 
     for (ratio, precision), model in models.items():
         lam = "" if ratio is None else f" λ={ratio:g}"
@@ -815,7 +817,7 @@ def design_rows(
                             ),
                         )
                     )
-        for label, weight in beams:
+        for label, weight, row_lm in beams:
             name = f"{design.prefix}DAT {label} {precision}{lam}"
             command = (
                 f"fadat translate --model {directory} --strategy {BEAM} --precision {precision}"
@@ -853,7 +855,7 @@ def design_rows(
                         "shortlist": None,
                         "prune": None,
                         "ratio": ratio,
-                        "lm": lm if weight is not None else None,
+                        "lm": row_lm,
                         "gamma": weight,
                     },
                     disk=directory,
@@ -865,7 +867,7 @@ def design_rows(
                         ratio,
                         shortlist=False,
                         prune=None,
-                        lm=lm if weight is not None else None,
+                        lm=row_lm,
                         gamma=weight,
                     ),
                 )
@@ -910,7 +912,7 @@ def design_rows(
                         ),
                     )
                 )
-            for label, weight in beams:
+            for label, weight, row_lm in beams:
                 command = (
                     f"fadat export --format onnx --precision {precision} --model {directory} "
                     f"--output DIR; fadat translate --engine onnxruntime --model DIR "
@@ -941,7 +943,7 @@ def design_rows(
                             "directory": str(export),
                             "strategy": BEAM,
                             "ratio": ratio,
-                            "lm": lm if weight is not None else None,
+                            "lm": row_lm,
                             "gamma": weight,
                         },
                         disk=export,
@@ -953,7 +955,7 @@ def design_rows(
                             ratio,
                             shortlist=False,
                             prune=None,
-                            lm=lm if weight is not None else None,
+                            lm=row_lm,
                             gamma=weight,
                         ),
                     )

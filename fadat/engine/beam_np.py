@@ -23,6 +23,7 @@ directory is writable (a read-only install), every process compiles.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,17 +56,28 @@ def lm_words(sp: Any, special_ids: Sequence[int]) -> list[str]:
     return words
 
 
+def open_model(lm: Any) -> Any:
+    """The beam search's language model: ``lm`` itself (a ``kenlm.Model``), or, for the path of
+    an ARPA/binary file (``str``, ``bytes`` or path-like), that file opened with ``kenlm``.
+
+    Raises:
+        ImportError: a path given but ``kenlm`` is not installed.
+        OSError: KenLM cannot open the file (its own message, naming the file).
+    """
+    if not (isinstance(lm, (str, bytes)) or hasattr(lm, "__fspath__")):
+        return lm
+    import kenlm
+
+    return kenlm.Model(os.fspath(lm))
+
+
 class _LanguageModel:
     """KenLM scores (log10) of output prefixes, cached per trie node."""
 
     def __init__(self, lm: Any, words: Sequence[str]) -> None:
         import kenlm
 
-        self.model = (
-            kenlm.Model(str(lm))
-            if isinstance(lm, (str, bytes)) or hasattr(lm, "__fspath__")
-            else lm
-        )
+        self.model = open_model(lm)
         self.words = list(words)
         self._kenlm = kenlm
 

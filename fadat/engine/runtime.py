@@ -18,7 +18,6 @@ it again.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -197,7 +196,7 @@ class OnnxDAT:
         format-version-2 export."""
         return tuple(name for name in STRATEGIES if name != BEAM or self.top_k)
 
-    def check_beam(self, top_cand_n: int = 5) -> None:
+    def check_beam(self, top_cand_n: int = TOP_K) -> None:
         """Check that this export feeds the beam search with ``top_cand_n`` tokens per vertex
         (``min(top_cand_n, V)``, as :func:`fadat.decoding.beam.beam_search` takes them).
 
@@ -377,7 +376,7 @@ class OnnxDAT:
                 f"choose one of {', '.join(STRATEGIES)}"
             )
         if strategy == BEAM:
-            self.check_beam(options.get("top_cand_n", 5))
+            self.check_beam(options.get("top_cand_n", TOP_K))
         if not sources:
             return []
         width = max(len(ids) for ids in sources)
@@ -430,12 +429,9 @@ class OnnxDAT:
             ValueError: as :meth:`translate_ids`.
             ImportError: as :meth:`translate_ids`.
         """
-        lm = options.get("lm")
-        if strategy == BEAM and (isinstance(lm, str) or hasattr(lm, "__fspath__")):
-            self.check_beam(options.get("top_cand_n", 5))
-            import kenlm
-
-            options = {**options, "lm": kenlm.Model(os.fspath(lm))}
+        if strategy == BEAM and options.get("lm") is not None:
+            self.check_beam(options.get("top_cand_n", TOP_K))
+            options = {**options, "lm": beam_np.open_model(options["lm"])}
         encoded = {i: self.encode(line) for i, line in enumerate(sentences) if line.strip()}
         order = sorted(encoded, key=lambda i: -len(encoded[i]))
         out = [""] * len(sentences)
