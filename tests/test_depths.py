@@ -201,3 +201,38 @@ def test_sweep_configs_are_the_nll_recipe_with_only_depth_and_lambda_changed():
         assert set(recipe) <= set(values), name
         if "max_tokens" in changes:
             assert changes["max_tokens"] == recipe["max_tokens"] * 6 // 4
+
+
+#: The chosen design's plateau configs → what they change in the release's recipe.
+PLATEAU = {
+    "dat-cpu-small-5x1-range-nll-fast.yaml": (
+        "dat-cpu-small-nll-fast.yaml",
+        {
+            "preset": "cpu-small-5x1",
+            "model": {"copy_source": True, "decode_upsample_ratio": 3},
+            "upsample_ratio_range": (3.0, 6.0),
+            "max_tokens": 3072,
+        },
+    ),
+    "dat-cpu-small-5x1-range-fuzzy-plateau.yaml": (
+        "dat-cpu-small-fuzzy-plateau.yaml",
+        {"preset": "cpu-small-5x1", "upsample_ratio_range": (3.0, 6.0), "max_tokens": 3072},
+    ),
+}
+
+
+def test_plateau_configs_are_the_release_recipe_with_only_the_design_changed():
+    """The chosen design's pre-training and FA-DAT configs are the release's with only the shape,
+    the λ range (max_tokens × 6/4) and the decoding λ changed (its experiment file:
+    tests/test_recipes.py)."""
+    from pathlib import Path
+
+    from fadat.training.config import load_yaml_config
+
+    configs = Path(__file__).resolve().parent.parent / "configs"
+    for name, (base, changes) in PLATEAU.items():
+        recipe = load_yaml_config(configs / base)
+        values = load_yaml_config(configs / name)
+        changed = {k: v for k, v in values.items() if recipe.get(k) != v}
+        assert changed == changes, name
+        assert set(recipe) <= set(values), name

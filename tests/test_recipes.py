@@ -184,6 +184,22 @@ def plateau_setup(tmp_path, monkeypatch):
     return ex, where, tmp_path / "runs" / "bible-en-es-plateau"
 
 
+def test_the_speed_plateau_experiment_file():
+    """The speed sweep's chosen design to its plateau: pre-training on the distilled data to the
+    release's criterion, FA-DAT from it with the release's budget (batch ratio 4, checked
+    against the two configs by ``load``)."""
+    ex = load_recipe("experiment")
+    spec, stages = ex.load(str(ROOT / "recipes" / "experiments" / "bible-en-es-speed-plateau.yaml"))
+    by_key = {s.key: s for s in stages}
+    assert list(by_key) == ["pretrain-s1", "ft-fadat-s1"]
+    pretrain, fadat = by_key["pretrain-s1"], by_key["ft-fadat-s1"]
+    assert (pretrain.data, fadat.data) == ("bible-en-es-4k-kd", "bible-en-es-4k-kd")
+    assert (pretrain.plateau.min_updates, pretrain.plateau.gain) == (10000, 0.3)
+    assert fadat.init_key == "pretrain-s1"
+    assert fadat.budget == ex.Budget(0.0667, 4)
+    assert [p for p, _ in ex.comparisons(spec)] == [""]
+
+
 def test_fine_tune_budget_arithmetic_and_the_experiment_file(tmp_path, monkeypatch):
     ex, _, runs = plateau_setup(tmp_path, monkeypatch)
     # the paper: 5k updates × 256k tokens after 300k × 64k = 6.67 % at a 4× batch
