@@ -34,7 +34,7 @@ Usage::
         [--precisions fp32 bf16 int8] [--upsample-ratios 4 3] [--prune-thresholds 1e-2] \\
         [--shortlist FILE] [--at-shortlist FILE] [--onnx-dir DIR] \\
         [--onnx-precisions fp32 int8] [--memory-batches 2] \\
-        [--beam] [--lm FILE [--gamma 1.0]] \\
+        [--beam] [--lm FILE [--gamma 1.0]] [--beam-size 100] \\
         [--only REGEX] [--profile ROW|fastest] [--json out.json]
     python bench/bench_inference.py --smoke --dat DAT --at AT --src SRC --ref REF   # seconds
 
@@ -61,6 +61,7 @@ directory it loads, ``AT_RANDOM`` for ``--at random``), ``system`` (``torch``, `
 ``ctranslate2``), ``strategy`` (``greedy``, ``lookahead``, ``joint-viterbi``, ``beam``;
 CTranslate2 ``greedy``, ``beam5``), ``lm`` (the beam search's language model file as given to
 ``--lm``; ``None`` for every other row), ``gamma`` (its weight γ; ``None`` without an LM),
+``beam_size`` (the beam search's beam, ``--beam-size``; ``None`` for every other row),
 ``precision`` (CTranslate2: its compute type), ``upsample_ratio`` (the
 λ asked for, ``None`` = the model's), ``lambda`` (the λ decoded with; ``None`` for
 CTranslate2), ``shortlist``, ``prune`` (τ or ``None``), ``vmap``, ``forced`` (``=ref len``);
@@ -70,7 +71,7 @@ and ``tok_bleu``, ``bleu`` (rows with BLEU); per thread count (key ``"T"``) ever
 times; ``same_as_full``, ``cover``, ``disk_mib``, ``memory``, ``profile`` where measured.
 ``machine``: the CPU and versions; ``run``: ``designs`` (name → directory), ``at``,
 ``source``, ``test_sentences``, ``latency_sentences``, ``threads``, ``repeats``, ``beam``,
-``lm``, ``gamma``.
+``lm``, ``gamma``, ``beam_size`` (``None`` without ``--beam`` and ``--lm``).
 bench/speed_frontier.py turns such files into the frontier's table and picture.
 
 Rows (``--only REGEX`` keeps the rows whose name matches):
@@ -89,12 +90,16 @@ Rows (``--only REGEX`` keeps the rows whose name matches):
   [--lm FILE --gamma γ]`` runs it (:func:`beam_translate`): the full ``(B, L, V)`` token
   log-probabilities (not the top-1 fast path), so no ``+sl`` or ``+prune`` rows; × the
   ``--precisions`` (fp32, bf16 and int8 copies of ``with_precision`` all run it) × the same λ
-  values. The LM (a KenLM file, opened once before any model is loaded; a missing or unreadable
+  values. ``--beam-size K`` sets the beam of every beam row (torch and ONNX Runtime, their
+  ``inter t`` workers and memory probes); the rows keep their names, their command says
+  ``--beam-size K`` where K is not the strategy's default, their JSON ``beam_size`` always.
+  The LM (a KenLM file, opened once before any model is loaded; a missing or unreadable
   file stops the run with ``open_language_model``'s message) reads each design's outputs as
   that design's sentencepiece pieces (``lm_words`` of its own ``spm.model``); a design of whose
   pieces the LM holds fewer than 10 % is refused
   (:func:`fadat.translation.language_model.language_model_options`). ``--gamma`` without
-  ``--lm`` is refused. Its memory column includes the LM;
+  ``--lm`` is refused, and so is ``--beam-size`` without ``--beam`` or ``--lm``. Its memory
+  column includes the LM;
 - ``ORT``: the DAT exported with ``fadat export --format onnx`` and run by ONNX Runtime with
   the numpy decoders (:class:`fadat.engine.runtime.OnnxDAT`, docs/engine.md): greedy /
   lookahead / joint-Viterbi × the ``--onnx-precisions`` exports (fp32; int8 = ONNX Runtime's
@@ -102,12 +107,13 @@ Rows (``--only REGEX`` keeps the rows whose name matches):
   int8 quantizes activations per tensor over the whole batch, so an int8 row's outputs depend
   on how sentences are batched (its BLEU is that of the batched pass, its ``inter t`` outputs
   those of the halves). With ``--beam`` and ``--lm`` also ``ORT beam`` and ``ORT beam+LM`` rows
-  per export and λ: the same beam search (the same options and γ, the same LM file opened once)
-  on each vertex's top 5 tokens that the export's graph gives (format version 2; ``fadat
-  export --top-k``), as ``fadat translate --engine onnxruntime --strategy beam [--lm FILE
-  --gamma γ]`` runs it (:func:`ort_beam_translate`); an export of ``--onnx-dir`` of format
-  version 1 stops the run with a message to export it again. Their memory column includes the
-  LM and numba. Left out, with a message, when onnxruntime is not installed;
+  per export and λ: the same beam search (the same options, beam and γ, the same LM file
+  opened once) on each vertex's top 5 tokens that the export's graph gives (format version 2;
+  ``fadat export --top-k``), as ``fadat translate --engine onnxruntime --strategy beam
+  [--beam-size K] [--lm FILE --gamma γ]`` runs it (:func:`ort_beam_translate`); an export of
+  ``--onnx-dir`` of format version 1 stops the run with a message to export it again. Their
+  memory column includes the LM and numba. Left out, with a message, when onnxruntime is not
+  installed;
 - ``CT2``: the AT exported to CTranslate2 (fadat.translation.export; ``--ct2-compute``, default
   int8): greedy and beam 5; the same with CTranslate2's vocabulary map written from a shortlist
   built the same way for the AT's vocabulary (``+vmap``; ``--at-shortlist``, default the AT
@@ -181,11 +187,12 @@ import torch
 
 from fadat.data.contract import pad_sequences
 from fadat.data.spm import encode_source
-from fadat.decoding import decode
+from fadat.decoding import decode, strategies
 from fadat.errors import InputError
 from fadat.evaluation.scoring import corpus_scores
 from fadat.models.directory import load_model
 from fadat.models.inference import PRECISIONS, graph_top1, kept_vertices, with_precision
+from fadat.options import positive_int
 from fadat.outputs import atomic_write
 from fadat.process import describe_cpu, native_bf16
 from fadat.translation.language_model import language_model_options, open_language_model
@@ -196,6 +203,9 @@ DAT_STRATEGIES = ("greedy", "lookahead", "joint-viterbi")
 #: The DAG beam search's strategy name (fadat.decoding.strategies); its rows are ``DAT beam``
 #: (``--beam``) and ``DAT beam+LM`` (``--lm``).
 BEAM = "beam"
+#: The beam rows' beam size without ``--beam-size``: the DAG beam strategy's own default (100).
+#: Every beam row, torch and ONNX Runtime, is given its beam size explicitly.
+DEFAULT_BEAM_SIZE = strategies.BEAM.defaults["beam_size"]
 #: The LM's weight γ of the ``beam+LM`` rows without ``--gamma``: the best of 0.1–1.5 on the
 #: released model's valid sentences (docs/results/lm-beam.md); the verbs' default is 0.1.
 DEFAULT_GAMMA = 1.0
@@ -308,8 +318,9 @@ def beam_translate(model, options: dict[str, Any], ratio: float | None = None) -
         model: a DAT model (fp32, or a :func:`~fadat.models.inference.with_precision` copy).
         options: the beam search's keywords, checked by the caller
             (:func:`fadat.translation.pipeline.check_strategy`): ``{}`` for its defaults (beam
-            100), or ``{"gamma": γ, "lm": kenlm.Model, "lm_words": [...]}``
-            (:func:`fadat.translation.language_model.language_model_options`).
+            100), ``{"beam_size": k}``, and with an LM also ``{"gamma": γ, "lm": kenlm.Model,
+            "lm_words": [...]}`` (:func:`fadat.translation.language_model.language_model_options`);
+            :func:`beam_options` gives a row's.
         ratio: the decoding λ (``None`` = the model's).
     """
 
@@ -323,12 +334,14 @@ def beam_translate(model, options: dict[str, Any], ratio: float | None = None) -
     return run
 
 
-def beam_options(design: Design, gamma: float | None) -> dict[str, Any]:
-    """The beam search's keywords of a design's row: ``{}`` without an LM (``gamma`` ``None``),
-    else γ and the design's LM keywords (:attr:`Design.lm_options`)."""
+def beam_options(
+    design: Design, gamma: float | None, beam_size: int = DEFAULT_BEAM_SIZE
+) -> dict[str, Any]:
+    """The beam search's keywords of a design's row: ``beam_size``, and with an LM (``gamma``
+    not ``None``) γ and the design's LM keywords (:attr:`Design.lm_options`)."""
     if gamma is None:
-        return {}
-    return {"gamma": gamma, **design.lm_options}
+        return {"beam_size": beam_size}
+    return {"beam_size": beam_size, "gamma": gamma, **design.lm_options}
 
 
 _ENGINES: dict[tuple[str, int], Any] = {}
@@ -362,8 +375,9 @@ def ort_beam_translate(engine, options: dict[str, Any], ratio: float | None = No
 
     Args:
         engine: an :class:`~fadat.engine.runtime.OnnxDAT` of a format-version-2 export.
-        options: the beam search's keywords, as :func:`beam_translate`'s (``{}``, or ``gamma``
-            and an opened ``lm``; ``lm_words`` defaults to the export's pieces).
+        options: the beam search's keywords, as :func:`beam_translate`'s (``{}``,
+            ``beam_size``, ``gamma`` and an opened ``lm``; ``lm_words`` defaults to the
+            export's pieces).
         ratio: the decoding λ (``None`` = the export's).
     """
 
@@ -435,9 +449,15 @@ def _replica_translate(
 
 
 def _replica_translate_beam(
-    precision: str, gamma: float | None, ratio: float | None, sources: list[list[int]]
+    precision: str,
+    gamma: float | None,
+    ratio: float | None,
+    beam_size: int,
+    sources: list[list[int]],
 ) -> list[list[int]]:
-    options = {} if gamma is None else {"gamma": gamma, **_REPLICA["lm"]}
+    options = {"beam_size": beam_size}
+    if gamma is not None:
+        options.update(gamma=gamma, **_REPLICA["lm"])
     return beam_translate(_REPLICA["models"][precision], options, ratio)(sources)
 
 
@@ -448,9 +468,15 @@ def _replica_translate_onnx(
 
 
 def _replica_translate_onnx_beam(
-    directory: str, gamma: float | None, ratio: float | None, sources: list[list[int]]
+    directory: str,
+    gamma: float | None,
+    ratio: float | None,
+    beam_size: int,
+    sources: list[list[int]],
 ) -> list[list[int]]:
-    options = {} if gamma is None else {"gamma": gamma, "lm": _REPLICA["lm_model"]}
+    options = {"beam_size": beam_size}
+    if gamma is not None:
+        options.update(gamma=gamma, lm=_REPLICA["lm_model"])
     return ort_beam_translate(_REPLICA["engines"][directory], options, ratio)(sources)
 
 
@@ -507,20 +533,31 @@ class Replicas:
     def translate(self, precision, strategy, shortlist, prune, ratio) -> Translate:
         return self._split(_replica_translate, precision, strategy, shortlist, prune, ratio)
 
-    def translate_beam(self, precision: str, gamma: float | None, ratio: float | None) -> Translate:
-        """The beam search (:func:`beam_translate`) in the workers: without an LM (``gamma``
-        ``None``) or with the pool's ``lm`` at weight ``gamma``."""
-        return self._split(_replica_translate_beam, precision, gamma, ratio)
+    def translate_beam(
+        self,
+        precision: str,
+        gamma: float | None,
+        ratio: float | None,
+        beam_size: int = DEFAULT_BEAM_SIZE,
+    ) -> Translate:
+        """The beam search (:func:`beam_translate`) of beam ``beam_size`` in the workers:
+        without an LM (``gamma`` ``None``) or with the pool's ``lm`` at weight ``gamma``."""
+        return self._split(_replica_translate_beam, precision, gamma, ratio, beam_size)
 
     def translate_onnx(self, directory: str, strategy: str, ratio: float | None) -> Translate:
         return self._split(_replica_translate_onnx, directory, strategy, ratio)
 
     def translate_onnx_beam(
-        self, directory: str, gamma: float | None, ratio: float | None
+        self,
+        directory: str,
+        gamma: float | None,
+        ratio: float | None,
+        beam_size: int = DEFAULT_BEAM_SIZE,
     ) -> Translate:
-        """The beam search on ONNX Runtime (:func:`ort_beam_translate`) in the workers: without
-        an LM (``gamma`` ``None``) or with the pool's ``lm`` at weight ``gamma``."""
-        return self._split(_replica_translate_onnx_beam, directory, gamma, ratio)
+        """The beam search on ONNX Runtime (:func:`ort_beam_translate`) of beam ``beam_size``
+        in the workers: without an LM (``gamma`` ``None``) or with the pool's ``lm`` at weight
+        ``gamma``."""
+        return self._split(_replica_translate_onnx_beam, directory, gamma, ratio, beam_size)
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -718,6 +755,7 @@ def design_rows(
     beam: bool = False,
     lm: str | None = None,
     gamma: float = DEFAULT_GAMMA,
+    beam_size: int = DEFAULT_BEAM_SIZE,
 ) -> list[Row]:
     """The torch (``DAT``) and ONNX Runtime (``ORT``) rows of one design (its model, shortlist
     and exports loaded by :func:`main`), in the table's order: torch rows by λ, precision,
@@ -729,7 +767,9 @@ def design_rows(
     (the LM file as given on the command line; the design's :attr:`Design.lm_options` hold it
     opened): also those with it at weight ``gamma`` (``DAT beam+LM``, ``ORT beam+LM``); after
     each λ and precision's (export's) other strategies, without shortlist or pruning (the torch
-    rows read the full token head, the ONNX Runtime rows the export's top tokens)."""
+    rows read the full token head, the ONNX Runtime rows the export's top tokens). All of them
+    search with beam ``beam_size``; their commands say ``--beam-size`` where it is not the
+    strategy's default (:data:`DEFAULT_BEAM_SIZE`)."""
     rows: list[Row] = []
     directory, shortlist, shortlist_path = design.directory, design.shortlist, design.shortlist_path
     models = {}
@@ -749,12 +789,14 @@ def design_rows(
             "lambda": float(lam),
             "lm": None,
             "gamma": None,
+            "beam_size": None,
             **extra,
         }
 
     beams = ([("beam", None, None)] if beam else []) + (
         [("beam+LM", gamma, lm)] if lm is not None else []
     )  # (label, γ, LM file) of each beam search row
+    beam_flag = "" if beam_size == DEFAULT_BEAM_SIZE else f" --beam-size {beam_size}"
 
     for (ratio, precision), model in models.items():
         lam = "" if ratio is None else f" λ={ratio:g}"
@@ -822,15 +864,18 @@ def design_rows(
             command = (
                 f"fadat translate --model {directory} --strategy {BEAM} --precision {precision}"
                 + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
+                + beam_flag
                 + (f" --lm {lm} --gamma {weight:g}" if weight is not None else "")
             )
-            options = beam_options(design, weight)
+            options = beam_options(design, weight, beam_size)
 
             def settings(t, m=model, o=options, r=ratio, p=precision, g=weight):
                 own = [(f"torch {t}", lambda: beam_translate(m, o, r))]
                 if t == 1:
                     return own
-                return own + [(f"inter {t}", lambda: replicas(design, t).translate_beam(p, g, r))]
+                return own + [
+                    (f"inter {t}", lambda: replicas(design, t).translate_beam(p, g, r, beam_size))
+                ]
 
             rows.append(
                 Row(
@@ -857,6 +902,7 @@ def design_rows(
                         "ratio": ratio,
                         "lm": row_lm,
                         "gamma": weight,
+                        "beam_size": beam_size,
                     },
                     disk=directory,
                     design=design,
@@ -869,6 +915,7 @@ def design_rows(
                         prune=None,
                         lm=row_lm,
                         gamma=weight,
+                        beam_size=beam_size,
                     ),
                 )
             )
@@ -918,17 +965,21 @@ def design_rows(
                     f"--output DIR; fadat translate --engine onnxruntime --model DIR "
                     f"--strategy {BEAM}"
                     + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
+                    + beam_flag
                     + (f" --lm {lm} --gamma {weight:g}" if weight is not None else "")
                     + " --threads T"
                 )
-                options = beam_options(design, weight)
+                options = beam_options(design, weight, beam_size)
 
                 def settings(t, d=str(export), o=options, r=ratio, g=weight):
                     own = [(f"intra {t}", lambda: ort_beam_translate(ort_engine(d, t), o, r))]
                     if t == 1:
                         return own
                     return own + [
-                        (f"inter {t}", lambda: replicas(design, t).translate_onnx_beam(d, g, r))
+                        (
+                            f"inter {t}",
+                            lambda: replicas(design, t).translate_onnx_beam(d, g, r, beam_size),
+                        )
                     ]
 
                 rows.append(
@@ -945,6 +996,7 @@ def design_rows(
                             "ratio": ratio,
                             "lm": row_lm,
                             "gamma": weight,
+                            "beam_size": beam_size,
                         },
                         disk=export,
                         design=design,
@@ -957,6 +1009,7 @@ def design_rows(
                             prune=None,
                             lm=row_lm,
                             gamma=weight,
+                            beam_size=beam_size,
                         ),
                     )
                 )
@@ -1167,6 +1220,13 @@ def main(argv: list[str] | None = None) -> dict:
         metavar="G",
         help=f"the --lm rows' LM weight γ (default {DEFAULT_GAMMA:g}; needs --lm)",
     )
+    p.add_argument(
+        "--beam-size",
+        type=positive_int,
+        metavar="K",
+        help=f"the beam size of the --beam and --lm rows (default the strategy's, "
+        f"{DEFAULT_BEAM_SIZE}; needs --beam or --lm)",
+    )
     p.add_argument("--only", help="keep the rows whose name matches this regular expression")
     p.add_argument("--smoke", action="store_true", help="a few sentences, one repeat: seconds")
     p.add_argument("--json", help="write the results here")
@@ -1178,6 +1238,12 @@ def main(argv: list[str] | None = None) -> dict:
             "without one; give --lm FILE or leave --gamma out"
         )
     gamma = DEFAULT_GAMMA if args.gamma is None else args.gamma  # read only with --lm
+    if args.beam_size is not None and not (args.beam or args.lm is not None):
+        raise SystemExit(
+            "--beam-size sets the beam of the beam search rows and does nothing without them; "
+            "give --beam or --lm FILE, or leave --beam-size out"
+        )
+    beam_size = DEFAULT_BEAM_SIZE if args.beam_size is None else args.beam_size
     opened_lm = None
     if args.lm is not None:  # before any model is loaded: a missing file stops the run at once
         try:
@@ -1232,7 +1298,8 @@ def main(argv: list[str] | None = None) -> dict:
                     opened_lm, design.model, design.sp, path=args.lm, cli=True
                 )
             for weight in [None] * args.beam + ([gamma] if args.lm is not None else []):
-                check_strategy(design.model, BEAM, beam_options(design, weight), cli=True)
+                options = beam_options(design, weight, beam_size)
+                check_strategy(design.model, BEAM, options, cli=True)
         except InputError as err:
             raise SystemExit(f"{where}{err}") from None
     work = Path(tempfile.mkdtemp(prefix="bench-inference-"))
@@ -1322,6 +1389,7 @@ def main(argv: list[str] | None = None) -> dict:
             beam=args.beam,
             lm=args.lm,
             gamma=gamma,
+            beam_size=beam_size,
         )
     ct2_variants = [("", {}, True), (" =ref len", {"forced": True}, False)]
     if (work / "at-ct2-vmap").is_dir():
@@ -1395,6 +1463,7 @@ def main(argv: list[str] | None = None) -> dict:
                             "forced": bool(variant.get("forced")),
                             "lm": None,
                             "gamma": None,
+                            "beam_size": None,
                         },
                     )
                 )
@@ -1586,6 +1655,7 @@ def main(argv: list[str] | None = None) -> dict:
             "beam": args.beam,
             "lm": args.lm,
             "gamma": gamma if args.lm is not None else None,
+            "beam_size": beam_size if args.beam or args.lm is not None else None,
         }
         # all or nothing: a benchmark killed while writing leaves the previous file, not half
         atomic_write(args.json, json.dumps(saved, indent=1, default=str) + "\n", "--json")

@@ -6,15 +6,15 @@ Run by the benchmark, one child per row, after its timed passes::
 
 ``SPEC.json``: ``{"kind": "torch" | "onnx" | "ct2", "batches": [[ids, ...], ...], ...}`` with the
 kind's fields (``torch``: ``dat``, ``precision``, ``strategy``, ``shortlist``, ``prune``,
-``ratio``, and for the beam search (``strategy`` ``beam``) ``lm`` (a KenLM file or null) and
-``gamma``; ``onnx``: ``directory``, ``strategy``, ``ratio``, and for ``beam`` ``lm`` and
-``gamma`` as for torch; ``ct2``: ``directory``, ``compute``, ``beam``, ``vmap``, ``lengths``
-(per batch the forced output lengths, or null)). The child imports only what its kind needs
-(``onnx``: onnxruntime, numpy, sentencepiece and :mod:`fadat.engine.runtime`, no torch; the
-beam search adds numba, and kenlm with an LM), then reads its peak resident set size (``VmHWM``,
-:func:`peak_mib`) as ``base``, loads the system on one thread, translates
-every batch once and reads the peak again. Prints one JSON line: ``{"base_mib", "peak_mib",
-"torch": whether torch was imported}``.
+``ratio``, and for the beam search (``strategy`` ``beam``) ``lm`` (a KenLM file or null),
+``gamma`` and ``beam_size``; ``onnx``: ``directory``, ``strategy``, ``ratio``, and for ``beam``
+``lm``, ``gamma`` and ``beam_size`` as for torch; ``ct2``: ``directory``, ``compute``,
+``beam``, ``vmap``, ``lengths`` (per batch the forced output lengths, or null)). The child
+imports only what its kind needs (``onnx``: onnxruntime, numpy, sentencepiece and
+:mod:`fadat.engine.runtime`, no torch; the beam search adds numba, and kenlm with an LM), then
+reads its peak resident set size (``VmHWM``, :func:`peak_mib`) as ``base``, loads the system on
+one thread, translates every batch once and reads the peak again. Prints one JSON line:
+``{"base_mib", "peak_mib", "torch": whether torch was imported}``.
 """
 
 from __future__ import annotations
@@ -51,10 +51,12 @@ def probe(spec: dict) -> dict:
         base = peak_mib()
         engine = OnnxDAT(spec["directory"], intra_threads=1)
         options = {}
+        if spec.get("beam_size") is not None:  # the beam rows: the beam's size sets its memory
+            options["beam_size"] = spec["beam_size"]
         if spec.get("lm"):  # the beam+LM rows: the LM is part of what the row holds
             import kenlm
 
-            options = {"gamma": spec["gamma"], "lm": kenlm.Model(spec["lm"])}
+            options.update(gamma=spec["gamma"], lm=kenlm.Model(spec["lm"]))
         for batch in batches:
             engine.translate_ids(batch, spec["strategy"], spec.get("ratio"), **options)
     elif kind == "torch":
@@ -74,8 +76,10 @@ def probe(spec: dict) -> dict:
         if spec["strategy"] == BEAM:  # the LM (if any) is part of what the row holds
             lm = spec.get("lm")
             options = {}
+            if spec.get("beam_size") is not None:
+                options["beam_size"] = spec["beam_size"]
             if lm:
-                options = {"gamma": spec["gamma"], **language_model_options(lm, model, sp)}
+                options.update(gamma=spec["gamma"], **language_model_options(lm, model, sp))
             run = beam_translate(with_precision(model, spec["precision"]), options, spec["ratio"])
         else:
             model = with_precision(model, spec["precision"])

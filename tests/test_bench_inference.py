@@ -445,8 +445,10 @@ def test_beam_rows_with_and_without_an_lm(tmp_path):
         str(arpa),
         3.0,
     )
+    assert saved["run"]["beam_size"] == 100  # the strategy's default, without --beam-size
     for name in ("tiny: DAT lookahead int8", "CT2 beam5 int8 =ref len"):
         assert (saved[name]["lm"], saved[name]["gamma"]) == (None, None), name
+        assert saved[name]["beam_size"] is None, name
     own = {"tiny": 4.0, "deep": 3.0}
     lm = kenlm.Model(str(arpa))
     lines = src.read_text(encoding="utf-8").splitlines()
@@ -474,6 +476,7 @@ def test_beam_rows_with_and_without_an_lm(tmp_path):
                     assert row["latency_ms"][0] > 0 and row["sent_s"][0] > 0, name
                     assert 0 <= row["tok_bleu"] <= 100, name
                     assert "--strategy beam" in row["command"]
+                    assert row["beam_size"] == 100 and "--beam-size" not in row["command"]
                     assert ("--lm" in row["command"]) == (kind == "beam+LM")
                     options = with_lm if kind == "beam+LM" else {}
                     outputs = results[name]["outputs"]
@@ -488,8 +491,9 @@ def test_beam_rows_with_and_without_an_lm(tmp_path):
 @needs_kenlm
 def test_dat_replicas_run_the_beam_search(tmp_path, monkeypatch):
     """``inter 2`` of the beam rows: two one-thread workers, each holding the LM, give the
-    outputs of the beam search in this process, without and with the LM (fp32: int8 scales
-    activations per batch, so a batch split in two may decode otherwise)."""
+    outputs of the beam search in this process, without and with the LM, at the default beam
+    and at beam 1 (fp32: int8 scales activations per batch, so a batch split in two may decode
+    otherwise)."""
     from fadat.data.spm import encode_source
     from fadat.translation.language_model import language_model_options
 
@@ -499,15 +503,25 @@ def test_dat_replicas_run_the_beam_search(tmp_path, monkeypatch):
     arpa, _ = pieces_lm(tmp_path, dats["tiny"] / "spm.model")
     model, sp = bench.load_model(dats["tiny"], "cpu")
     sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
+    # beam 1 decodes these sources otherwise than the default beam 100: a beam size lost on the
+    # way to the workers shows
+    narrow = bench.beam_translate(model, {"beam_size": 1})(sources)
+    assert narrow != bench.beam_translate(model, {})(sources)
     pool = bench.Replicas(str(dats["tiny"]), 2, ["fp32"], [], lm=str(arpa))
     try:
-        for gamma, ratio in ((None, None), (3.0, None), (3.0, 2.0)):
-            options = {}
+        for gamma, ratio, size in (
+            (None, None, 100),
+            (3.0, None, 100),
+            (3.0, 2.0, 100),
+            (None, None, 1),
+            (3.0, None, 1),
+        ):
+            options = {"beam_size": size}
             if gamma is not None:
-                options = {"gamma": gamma, **language_model_options(str(arpa), model, sp)}
+                options.update(gamma=gamma, **language_model_options(str(arpa), model, sp))
             here = bench.beam_translate(model, options, ratio)
-            there = pool.translate_beam("fp32", gamma, ratio)
-            assert there(sources) == here(sources), (gamma, ratio)
+            there = pool.translate_beam("fp32", gamma, ratio, size)
+            assert there(sources) == here(sources), (gamma, ratio, size)
     finally:
         pool.close()
 
@@ -531,15 +545,24 @@ def test_beam_row_of_a_bare_dat_and_its_memory(tmp_path):
     assert row["memory"]["torch"] and row["memory"]["peak_mib"] > row["memory"]["base_mib"] > 0
 
 
-def test_beam_options_are_refused_before_any_work(tmp_path):
-    """``--gamma`` without ``--lm``; a missing LM file; an LM that is not of a design's pieces
-    (named after the design); a γ that is not a finite number: one message each."""
+def test_beam_options_are_refused_before_any_work(tmp_path, capsys):
+    """``--gamma`` without ``--lm``; ``--beam-size`` without ``--beam`` or ``--lm``, or below 1
+    (argparse's error); a missing LM file; an LM that is not of a design's pieces (named after
+    the design); a γ that is not a finite number: one message each."""
     bench = load_bench()
     dats, src, ref = two_designs(tmp_path)
     base = ["--smoke", "--dat", f"tiny={dats['tiny']}", "--at", "random"]
     base += ["--src", str(src), "--ref", str(ref), "--onnx-precisions", "--memory-batches", "0"]
     with pytest.raises(SystemExit, match="--gamma weighs the --lm language model"):
         bench.main([*base, "--beam", "--gamma", "0.5"])
+    with pytest.raises(SystemExit, match="--beam-size sets the beam of the beam search rows"):
+        bench.main([*base, "--beam-size", "20"])
+    capsys.readouterr()
+    for value in ("0", "-3", "2.5"):
+        with pytest.raises(SystemExit) as exit_info:
+            bench.main([*base, "--beam", "--beam-size", value])
+        assert exit_info.value.code == 2, value  # argparse's usage error
+        assert "argument --beam-size: " in capsys.readouterr().err, value
     if importlib.util.find_spec("kenlm") is None:
         return
     from test_lm_cli import write_arpa
@@ -715,12 +738,99 @@ def test_ort_beam_rows_with_and_without_an_lm(tmp_path, dat_onnx):
     bench.check_beam_export(dat_onnx["dir"] / "int8")
 
 
+@needs_ct2
+@needs_ort
+@needs_kenlm
+def test_beam_size_reaches_every_beam_row(tmp_path, monkeypatch, dat_onnx):
+    """``--beam-size 1``: the torch and ONNX Runtime beam rows, without and with the LM, keep
+    their names and search with beam 1: their translate functions are given ``beam_size=1``
+    and the rows without the LM give the beam-1 search's outputs (which on these sentences are
+    not the default beam's); their commands say ``--beam-size 1`` as ``fadat translate`` reads
+    it, the JSON ``beam_size`` 1; their memory probes (bench/rss_probe.py) carry it and search
+    with it."""
+    import json
+    import shlex
+
+    from fadat.cli import build_parser
+    from fadat.data.spm import encode_source
+    from fadat.engine.runtime import OnnxDAT
+
+    bench = load_bench()
+    models, src, ref = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
+    arpa, _ = pieces_lm(tmp_path, models["spm"])
+    sizes = {"torch": [], "onnx": []}  # the beam_size of each beam search set up
+    real = {"torch": bench.beam_translate, "onnx": bench.ort_beam_translate}
+
+    def spy(kind):
+        def make(first, options, ratio=None):
+            sizes[kind].append(options.get("beam_size"))
+            return real[kind](first, options, ratio)
+
+        return make
+
+    monkeypatch.setattr(bench, "beam_translate", spy("torch"))
+    monkeypatch.setattr(bench, "ort_beam_translate", spy("onnx"))
+    specs = []  # each row's memory probe, run below in this process rather than in a child
+
+    def record(spec, work):
+        specs.append(spec)
+        return {}
+
+    monkeypatch.setattr(bench, "peak_memory", record)
+    out = tmp_path / "out.json"
+    results = bench.main(
+        ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"]), "--src", str(src)]
+        + ["--ref", str(ref), "--precisions", "fp32", "--prune-thresholds"]
+        + ["--onnx-dir", str(dat_onnx["dir"]), "--onnx-precisions", "fp32"]
+        + ["--beam", "--lm", str(arpa), "--gamma", "3", "--beam-size", "1"]
+        + ["--memory-batches", "1", "--only", "^(DAT|ORT) beam", "--json", str(out)]
+    )
+    names = ["DAT beam fp32", "DAT beam+LM fp32", "ORT beam fp32", "ORT beam+LM fp32"]
+    assert list(results) == names
+    assert sizes == {"torch": [1, 1], "onnx": [1, 1]}  # one translate function per row
+
+    _, sp = bench.load_model(models["dat"], "cpu")
+    sources = [encode_source(sp, x) for x, _ in PAIRS]
+    narrow = reference_beam(models["dat"], "fp32", None, {"beam_size": 1}, sources)
+    assert narrow != reference_beam(models["dat"], "fp32", None, {}, sources)
+    assert results["DAT beam fp32"]["outputs"] == narrow
+    assert results["ORT beam fp32"]["outputs"] == narrow
+
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    assert saved["run"]["beam_size"] == 1
+    translate = build_parser("translate")
+    for name in names:
+        assert saved[name]["beam_size"] == 1, name
+        command = saved[name]["command"].replace("--threads T", "--threads 1")
+        args = translate.parse_args(shlex.split(command.rpartition("; ")[2])[1:])
+        assert (args.strategy, args.beam_size) == ("beam", 1), name
+
+    assert [spec["beam_size"] for spec in specs] == [1, 1, 1, 1]
+    for kind in sizes:
+        sizes[kind].clear()
+    real_translate_ids = OnnxDAT.translate_ids
+
+    def engine_spy(engine, batch, strategy="lookahead", ratio=None, **options):
+        sizes["onnx"].append(options.get("beam_size"))
+        return real_translate_ids(engine, batch, strategy, ratio, **options)
+
+    monkeypatch.setattr(OnnxDAT, "translate_ids", engine_spy)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # rss_probe puts bench/ on it
+    loader = importlib.util.spec_from_file_location("rss_probe", SCRIPT.parent / "rss_probe.py")
+    rss_probe = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(rss_probe)
+    for spec in specs:
+        assert rss_probe.probe(spec)["peak_mib"] > 0
+    batches = len(specs[0]["batches"])  # each probe translates its batches once
+    assert sizes == {"torch": [1, 1], "onnx": [1] * 2 * batches}
+
+
 @needs_ort
 @needs_kenlm
 def test_onnx_replicas_run_the_beam_search(tmp_path, monkeypatch, dat_onnx):
     """``inter 2`` of the ORT beam rows: two one-thread workers, each holding the export's
     session and the LM, give the outputs of the engine in this process (fp32), without and
-    with the LM."""
+    with the LM, at the default beam and at beam 1."""
     from fadat.data.spm import encode_source
 
     bench = load_bench()
@@ -730,12 +840,18 @@ def test_onnx_replicas_run_the_beam_search(tmp_path, monkeypatch, dat_onnx):
     _, sp = bench.load_model(models["dat"], "cpu")
     sources = [encode_source(sp, x) for x in src.read_text(encoding="utf-8").splitlines()]
     directory = str(dat_onnx["dir"] / "fp32")
+    engine = bench.ort_engine(directory, 1)
+    # as for torch: beam 1 decodes these sources otherwise than beam 100
+    narrow = bench.ort_beam_translate(engine, {"beam_size": 1})(sources)
+    assert narrow != bench.ort_beam_translate(engine, {})(sources)
     pool = bench.Replicas(str(models["dat"]), 2, [], [], [directory], lm=str(arpa))
     try:
-        for gamma in (None, 3.0):
-            options = {} if gamma is None else {"gamma": gamma, "lm": str(arpa)}
-            here = bench.ort_beam_translate(bench.ort_engine(directory, 1), options)
-            there = pool.translate_onnx_beam(directory, gamma, None)
-            assert there(sources) == here(sources), gamma
+        for gamma, size in ((None, 100), (3.0, 100), (None, 1), (3.0, 1)):
+            options = {"beam_size": size}
+            if gamma is not None:
+                options.update(gamma=gamma, lm=str(arpa))
+            here = bench.ort_beam_translate(engine, options)
+            there = pool.translate_onnx_beam(directory, gamma, None, size)
+            assert there(sources) == here(sources), (gamma, size)
     finally:
         pool.close()
