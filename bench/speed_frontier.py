@@ -33,8 +33,9 @@ bench row at another γ shows none).
 its model directory's name); where a design has two rows of one strategy at one λ (its own λ
 and the same λ asked for), the one asked for is kept. A beam search row with a language model
 (its ``lm`` field set) is a point of strategy ``beam+LM`` (:func:`strategy_label`), a curve of
-its own beside ``beam`` without one. Each point's speed-ups are against the
-CTranslate2 rows of the same bench file (CTranslate2's batch-1 ms / the point's; > 1: the DAT
+its own beside ``beam`` without one; a beam row of a bench run at ``--beam-size K`` other than
+100 is ``beam k=K`` or ``beam+LM k=K``, without valid BLEU (``bleu`` decodes at beam 100).
+Each point's speed-ups are against the CTranslate2 rows of the same bench file (CTranslate2's batch-1 ms / the point's; > 1: the DAT
 is faster): beam 5 and greedy at the CTranslate2 compute type ``--ct2-compute`` (default: the
 same as ``--precision``), without ``+vmap``; the rows forced to the references' lengths
 (``=ref len``, from ``--at random``) where the AT's own rows are missing — those have no BLEU,
@@ -69,10 +70,21 @@ LM_STRATEGY = "beam+LM"
 DEFAULT_GAMMA = 1.0
 
 
+#: The beam of the beam search's valid BLEU (``bleu``: fadat evaluate's default, the DAG beam
+#: strategy's ``beam_size``); a bench row at another beam (``--beam-size``) is a curve of its own.
+BLEU_BEAM_SIZE = 100
+
+
 def strategy_label(row: Mapping[str, Any]) -> str:
     """A bench row's strategy on the frontier: its ``strategy``, or :data:`LM_STRATEGY` for the
-    beam search with a language model (a row whose ``lm`` is set)."""
-    return LM_STRATEGY if row.get("lm") else row["strategy"]
+    beam search with a language model (a row whose ``lm`` is set); a beam row measured at a
+    beam other than :data:`BLEU_BEAM_SIZE` (its ``beam_size``, bench_inference ``--beam-size``)
+    adds `` k=K`` (``beam+LM k=20``), so that it is not given the valid BLEU of beam 100."""
+    label = LM_STRATEGY if row.get("lm") else row["strategy"]
+    beam = row.get("beam_size")
+    if beam is not None and beam != BLEU_BEAM_SIZE:
+        label += f" k={beam}"
+    return label
 
 
 # ----------------------------------------------------------------------------- valid BLEU

@@ -239,6 +239,33 @@ def test_beam_points_with_and_without_an_lm():
     assert "- beam+LM: the DAT's beam search with the KenLM language model `lm/kd.bin`" in text
 
 
+def test_beam_rows_at_another_beam_are_a_curve_of_their_own():
+    """A bench run at ``--beam-size 20`` gives ``beam k=20`` / ``beam+LM k=20`` points without
+    the valid BLEU of beam 100 (the ``bleu`` subcommand's); rows at beam 100 keep their label."""
+    frontier = load_frontier()
+    bench = beam_bench_json()
+    for row in bench.values():
+        if isinstance(row, dict) and row.get("strategy") == "beam":
+            row["beam_size"] = 20
+    points, _ = frontier.frontier_points([bench], BEAM_BLEU)
+    got = {(p.strategy, p.lam): p.valid_bleu for p in points if p.design == "a"}
+    assert got == {
+        ("lookahead", 2.0): 20.5,
+        ("lookahead", 4.0): None,
+        ("beam k=20", 2.0): None,
+        ("beam k=20", 4.0): None,
+        ("beam+LM k=20", 2.0): None,
+        ("beam+LM k=20", 4.0): None,
+    }
+    for row in bench.values():
+        if isinstance(row, dict) and row.get("strategy") == "beam":
+            row["beam_size"] = 100
+    points, _ = frontier.frontier_points([bench], BEAM_BLEU)
+    assert {(p.strategy, p.lam): p.valid_bleu for p in points if p.design == "a"}[
+        ("beam+LM", 2.0)
+    ] == 22.0
+
+
 def test_picture_draws_beam_and_beam_lm_apart():
     """``beam`` and ``beam+LM`` of one design: two lines of the design's colour, each with its
     own line style and marker (none the other strategies')."""
