@@ -34,10 +34,11 @@ its model directory's name); where a design has two rows of one strategy at one 
 and the same λ asked for), the one asked for is kept. A beam search row with a language model
 (its ``lm`` field set) is a point of strategy ``beam+LM`` (:func:`strategy_label`), a curve of
 its own beside ``beam`` without one; a beam row of a bench run at ``--beam-size K`` other than
-100 is ``beam k=K`` or ``beam+LM k=K``, without valid BLEU (``bleu`` decodes at beam 100).
-Each point's speed-ups are against the CTranslate2 rows of the same bench file (CTranslate2's batch-1 ms / the point's; > 1: the DAT
-is faster): beam 5 and greedy at the CTranslate2 compute type ``--ct2-compute`` (default: the
-same as ``--precision``), without ``+vmap``; the rows forced to the references' lengths
+100 is ``beam k=K`` or ``beam+LM k=K``, with the valid BLEU of ``bleu --beam-size K`` only.
+Each point's speed-ups are against the CTranslate2 rows of the same bench file
+(CTranslate2's batch-1 ms / the point's; > 1: the DAT is faster): beam 5 and greedy at the
+CTranslate2 compute type ``--ct2-compute`` (default: the same as ``--precision``), without
+``+vmap``; the rows forced to the references' lengths
 (``=ref len``, from ``--at random``) where the AT's own rows are missing — those have no BLEU,
 and the picture draws them as vertical lines at their latency. Writes a Markdown table
 (:func:`markdown_table`, also printed) and a PNG (:func:`frontier_figure`), each atomically.
@@ -70,8 +71,8 @@ LM_STRATEGY = "beam+LM"
 DEFAULT_GAMMA = 1.0
 
 
-#: The beam of the beam search's valid BLEU (``bleu``: fadat evaluate's default, the DAG beam
-#: strategy's ``beam_size``); a bench row at another beam (``--beam-size``) is a curve of its own.
+#: The beam search's default beam (the DAG beam strategy's ``beam_size``, fadat evaluate's); a
+#: bench row or a ``bleu`` point at another beam (``--beam-size``) is a curve of its own.
 BLEU_BEAM_SIZE = 100
 
 
@@ -79,7 +80,8 @@ def strategy_label(row: Mapping[str, Any]) -> str:
     """A bench row's strategy on the frontier: its ``strategy``, or :data:`LM_STRATEGY` for the
     beam search with a language model (a row whose ``lm`` is set); a beam row measured at a
     beam other than :data:`BLEU_BEAM_SIZE` (its ``beam_size``, bench_inference ``--beam-size``)
-    adds `` k=K`` (``beam+LM k=20``), so that it is not given the valid BLEU of beam 100."""
+    adds `` k=K`` (``beam+LM k=20``), so that it is given the valid BLEU of the same beam only
+    (``bleu --beam-size K``)."""
     label = LM_STRATEGY if row.get("lm") else row["strategy"]
     beam = row.get("beam_size")
     if beam is not None and beam != BLEU_BEAM_SIZE:
@@ -101,6 +103,7 @@ def valid_bleu(
     threads: int = 1,
     lm: str | Path | None = None,
     gamma: float | None = None,
+    beam_size: int = BLEU_BEAM_SIZE,
 ) -> dict[str, Any]:
     """BLEU of every design at every decoding λ and strategy on one split, through
     :func:`fadat.evaluation.evaluate.evaluate` (one call per design and λ, and one more for
@@ -119,13 +122,17 @@ def valid_bleu(
         lm: a KenLM language model file of the designs' pieces (``fadat evaluate --lm``): the
             ``beam+LM`` points.
         gamma: its weight γ (default :data:`DEFAULT_GAMMA`); only with ``lm``.
+        beam_size: the beam of the ``beam`` and ``beam+LM`` points (``fadat evaluate
+            --beam-size``); at another beam than :data:`BLEU_BEAM_SIZE` their strategy reads
+            ``beam k=K`` / ``beam+LM k=K``, as a bench row's (:func:`strategy_label`).
 
     Returns:
         ``{"data", "data_fingerprint", "split", "sentences", "subset", "lm", "gamma",
-        "designs": {name: directory}, "points": [{"design", "model", "lambda", "strategy",
-        "lm", "gamma", "tok_bleu", "bleu"}, ...]}`` (BLEU rounded to 2 decimals, as the
-        bench's; ``lm`` as given and ``gamma`` on the ``beam+LM`` points, ``None`` on the
-        others; ``data_fingerprint``: the sha256 of the split's raw sources and references,
+        "beam_size", "designs": {name: directory}, "points": [{"design", "model", "lambda",
+        "strategy", "lm", "gamma", "beam_size", "tok_bleu", "bleu"}, ...]}`` (BLEU rounded to
+        2 decimals, as the bench's; ``lm`` as given and ``gamma`` on the ``beam+LM`` points,
+        ``None`` on the others; ``beam_size`` on the beam points, ``None`` on the others;
+        ``data_fingerprint``: the sha256 of the split's raw sources and references,
         :func:`split_digest`, which :func:`merge_bleu` compares, so that one dataset named by
         two paths still merges).
 
@@ -145,11 +152,17 @@ def valid_bleu(
         )
     if LM_STRATEGY in strategies and lm is None:
         raise InputError(f"strategy {LM_STRATEGY} needs a language model: give --lm FILE")
-    plain = [s for s in strategies if s != LM_STRATEGY]
+    if beam_size < 1:
+        raise InputError(f"--beam-size must be >= 1, got {beam_size}")
+    plain = [s for s in strategies if s not in (LM_STRATEGY, "beam")]
     weight = (DEFAULT_GAMMA if gamma is None else float(gamma)) if lm is not None else None
     calls: list[tuple[list[str], dict[str, Any]]] = [(plain, {})] if plain else []
+    if "beam" in strategies:  # its own call: beam_size is an option of the beam search only
+        calls.append((["beam"], {"options": {"beam_size": beam_size}}))
     if lm is not None:
-        calls.append(([LM_STRATEGY], {"lm": lm, "options": {"gamma": weight}}))
+        calls.append(
+            ([LM_STRATEGY], {"lm": lm, "options": {"gamma": weight, "beam_size": beam_size}})
+        )
     points, sentences = [], None
     for name, directory in designs.items():
         for ratio in ratios:
@@ -169,14 +182,17 @@ def valid_bleu(
                 sentences = report["data"].get("sentences", sentences)
                 for system in report["systems"]:
                     with_lm = "lm" in extra
+                    beam = beam_size if with_lm or system["strategy"] == "beam" else None
+                    row = {"strategy": system["strategy"], "lm": with_lm, "beam_size": beam}
                     points.append(
                         {
                             "design": name,
                             "model": str(directory),
                             "lambda": float(ratio),
-                            "strategy": LM_STRATEGY if with_lm else system["strategy"],
+                            "strategy": strategy_label(row),
                             "lm": str(lm) if with_lm else None,
                             "gamma": weight if with_lm else None,
+                            "beam_size": beam,
                             "tok_bleu": round(system["tok_bleu"], 2),
                             "bleu": round(system["bleu"], 2),
                         }
@@ -189,6 +205,7 @@ def valid_bleu(
         "subset": subset,
         "lm": None if lm is None else str(lm),
         "gamma": weight,
+        "beam_size": beam_size if lm is not None or "beam" in strategies else None,
         "designs": {name: str(d) for name, d in designs.items()},
         "points": points,
     }
@@ -635,6 +652,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="G",
         help=f"the LM's weight γ (default {DEFAULT_GAMMA:g}, as the bench's; needs --lm)",
     )
+    p.add_argument(
+        "--beam-size",
+        type=int,
+        default=BLEU_BEAM_SIZE,
+        metavar="K",
+        help=f"the beam of the beam and {LM_STRATEGY} points (default {BLEU_BEAM_SIZE}; "
+        "another K labels them 'k=K', as the bench's --beam-size rows)",
+    )
     p.add_argument("--split", default="valid")
     p.add_argument("--subset", type=int, default=0, help="first N sentences (0 = all)")
     p.add_argument("--threads", type=int, default=1)
@@ -675,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
                 threads=args.threads,
                 lm=args.lm,
                 gamma=args.gamma,
+                beam_size=args.beam_size,
             )
         except InputError as err:
             raise SystemExit(f"speed_frontier.py bleu: {err}") from None

@@ -476,6 +476,23 @@ def test_valid_bleu_of_the_beam_search_with_and_without_an_lm(tmp_path, capsys):
         scores = corpus_scores([sp.decode(y) for y in hyps], [refs], "en")
         assert got[strategy] == (lm, gamma, round(scores["tok_bleu"], 2)), strategy
     assert "tiny λ=2 beam+LM γ=3: " in capsys.readouterr().out
+    assert result["beam_size"] == 100 and {p["beam_size"] for p in result["points"]} == {100}
+    # at beam 1 the points are "k=1" curves with the BLEU of the bench's beam-1 rows
+    assert frontier.main([*argv, "--lm", str(arpa), "--gamma", "3", "--beam-size", "1"]) == 0
+    result = json.loads(out.read_text(encoding="utf-8"))
+    got1 = {p["strategy"]: (p["beam_size"], p["tok_bleu"]) for p in result["points"]}
+    assert set(got1) == {"beam k=1", "beam+LM k=1"} and result["beam_size"] == 1
+    outputs = {}
+    for strategy, options in (("beam", {}), ("beam+LM", with_lm)):
+        for k in (1, 100):
+            outputs[strategy, k] = bench.beam_translate(model, {**options, "beam_size": k}, 2.0)(
+                ids
+            )
+        scores = corpus_scores([sp.decode(y) for y in outputs[strategy, 1]], [refs], "en")
+        assert got1[f"{strategy} k=1"] == (1, round(scores["tok_bleu"], 2)), strategy
+    assert any(outputs[s, 1] != outputs[s, 100] for s in ("beam", "beam+LM"))  # beam 1 differs
+    with pytest.raises(SystemExit, match="--beam-size must be >= 1"):
+        frontier.main([*argv, "--beam-size", "0"])
     with pytest.raises(SystemExit, match="--gamma weighs the --lm language model"):
         frontier.main([*argv, "--gamma", "3"])
     with pytest.raises(SystemExit, match="strategy beam\\+LM needs a language model"):
