@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -472,6 +474,39 @@ def test_cli_translate_beam_on_onnxruntime(dat_onnx, arpa, tmp_path, capsys, mon
         [*base, "--strategy", "lookahead", "--lm", str(arpa)], capsys, monkeypatch
     )
     _assert_one_error_line(code, err, "--lm", "beam")
+
+
+def test_engine_opens_the_lm_as_the_verbs_do(dat_onnx, arpa, tmp_path, capfd):
+    """``OnnxDAT.translate(lm=FILE)`` and the verbs open a language model with one opener: a
+    missing file, a directory and a text that is no LM get the verbs' messages (naming the file)
+    as ``LanguageModelError``, a ``ValueError``; an ARPA file opens without KenLM's progress
+    bar; ``str``, ``bytes`` and ``Path`` name the same file."""
+    pytest.importorskip("kenlm")
+    from fadat.engine.runtime import OnnxDAT
+    from fadat.errors import InputError
+    from fadat.translation.language_model import open_language_model
+
+    engine = OnnxDAT(dat_onnx["dir"] / "fp32")
+    text = tmp_path / "text.arpa"
+    text.write_text("ab cd ef\n", encoding="utf-8")
+    cases = [
+        (tmp_path / "missing.arpa", "not found"),
+        (tmp_path, "is not a file"),
+        (text, "not a KenLM language model, ARPA or binary (lm): "),
+    ]
+    for path, needle in cases:
+        with pytest.raises(beam_np.LanguageModelError, match=re.escape(needle)) as raised:
+            engine.translate(["ab"], "beam", lm=path)
+        assert str(path) in str(raised.value)
+        assert isinstance(raised.value, ValueError)
+        with pytest.raises(InputError) as verb:
+            open_language_model(path, cli=True)
+        assert str(verb.value) == str(raised.value).replace("(lm)", "(--lm)")
+    capfd.readouterr()
+    models = [beam_np.open_model(p) for p in (str(arpa), os.fsencode(arpa), arpa)]
+    assert capfd.readouterr().err == ""
+    assert len({m.order for m in models}) == 1
+    assert {os.fsdecode(m.path) for m in models} == {str(arpa)}
 
 
 def test_serve_engine_beam_on_onnxruntime(dat_onnx, arpa):

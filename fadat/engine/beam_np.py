@@ -23,8 +23,11 @@ directory is writable (a read-only install), every process compiles.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -56,19 +59,66 @@ def lm_words(sp: Any, special_ids: Sequence[int]) -> list[str]:
     return words
 
 
-def open_model(lm: Any) -> Any:
+class LanguageModelError(ValueError):
+    """A language model file that cannot be used: ``kenlm`` not installed, the file missing,
+    not a file, unreadable, or not a KenLM model (the message names the file and the reason)."""
+
+
+def open_model(lm: Any, name: str = "lm") -> Any:
     """The beam search's language model: ``lm`` itself (a ``kenlm.Model``), or, for the path of
-    an ARPA/binary file (``str``, ``bytes`` or path-like), that file opened with ``kenlm``.
+    an ARPA/binary file (``str``, ``bytes`` or path-like), that file opened once with ``kenlm``,
+    quietly (no progress bar on stderr). The one opener: the verbs reach it through
+    :func:`fadat.translation.language_model.open_language_model`.
+
+    Args:
+        lm: a ``kenlm.Model`` or the path of a file.
+        name: how messages name the option (``lm``, or ``--lm`` for a command line).
 
     Raises:
-        ImportError: a path given but ``kenlm`` is not installed.
-        OSError: KenLM cannot open the file (its own message, naming the file).
+        LanguageModelError: the ``kenlm`` package is not installed; the file does not exist,
+            is a directory or cannot be read; KenLM cannot read it as a language model (naming
+            the file and KenLM's reason).
     """
     if not (isinstance(lm, (str, bytes)) or hasattr(lm, "__fspath__")):
         return lm
+    if importlib.util.find_spec("kenlm") is None:
+        raise LanguageModelError(
+            f'{name} needs the kenlm package, not installed: pip install -e ".[lm]" in a '
+            "checkout of fadat (or pip install kenlm; it compiles KenLM, with g++ and cmake)"
+        )
     import kenlm
 
-    return kenlm.Model(os.fspath(lm))
+    path = os.fspath(lm)
+    file = Path(os.fsdecode(path))
+    if not file.exists():
+        raise LanguageModelError(f"{file}: language model ({name}) not found")
+    if not file.is_file():
+        raise LanguageModelError(f"{file}: language model ({name}) is not a file")
+    try:
+        with open(path, "rb") as handle:
+            handle.read(1)
+    except OSError as err:
+        raise LanguageModelError(
+            f"{file}: cannot read the language model ({name}): {err.strerror}"
+        ) from None
+    config = kenlm.Config()
+    config.show_progress = False
+    config.arpa_complain = kenlm.ARPALoadComplain.NONE
+    try:
+        return kenlm.Model(path, config)
+    except (OSError, RuntimeError, ValueError) as err:
+        raise LanguageModelError(
+            f"{file}: not a KenLM language model, ARPA or binary ({name}): {_kenlm_reason(err)}"
+        ) from None
+
+
+def _kenlm_reason(err: BaseException) -> str:
+    """The useful end of a KenLM loading error (``first non-empty line was "a b" not \\data\\``),
+    without its C++ source location; one line of at most 200 characters."""
+    text = " ".join(str(err).split())
+    match = re.search(r"threw \w+(?: because `[^`']*')?\.?\s*(.+?)\)?$", text)
+    reason = match.group(1) if match else text
+    return reason if len(reason) <= 200 else reason[:197] + "..."
 
 
 class _LanguageModel:

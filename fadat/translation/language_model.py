@@ -23,8 +23,6 @@ Needs the optional ``kenlm`` package (``pip install -e ".[lm]"``).
 
 from __future__ import annotations
 
-import importlib.util
-import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,7 +85,8 @@ def lm_sentence(sp: Any, ids: Iterable[int]) -> str:
 
 def open_language_model(path: str | Path, cli: bool = False) -> Any:
     """Open a KenLM model file once (ARPA text or ``build_binary`` output), quietly (no
-    progress bar on stderr).
+    progress bar on stderr): the engine's opener (:func:`fadat.engine.beam_np.open_model`),
+    whose refusals become :class:`~fadat.errors.InputError`.
 
     Args:
         path: the file.
@@ -101,44 +100,12 @@ def open_language_model(path: str | Path, cli: bool = False) -> Any:
             directory or cannot be read; KenLM cannot read it as a language model (naming the
             file and KenLM's reason).
     """
-    name = "--lm" if cli else "lm"
-    if importlib.util.find_spec("kenlm") is None:
-        raise InputError(
-            f'{name} needs the kenlm package, not installed: pip install -e ".[lm]" in a '
-            "checkout of fadat (or pip install kenlm; it compiles KenLM, with g++ and cmake)"
-        )
-    import kenlm
+    from fadat.engine.beam_np import LanguageModelError, open_model
 
-    file = Path(path)
-    if not file.exists():
-        raise InputError(f"{file}: language model ({name}) not found")
-    if not file.is_file():
-        raise InputError(f"{file}: language model ({name}) is not a file")
     try:
-        with open(file, "rb") as handle:
-            handle.read(1)
-    except OSError as err:
-        raise InputError(
-            f"{file}: cannot read the language model ({name}): {err.strerror}"
-        ) from None
-    config = kenlm.Config()
-    config.show_progress = False
-    config.arpa_complain = kenlm.ARPALoadComplain.NONE
-    try:
-        return kenlm.Model(str(file), config)
-    except (OSError, RuntimeError, ValueError) as err:
-        raise InputError(
-            f"{file}: not a KenLM language model, ARPA or binary ({name}): {_kenlm_reason(err)}"
-        ) from None
-
-
-def _kenlm_reason(err: BaseException) -> str:
-    """The useful end of a KenLM loading error (``first non-empty line was "a b" not \\data\\``),
-    without its C++ source location; one line of at most 200 characters."""
-    text = " ".join(str(err).split())
-    match = re.search(r"threw \w+(?: because `[^`']*')?\.?\s*(.+?)\)?$", text)
-    reason = match.group(1) if match else text
-    return reason if len(reason) <= 200 else reason[:197] + "..."
+        return open_model(Path(path), "--lm" if cli else "lm")
+    except LanguageModelError as err:
+        raise InputError(str(err)) from None
 
 
 def piece_coverage(lm: Any, words: Sequence[str]) -> tuple[int, int]:
