@@ -423,10 +423,11 @@ class OnnxDAT:
         """Translate raw sentences; one detokenised string each, in order (an empty or blank
         line gives ``""``). Sentences are sorted by length into batches of at most
         ``max_sentences``. A language model given as a file (``lm=``, strategy ``beam``) is
-        opened once for all batches.
+        opened once for all batches (:func:`fadat.engine.beam_np.open_model`).
 
         Raises:
-            ValueError: as :meth:`translate_ids`.
+            ValueError: as :meth:`translate_ids`; a language model file that cannot be used
+                (:class:`fadat.engine.beam_np.LanguageModelError`, naming the file).
             ImportError: as :meth:`translate_ids`.
         """
         if strategy == BEAM and options.get("lm") is not None:
