@@ -100,11 +100,9 @@ def open_language_model(path: str | Path, cli: bool = False) -> Any:
             directory or cannot be read; KenLM cannot read it as a language model (naming the
             file and KenLM's reason).
     """
-    from fadat.engine.beam_np import LanguageModelError, open_model
-
     try:
-        return open_model(Path(path), "--lm" if cli else "lm")
-    except LanguageModelError as err:
+        return beam_np.open_model(Path(path), "--lm" if cli else "lm")
+    except beam_np.LanguageModelError as err:
         raise InputError(str(err)) from None
 
 
