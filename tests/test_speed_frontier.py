@@ -529,3 +529,19 @@ def test_valid_bleu_is_the_bench_paths_bleu(tmp_path):
                 hyps = bench.dat_translate(model, strategy, None, None, ratio)(ids)
                 scores = corpus_scores([sp.decode(y) for y in hyps], [refs], "en")
                 assert got[design, ratio, strategy] == round(scores["tok_bleu"], 2)
+
+
+def test_every_default_beam_is_the_strategys():
+    """The beam search's default beam is written where its module cannot import the strategy
+    record (the torch-free engine, the frontier script, the torch wrappers' signatures): each
+    copy equals ``strategies.BEAM``'s, so the frontier's ``k=K`` labels and the bench's
+    ``--beam-size`` default mean the beam that ``fadat translate --strategy beam`` runs."""
+    import inspect
+
+    from fadat.decoding import beam, strategies
+    from fadat.engine import beam_np
+
+    default = strategies.BEAM.defaults["beam_size"]
+    assert load_frontier().BLEU_BEAM_SIZE == default
+    for fn in (beam_np.beam_search, beam.beam_search, beam.beam_search_candidates):
+        assert inspect.signature(fn).parameters["beam_size"].default == default, fn.__name__
