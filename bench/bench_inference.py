@@ -155,8 +155,10 @@ for torch).
 ``--profile ROW``: instead of the table, where the batch-1 time of that row (its exact name, at
 the first thread count) goes over the latency sentences: torch rows through
 ``torch.profiler`` (operators by self CPU time), ONNX Runtime rows through the session's own
-profiler (``SessionOptions.enable_profiling``: kernel time per op type, ONNX Runtime's time
-between kernels, and the time outside ``session.run``: padding, the numpy decoder, Python).
+profiler (``SessionOptions.enable_profiling``: kernel time per op type and per part of the
+network, the encoder, the decoder, the links head and the token head (:func:`onnx_node_parts`),
+ONNX Runtime's time between kernels, and the time outside ``session.run``: padding, the numpy
+decoder, Python).
 ``--profile fastest``: the table, then the profile of its fastest DAT or ORT row at batch 1.
 ``--profile ROW --profile-batch B``: the same for the first ``--batch-sentences`` sentences,
 sorted by length into batches of ``B`` (where the batched time goes).
@@ -1018,6 +1020,80 @@ def design_rows(
 
 # ----------------------------------------------------------------------------- profiles
 
+#: The parts of an exported DAT graph (:func:`onnx_node_parts`), named as
+#: bench/work_per_sentence.py names them, by the module scope the exporter records.
+ONNX_PARTS = {
+    "model.encoder": "encoder",
+    "model.decoder": "decoder",
+    "model.links_head": "links head",
+}
+#: The part of the nodes outside those modules: the token projection, its log-softmax and top-k
+#: and the masking of the outputs (:class:`fadat.translation.onnx_export.DATGraph`).
+TOKEN_HEAD = "token head"
+#: The part of the nodes that ONNX Runtime adds to the graph itself when it loads it.
+ORT_OWN_NODES = "ONNX Runtime's own nodes"
+
+
+def onnx_node_parts(graph: str | Path) -> dict[str, str]:
+    """Node name → part of the network (``encoder``, ``decoder``, ``links head`` or ``token
+    head``) for every node of an engine graph exported by ``fadat export --format onnx``.
+
+    The exporter (``torch.onnx.export(dynamo=True)``) records each node's module scope in its
+    ``pkg.torch.onnx.name_scopes`` metadata: ``model.encoder``, ``model.decoder`` and
+    ``model.links_head`` are those parts; nodes outside them are the token head
+    (:data:`TOKEN_HEAD`). The nodes that int8 quantization adds carry no metadata (the
+    ``DynamicQuantizeLinear`` of an activation, the ``MatMulInteger`` and its scale ``Mul`` and
+    ``Cast``); each takes the part of the nearest node with a scope downstream of it (the
+    operation it quantizes for: the cross-attention's key and value projections of the encoder's
+    output are the decoder's, as in the work count), or upstream where none is downstream.
+    ONNX Runtime keeps these node names when it fuses them at load time, so an ONNX Runtime
+    profile's node events (``NAME_kernel_time``) map through this table; nodes that ONNX Runtime
+    adds itself are not in it.
+    """
+    import ast
+    from collections import defaultdict, deque
+
+    import onnx
+
+    nodes = onnx.load(str(graph), load_external_data=False).graph.node
+    producer: dict[str, str] = {}
+    consumers: dict[str, list[str]] = defaultdict(list)
+    by_name = {n.name: n for n in nodes}
+    scoped: dict[str, str] = {}
+    for n in nodes:
+        producer.update((out, n.name) for out in n.output)
+        for name in n.input:
+            consumers[name].append(n.name)
+        meta = {p.key: p.value for p in n.metadata_props}
+        if "pkg.torch.onnx.name_scopes" in meta:
+            scopes = ast.literal_eval(meta["pkg.torch.onnx.name_scopes"])  # ['', module, ..., op]
+            module = scopes[1] if len(scopes) > 2 else ""
+            scoped[n.name] = ONNX_PARTS.get(module, TOKEN_HEAD)
+
+    def nearest(start: str, step: Callable[[Any], list[str]]) -> str | None:
+        seen, queue = {start}, deque([start])
+        while queue:
+            name = queue.popleft()
+            if name != start and name in scoped:
+                return scoped[name]
+            for nxt in step(by_name[name]):
+                if nxt not in seen:
+                    seen.add(nxt)
+                    queue.append(nxt)
+        return None
+
+    def downstream(n: Any) -> list[str]:
+        return [c for out in n.output for c in consumers[out]]
+
+    def upstream(n: Any) -> list[str]:
+        return [producer[i] for i in n.input if i in producer]
+
+    parts = dict(scoped)
+    for n in nodes:
+        if n.name not in parts:
+            parts[n.name] = nearest(n.name, downstream) or nearest(n.name, upstream) or TOKEN_HEAD
+    return parts
+
 
 def profile_row(
     row: Row,
@@ -1034,9 +1110,10 @@ def profile_row(
     sentence, printed and returned.
 
     torch rows: ``torch.profiler`` (CPU), operators by self time. ONNX Runtime rows: the
-    session's own profiler (``SessionOptions.enable_profiling``), node time summed by op type,
-    and the time outside ``session.run`` (padding, the numpy decoder, Python). Per sentence, in
-    ms. CTranslate2 rows: not offered (its kernels are outside Python's reach).
+    session's own profiler (``SessionOptions.enable_profiling``), node time summed by op type
+    (``ops_ms``) and by part of the network (``parts_ms``: :func:`onnx_node_parts`), and the
+    time outside ``session.run`` (padding, the numpy decoder, Python). Per sentence, in ms.
+    CTranslate2 rows: not offered (its kernels are outside Python's reach).
     """
     if row.kind == "at":
         raise SystemExit(f"--profile: {row.name} is a CTranslate2 row; profiles are for DAT rows")
@@ -1096,7 +1173,9 @@ def profile_row(
     # the last len(groups) runs are the measured ones; the warm-up's node events come before
     run_starts = sorted(e["ts"] for e in events if e.get("name") == "model_run")
     cutoff = run_starts[-len(groups)] if len(run_starts) >= len(groups) else 0
+    node_parts = onnx_node_parts(Path(row.dat["onnx"]) / engine.metadata["graph"])
     by_op: dict[str, list[float]] = {}
+    by_part: dict[str, float] = {}
     for e in events:
         if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
             if e["ts"] >= cutoff:
@@ -1104,6 +1183,8 @@ def profile_row(
                 by_op.setdefault(op, [0.0, 0])
                 by_op[op][0] += e["dur"] / 1000 / len(picked)
                 by_op[op][1] += 1 / len(picked)
+                part = node_parts.get(e["name"].removesuffix("_kernel_time"), ORT_OWN_NODES)
+                by_part[part] = by_part.get(part, 0.0) + e["dur"] / 1000 / len(picked)
     session_ms = inside * 1000 / len(picked)
     nodes = sum(v[0] for v in by_op.values())
     print(
@@ -1117,6 +1198,15 @@ def profile_row(
     for op, (ms, calls) in sorted(by_op.items(), key=lambda kv: -kv[1][0]):
         ops_ms[op] = ms
         print(f"{op:<28} {ms:>8.3f} {ms / wall:>6.1%} {calls:>10.1f}")
+    print(f"\n{'part':<28} {'ms/sent':>8} {'share':>6}")
+    parts_ms = {}
+    for part in [*ONNX_PARTS.values(), TOKEN_HEAD, ORT_OWN_NODES]:
+        if part in by_part:
+            parts_ms[part] = by_part[part]
+            print(f"{part:<28} {by_part[part]:>8.3f} {by_part[part] / wall:>6.1%}")
+    between, outside = session_ms - nodes, wall - session_ms
+    print(f"{'between kernels (ORT)':<28} {between:>8.3f} {between / wall:>6.1%}")
+    print(f"{'outside session.run':<28} {outside:>8.3f} {outside / wall:>6.1%}")
     print(f"(share: of the whole time per sentence at batch {batch})")
     return {
         "setting": label,
@@ -1124,6 +1214,7 @@ def profile_row(
         "ms_per_sentence": wall,
         "session_run_ms": session_ms,
         "ops_ms": ops_ms,
+        "parts_ms": parts_ms,
     }
 
 

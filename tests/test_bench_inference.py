@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -201,6 +202,45 @@ def test_onnx_replicas_translate_as_the_session_in_process(tmp_path, monkeypatch
         pool.close()
 
 
+@needs_ort
+def test_onnx_node_parts(dat_onnx):
+    """Every node of the fp32 and the int8 export has a part, and the nodes whose place is
+    known fall there: one fused attention per encoder layer in the encoder and two per decoder
+    layer in the decoder, the top-k in the token head; int8's quantized products (which carry no
+    scope) in the part of the fp32 product each replaces (ONNX Runtime's quantizer names it
+    ``NAME_quant``)."""
+    import onnx
+
+    from fadat.models.directory import read_model_metadata
+
+    bench = load_bench()
+    config = read_model_metadata(dat_onnx["dat"])["config"]
+    parts, ops = {}, {}
+    for precision in ("fp32", "int8"):
+        graph = dat_onnx["dir"] / precision / "dat.onnx"
+        nodes = onnx.load(str(graph), load_external_data=False).graph.node
+        parts[precision] = bench.onnx_node_parts(graph)
+        ops[precision] = {n.name: n.op_type for n in nodes}
+        assert set(parts[precision]) == set(ops[precision])
+        assert set(parts[precision].values()) == {"encoder", "decoder", "links head", "token head"}
+        by_op: dict[str, Counter] = {}
+        for name, op in ops[precision].items():
+            by_op.setdefault(op, Counter())[parts[precision][name]] += 1
+        assert by_op["MultiHeadAttention"] == Counter(
+            encoder=config["encoder_layers"], decoder=2 * config["decoder_layers"]
+        ), (precision, by_op["MultiHeadAttention"])
+        assert by_op["TopK"] == Counter({"token head": 1}), precision
+    quantized = [name for name, op in ops["int8"].items() if op == "MatMulInteger"]
+    assert quantized
+    seen = Counter()
+    for name in quantized:
+        original = name.removesuffix("_quant")
+        assert ops["fp32"][original] in ("MatMul", "Gemm"), name
+        assert parts["int8"][name] == parts["fp32"][original], name
+        seen[parts["int8"][name]] += 1
+    assert {"encoder", "decoder", "token head"} <= set(seen), seen
+
+
 @needs_ct2
 @needs_ort
 def test_profiles_and_random_at(tmp_path, dat_onnx):
@@ -221,6 +261,11 @@ def test_profiles_and_random_at(tmp_path, dat_onnx):
         if row.startswith("ORT"):
             assert out["session_run_ms"] <= out["ms_per_sentence"]
             assert "DynamicQuantizeMatMul" in out["ops_ms"] or "MatMulInteger" in out["ops_ms"]
+            # the same kernel time, split by part of the network instead of by op type
+            parts = out["parts_ms"]
+            assert {"encoder", "decoder", "links head", "token head"} <= set(parts), parts
+            assert all(ms > 0 for ms in parts.values()), parts
+            assert sum(parts.values()) == pytest.approx(total, rel=1e-6), (parts, total)
     with pytest.raises(SystemExit, match="no such row"):
         bench.main([*base, "--at", str(models["at"]), "--profile", "DAT nothing"])
     # --profile-batch: the smoke mode's 4 batch sentences in length-sorted batches of 2
