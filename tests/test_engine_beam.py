@@ -273,6 +273,31 @@ def arpa(models, tmp_path_factory) -> Path:
     return write_arpa(tmp_path_factory.mktemp("lm") / "pieces.arpa", words, FAVOURITE)
 
 
+def test_engine_reads_its_lm_words_once(dat_onnx, arpa, monkeypatch):
+    """The engine's LM words are the verbs' rule on its sentencepiece model, read on the first
+    search with an LM and kept (a tuple: a caller cannot change them), not read again for every
+    batch."""
+    pytest.importorskip("kenlm")
+    import kenlm
+
+    from fadat.data.spm import load_sentencepiece
+    from fadat.engine.runtime import OnnxDAT
+    from fadat.translation.language_model import lm_words
+
+    engine = OnnxDAT(dat_onnx["dir"] / "int8")
+    reads = []
+    real = beam_np.lm_words
+    monkeypatch.setattr(beam_np, "lm_words", lambda *a: reads.append(a) or real(*a))
+    options = {"beam_size": 4, "lm": kenlm.Model(str(arpa)), "gamma": 1.0}
+    first = engine.translate_ids([[5, 6, 7, EOS_ID]], "beam", **options)
+    again = engine.translate_ids([[5, 6, 7, EOS_ID]], "beam", **options)
+    engine.translate_ids([[8, 9, EOS_ID], [5, EOS_ID]], "beam", **options)
+    assert len(reads) == 1 and first == again
+    words = engine.lm_words()
+    assert isinstance(words, tuple) and engine.lm_words() is words
+    assert list(words) == lm_words(load_sentencepiece(dat_onnx["dir"] / "int8" / "spm.model"))
+
+
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 @pytest.mark.parametrize("with_lm", [False, True])
 def test_engine_beam_equals_the_search_on_its_graphs_arrays(dat_onnx, arpa, precision, with_lm):

@@ -128,7 +128,7 @@ class _LanguageModel:
         import kenlm
 
         self.model = open_model(lm)
-        self.words = list(words)
+        self.words = words if isinstance(words, (list, tuple)) else list(words)  # no copy per call
         self._kenlm = kenlm
 
     def begin(self) -> Any:
