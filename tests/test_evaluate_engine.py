@@ -350,3 +350,17 @@ def test_what_the_engine_does_not_run_is_refused(
     code, _, err = run_cli(argv, capsys, monkeypatch)
     _assert_one_error_line(code, err, *(n.format(**names) for n in needles))
     assert spy == [] and not (tmp_path / "r.json").exists()
+
+
+def test_beam_on_a_version_1_export_is_refused(dat_onnx, data, tmp_path, capsys, monkeypatch):
+    """An export of format version 1 (no top tokens) still evaluates the top-1 strategies and
+    refuses ``beam`` with the engine's reason, naming the model."""
+    from test_engine_beam import version_1_copy
+
+    old = version_1_copy(dat_onnx["dir"] / "fp32", tmp_path / "v1")
+    base = ["evaluate", "--model", str(old), "--data", str(data), *QUICK]
+    base += ["--report", str(tmp_path / "r.json")]
+    code, _, err = run_cli([*base, "--strategies", "lookahead,beam"], capsys, monkeypatch)
+    _assert_one_error_line(code, err, "v1:", "format-version-1", "export the model again")
+    code, _, err = run_cli([*base, "--strategies", "lookahead"], capsys, monkeypatch)
+    assert code == 0, err
