@@ -244,6 +244,12 @@ def test_evaluate_random_models_side_by_side(models, tmp_path, capsys):
     env = report["environment"]
     assert env["torch"] == torch.__version__ and env["torch_threads"] == 1
     assert report["settings"]["warmup"] == 2 and report["settings"]["threads"] == 1
+    # Model directories run on torch (--engine auto, the default), in fp32 (no --precision).
+    assert (report["settings"]["engine"], report["settings"]["precision"]) == ("auto", None)
+    assert {(m["engine"], m["precision"]) for m in report["models"]} == {("torch", "fp32")}
+    assert {(s["engine"], s["precision"]) for s in report["systems"]} == {("torch", "fp32")}
+    assert "onnxruntime" not in env and "onnxruntime" not in printed
+    assert all(row.split()[1:3] == ["torch", "fp32"] for row in printed.splitlines()[2:7])
     base = report["systems"][1]
     dat = Translator.from_pretrained(models["dat"])
     at = Translator.from_pretrained(models["at"])
@@ -398,12 +404,34 @@ def test_evaluate_from_python_gives_the_cli_report(models, tmp_path, capsys):
         ({"threads": -1}, "--threads must be in"),
         ({"threads": "2"}, "--threads must be an integer"),
         ({"strategies": [1]}, "--strategies must be strategy names"),
+        ({"engine": "tensorrt"}, "--engine must be one of auto, torch, onnxruntime"),
+        ({"precision": "fp16"}, "--precision must be one of fp32, bf16, int8"),
     ],
 )
 def test_evaluate_from_python_refuses_bad_settings(models, tmp_path, keywords, message):
     data = write_data(tmp_path / "data", ["ab cd"], [["ab cd"]])
     with pytest.raises(InputError, match=re.escape(message)):
         evaluate(models["dat"], data=data, latency=False, bootstrap=0, **keywords)
+
+
+def test_evaluate_precision_on_torch(models, tmp_path):
+    """``precision="int8"`` on the torch engine: the DAT's systems decode the int8 copy (the
+    hypotheses of the int8 translator) and are recorded as such; an AT model, which runs fp32
+    only, is refused naming its directory."""
+    sources = random_sentences(6, seed=40, low=1, high=6)
+    data = write_data(tmp_path / "data", sources, [random_sentences(6, seed=41)])
+    report = evaluate(
+        models["dat"], data=data, strategies=["lookahead"], precision="int8", latency=False,
+        bootstrap=0, threads=1, save_hypotheses=tmp_path / "hyps",
+    )  # fmt: skip
+    (system,) = report["systems"]
+    assert (system["engine"], system["precision"]) == ("torch", "int8")
+    assert report["models"][0]["precision"] == "int8"
+    hyps = (tmp_path / "hyps" / "dat.lookahead.txt").read_text(encoding="utf-8").splitlines()
+    int8 = Translator.from_pretrained(models["dat"], precision="int8")
+    assert hyps == int8.translate(sources, "lookahead")
+    with pytest.raises(InputError, match=re.escape(f"{models['at']} holds an AT model")):
+        evaluate([models["dat"], models["at"]], data=data, precision="int8", latency=False)
 
 
 def test_evaluate_from_python_warns_of_threads_above_the_cores(models, tmp_path, monkeypatch):

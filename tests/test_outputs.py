@@ -346,7 +346,13 @@ def test_file_outputs_checked_before_work(tmp_path, capsys, models, monkeypatch)
     no_work(monkeypatch, fadat.cli.translate, "load_translation_model", "read_lines")
     no_work(monkeypatch, fadat.cli.score, "load_model", "read_pairs")
     no_work(monkeypatch, fadat.evaluation.analysis, "load_dat_model")
-    no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
+    no_work(
+        monkeypatch,
+        fadat.evaluation.evaluate,
+        "load_split",
+        "read_languages",
+        "load_translation_model",
+    )
     m = str(models["dat"])
     for argv in (
         ["translate", "--model", m, "--output"],
@@ -466,7 +472,13 @@ def test_file_output_verbs_follow_the_rules(tmp_path, capsys, models, monkeypatc
 
     no_work(monkeypatch, fadat.cli.translate, "load_translation_model", "read_lines")
     no_work(monkeypatch, fadat.cli.score, "load_model", "read_pairs")
-    no_work(monkeypatch, fadat.evaluation.evaluate, "load_split", "read_languages", "load_model")
+    no_work(
+        monkeypatch,
+        fadat.evaluation.evaluate,
+        "load_split",
+        "read_languages",
+        "load_translation_model",
+    )
     mine = user_file(tmp_path / "mine.png")
     run = outputs.mark_dir(tmp_path / "run", "run")
     for argv, flag in (

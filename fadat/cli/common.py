@@ -232,15 +232,18 @@ def add_head_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_threads_argument(parser: argparse.ArgumentParser, default: int = 0) -> None:
-    """``--threads N`` (torch's intra-op threads, :func:`fadat.process.apply_threads`) and
-    ``--force``."""
+def add_threads_argument(
+    parser: argparse.ArgumentParser, default: int = 0, onnxruntime: bool = False
+) -> None:
+    """``--threads N`` (torch's intra-op threads, :func:`fadat.process.apply_threads`; with
+    ``onnxruntime``, said to be the onnxruntime engine's intra-op threads too) and ``--force``."""
+    engine = "; also the onnxruntime engine's intra-op threads (0 = all cores)"
     parser.add_argument(
         "--threads",
         type=thread_count,
         default=default,
-        help=f"torch intra-op threads (0 = torch's default; default {default}); more than the "
-        "machine's cores needs --force",
+        help=f"torch intra-op threads (0 = torch's default; default {default}"
+        f"{engine if onnxruntime else ''}); more than the machine's cores needs --force",
     )
     add_force_argument(parser)
 

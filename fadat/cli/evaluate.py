@@ -19,6 +19,7 @@ from fadat.cli.common import (
     add_upsample_argument,
     strategy_help,
 )
+from fadat.engine import DEFAULT_ENGINE, ENGINES
 from fadat.evaluation import validset_metrics
 from fadat.evaluation.evaluate import DEFAULT_GRID, evaluate, log
 from fadat.evaluation.scoring import DEFAULT_STRATEGIES
@@ -42,13 +43,13 @@ def _fmt(value: float | None, digits: int = 2) -> str:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    """The printed table: one row per system (quality, buckets, speed, speed-ups, p-values),
-    then the metric signatures and the tuned length penalties."""
+    """The printed table: one row per system (its engine and precision, quality, buckets, speed,
+    speed-ups, p-values), then the metric signatures and the tuned length penalties."""
     systems = report["systems"]
     baseline = report["baseline"]
     buckets = [b["bucket"] for b in systems[0]["length_buckets"]]
     header = (
-        ["system", "BLEU", "chrF", "tokBLEU"]
+        ["system", "engine", "BLEU", "chrF", "tokBLEU"]
         + [f"tok {b}" for b in buckets]
         + ["lat ms", "speed-up", "sent/s", "tput ×", f"p vs {baseline}"]
     )
@@ -57,7 +58,8 @@ def format_report(report: dict[str, Any]) -> str:
         p = (s.get("p_value_bleu") or {}).get(baseline)
         p_text = "same" if baseline in s.get("identical_to", []) else _fmt(p, 4)
         rows.append(
-            [s["name"], _fmt(s["bleu"]), _fmt(s["chrf"]), _fmt(s["tok_bleu"])]
+            [s["name"], f"{s['engine']} {s['precision']}"]
+            + [_fmt(s["bleu"]), _fmt(s["chrf"]), _fmt(s["tok_bleu"])]
             + [_fmt(b["tok_bleu"]) for b in s["length_buckets"]]
             + [
                 _fmt(s.get("latency_ms_median"), 1),
@@ -84,8 +86,12 @@ def format_report(report: dict[str, Any]) -> str:
         f"{data['source_lang']}→{data['target_lang']}; bucket counts: "
         + ", ".join(f"{b['bucket']}: {b['count']}" for b in systems[0]["length_buckets"])
     )
+    engine = ""
+    if "onnxruntime" in env:
+        threads = env["onnxruntime_intra_threads"] or "all"
+        engine = f"; onnxruntime {env['onnxruntime']}, {threads} intra-op threads"
     lines.append(
-        f"speed: {env['device']}, {env['torch_threads']} threads, torch {env['torch']}, "
+        f"speed: {env['device']}, {env['torch_threads']} threads, torch {env['torch']}{engine}, "
         f"{env['cpu']}; latency = median at batch size 1; speed-ups relative to {baseline}"
     )
     lines.append(f"BLEU:    {systems[0]['bleu_signature']}")
@@ -105,7 +111,10 @@ def format_report(report: dict[str, Any]) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of ``fadat evaluate``."""
     parser.add_argument(
-        "--model", nargs="+", required=True, help="model directories (DAT and/or AT)"
+        "--model",
+        nargs="+",
+        required=True,
+        help="model directories (DAT and/or AT) and exports of `fadat export --format onnx`",
     )
     parser.add_argument("--data", required=True, help="data directory written by fadat prepare")
     parser.add_argument("--split", default="test", help="split to evaluate (default test)")
@@ -165,8 +174,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="latency on the first N sentences only",
     )
     parser.add_argument("--warmup", type=nonnegative_int, default=20, help="warm-up sentences (20)")
-    add_threads_argument(parser, default=min(2, usable_cores()))
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:N")
+    add_threads_argument(parser, default=min(2, usable_cores()), onnxruntime=True)
+    parser.add_argument(
+        "--device", default="cpu", help="cpu (default), cuda, cuda:N (the torch engine's)"
+    )
+    parser.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        choices=ENGINES,
+        help="auto (default): onnxruntime for an export of `fadat export --format onnx`, torch "
+        "for a model directory, each model its own; torch: every model in PyTorch; onnxruntime: "
+        "every model an export (or a DAT model directory, exported first) run by ONNX Runtime on "
+        "the CPU with --threads intra-op threads, strategies greedy, lookahead (no n-gram bans), "
+        "viterbi, joint-viterbi and beam (with --lm too); AT directories, --shortlist and "
+        "--prune-threshold are refused there (docs/engine.md)",
+    )
+    parser.add_argument(
+        "--precision",
+        default=None,
+        choices=("fp32", "bf16", "int8"),
+        help="torch: DAT weights in fp32 (default), bf16 or int8 on the CPU (AT models run fp32 "
+        "only); onnxruntime: fp32 or int8, checked against each export's (default the "
+        "export's)",
+    )
     add_upsample_argument(parser)
     add_head_arguments(parser)
     parser.add_argument(
@@ -212,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         threads=args.threads,
         device=args.device,
+        engine=args.engine,
+        precision=args.precision,
         upsample_ratio=args.upsample_ratio,
         shortlist=args.shortlist,
         prune_threshold=args.prune_threshold,

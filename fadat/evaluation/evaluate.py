@@ -33,6 +33,15 @@ One process, one test set, one device, one thread setting for every model and st
   latencies (and of throughputs), like the paper's Table 2 column.
 - ``--tune-length-penalty``: β_v of joint-Viterbi is chosen per DAT model on the valid split by
   tokenized BLEU over ``--length-penalty-grid`` and reported.
+- **Engines** (``--engine``, as ``fadat translate``'s:
+  :func:`fadat.translation.engines.load_translation_model`): each directory is loaded on the
+  engine it names (``auto``, the default: ONNX Runtime for an export of ``fadat export --format
+  onnx``, torch for a model directory) or on the one given; the systems of an export are
+  decoded by :class:`fadat.engine.runtime.OnnxDAT` through the same pipeline, batches and
+  timers, and every system records its ``engine`` and ``precision``.
+  The onnxruntime engine runs DAT models only, on the CPU, with ``--threads`` intra-op threads,
+  without ``--shortlist``/``--prune-threshold``, and the strategies it offers (an AT directory,
+  another strategy or a lookahead n-gram ban is refused, naming the model).
 
 ``report.json`` records the CPU, threads, library versions and every setting; a table is
 printed. Only CPU was run; ``--device cuda`` is supported by the code but was not run (GPU timing
@@ -54,10 +63,11 @@ from typing import Any
 
 import sacrebleu
 import torch
-from torch import nn
 
 from fadat import outputs
-from fadat.errors import InputError
+from fadat.decoding.strategies import offered
+from fadat.engine import DEFAULT_ENGINE, ENGINES, resolve_engine
+from fadat.errors import DecodingOptionError, InputError
 from fadat.evaluation import validset_metrics
 from fadat.evaluation.scoring import (
     DEFAULT_STRATEGIES,
@@ -70,15 +80,18 @@ from fadat.evaluation.scoring import (
     read_languages,
     tokenized_bleu_metric,
 )
-from fadat.models.directory import load_model, model_device, model_labels, resolve_device
+from fadat.models.directory import model_device, model_labels, read_model_metadata, resolve_device
+from fadat.models.inference import PRECISIONS
 from fadat.options import decoding_keywords, usable_cores
 from fadat.process import apply_threads
+from fadat.translation.engines import load_translation_model, model_engine
 from fadat.translation.language_model import (
     check_takes_language_model,
     language_model_options,
     open_language_model,
 )
 from fadat.translation.pipeline import (
+    apply_precision,
     apply_reduced_head,
     check_option_values,
     check_strategy,
@@ -100,7 +113,9 @@ class System:
     Attributes:
         name: ``"<model label>:<strategy>"`` (AT beam: ``"<label>:beam<k>"``).
         label: the model's label (its directory name, made unique).
-        model, sp: the loaded model and its sentencepiece processor.
+        model, sp: the loaded model (a torch module, or the onnxruntime engine's
+            :class:`~fadat.translation.engines.OnnxRuntimeModel`) and its sentencepiece
+            processor.
         strategy: a name of :func:`fadat.translation.pipeline.strategy_options`.
         options: the strategy's keyword options.
         upsample_ratio: the decoding λ (``--upsample-ratio``); ``None`` = the model's.
@@ -108,7 +123,7 @@ class System:
 
     name: str
     label: str
-    model: nn.Module
+    model: Any
     sp: Any
     strategy: str
     options: dict[str, Any] = field(default_factory=dict)
@@ -117,6 +132,17 @@ class System:
     @property
     def model_type(self) -> str:
         return self.model.config.model_type
+
+    @property
+    def engine(self) -> str:
+        """``torch`` or ``onnxruntime`` (:func:`fadat.translation.engines.model_engine`)."""
+        return model_engine(self.model)[0]
+
+    @property
+    def precision(self) -> str:
+        """``fp32``, ``bf16`` or ``int8``: the torch model's inference precision, or the
+        export's."""
+        return model_engine(self.model)[1]
 
     def translate(
         self, sentences: Sequence[str], max_sentences: int | None, max_tokens: int | None
@@ -255,8 +281,10 @@ def tune_length_penalty(
 # The evaluation
 
 
-def environment(device: torch.device) -> dict[str, Any]:
-    """CPU, threads and versions, for report.json."""
+def environment(device: torch.device, onnxruntime_threads: int | None = None) -> dict[str, Any]:
+    """CPU, threads and versions, for report.json; with ``onnxruntime_threads`` (some model ran
+    on the onnxruntime engine) also ONNX Runtime's version and its intra-op threads (as given:
+    0 = ONNX Runtime's default, all cores)."""
     cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -269,7 +297,7 @@ def environment(device: torch.device) -> dict[str, Any]:
 
     import fadat
 
-    return {
+    env = {
         "cpu": cpu,
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
@@ -283,12 +311,18 @@ def environment(device: torch.device) -> dict[str, Any]:
         "platform": platform.platform(),
         "fadat": fadat.__version__,
     }
+    if onnxruntime_threads is not None:
+        import onnxruntime
+
+        env["onnxruntime"] = onnxruntime.__version__
+        env["onnxruntime_intra_threads"] = onnxruntime_threads
+    return env
 
 
 def build_systems(
-    models: Sequence[tuple[str, nn.Module, Any]],
+    models: Sequence[tuple[str, Any, Any]],
     strategies: Sequence[str],
-    options_for: Callable[[nn.Module, str], dict[str, Any]],
+    options_for: Callable[[Any, str], dict[str, Any]],
     at_beam_size: int,
     at_length_penalty: float,
     at_options: dict[str, Any] | None = None,
@@ -304,11 +338,16 @@ def build_systems(
     λ = ``upsample_ratio`` (``None``: each model's own); the others (AT, NAT) take no λ, as
     ``--shortlist`` goes only to the models that take it.
 
+    A model that runs fewer strategies or options than its architecture offers (the onnxruntime
+    engine: no sampling, lookahead without n-gram bans, the beam search on exports of format
+    version 2 only) refuses the rest rather than leave them out (:func:`_refuse_missing`).
+
     Raises:
         InputError: a strategy that no non-autoregressive model supports, a model that supports
             none of them, invalid options.
         DecodingOptionError: ``upsample_ratio`` given but no model takes one
-            (:func:`fadat.translation.pipeline.check_upsample_ratio`).
+            (:func:`fadat.translation.pipeline.check_upsample_ratio`); a strategy or an option
+            that a model's engine does not run (:func:`_refuse_missing`).
     """
     if upsample_ratio is not None and not any(m.upsampled for _, m, _ in models):
         check_upsample_ratio(upsample_ratio, models[0][1])
@@ -328,6 +367,7 @@ def build_systems(
                 check_strategy(model, strategy, options, cli=True)
                 systems.append(System(name, label, model, sp, strategy, options, ratio))
             continue
+        _refuse_missing(label, model, strategies)
         chosen = [s for s in strategies if s in accepted]
         if not chosen:
             raise InputError(
@@ -335,9 +375,9 @@ def build_systems(
                 f"{', '.join(accepted)}"
             )
         for strategy in chosen:
-            options = {
-                k: v for k, v in options_for(model, strategy).items() if k in accepted[strategy]
-            }
+            given = options_for(model, strategy)
+            options = {k: v for k, v in given.items() if k in accepted[strategy]}
+            _refuse_missing(label, model, [strategy], given)
             check_strategy(model, strategy, options, cli=True)
             name = f"{label}:{strategy}"
             systems.append(System(name, label, model, sp, strategy, options, ratio))
@@ -349,6 +389,47 @@ def build_systems(
         )
         raise InputError(f"unknown strategy {missing[0]!r}; choose from {', '.join(known)}")
     return systems
+
+
+def _refuse_missing(
+    label: str, model: Any, strategies: Sequence[str], options: dict[str, Any] | None = None
+) -> None:
+    """Refuse what the architecture's strategies offer but ``model`` does not run, where
+    leaving it out would change the result: a strategy of its decoder kind's registry
+    (:func:`fadat.decoding.strategies.offered`) it lacks, or (with ``options``, the keywords given
+    to the one strategy in ``strategies``) an option of that strategy's record it does not take,
+    unless the record reads the token head only through each vertex's best token with these
+    options (lookahead's ``top_cand_n`` and ``top_p`` without n-gram bans: read by no decoder).
+    A torch model runs all of its registry's strategies and options; the onnxruntime engine
+    (:class:`fadat.translation.engines.OnnxRuntimeModel`) does not.
+
+    Raises:
+        DecodingOptionError: naming the model's label, the strategy or the options, and the
+            engine (:meth:`~fadat.translation.engines.OnnxRuntimeModel.check_options`'s reason:
+            e.g. a format-version-1 export's beam search).
+    """
+    accepted = model.strategies()
+    registry = offered(model.decoder_kind)
+    engine = model_engine(model)[0]
+    for strategy in strategies:
+        record = registry.get(strategy)
+        if record is None:
+            continue
+        if strategy not in accepted:
+            reason = f"strategy {strategy!r} is not available on the {engine} engine"
+            try:
+                model.check_options(strategy, {})
+            except ValueError as err:
+                reason = str(err)
+            raise DecodingOptionError(f"{label}: {reason}")
+        given = {k: v for k, v in (options or {}).items() if k in record.option_names}
+        missing = [k for k in given if k not in accepted[strategy]]
+        if missing and not record.reads_top1_only(given):
+            flags = ", ".join("--" + k.replace("_", "-") for k in missing)
+            raise DecodingOptionError(
+                f"{label}: strategy {strategy!r} on the {engine} engine does not take {flags} "
+                f"(the torch engine does)"
+            )
 
 
 def comparison_groups(systems: Sequence[System], baseline: str) -> list[list[str]]:
@@ -393,6 +474,8 @@ def evaluate(
     warmup: int = 20,
     threads: int | None = None,
     device: str = "cpu",
+    engine: str = DEFAULT_ENGINE,
+    precision: str | None = None,
     upsample_ratio: float | None = None,
     shortlist: bool | str | Path | None = None,
     prune_threshold: float | None = None,
@@ -418,7 +501,8 @@ def evaluate(
         {s["name"]: s["bleu"] for s in report["systems"]}
 
     Args:
-        models: model directories (DAT and/or AT), one path or several; labelled by
+        models: model directories (DAT and/or AT) and exports of ``fadat export --format
+            onnx``, one path or several; labelled by
             :func:`fadat.models.directory.model_labels`.
         data: a dataset directory written by ``fadat prepare`` (its ``meta.json`` and
             ``raw/<split>.*``).
@@ -440,15 +524,26 @@ def evaluate(
         warmup: untimed warm-up sentences before the latency is measured.
         threads: torch's intra-op threads, set for the whole process (``torch.set_num_threads``;
             0 = leave torch's setting; ``None`` = the command line's default, 2 or the usable
-            cores if fewer). More than the usable cores is done, with a
+            cores if fewer), and the intra-op threads of each onnxruntime session (0 = ONNX
+            Runtime's default, all cores). More than the usable cores is done, with a
             :class:`~fadat.errors.ThreadsAboveCoresWarning`.
-        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        device: ``cpu``, ``cuda`` or ``cuda:N`` (the torch engine's; the onnxruntime engine
+            runs on the CPU only).
+        engine: one of :data:`fadat.engine.ENGINES`, for every model
+            (:func:`fadat.engine.resolve_engine`): ``auto`` (the default) runs an export on
+            ``onnxruntime`` and a model directory on ``torch``; ``torch`` refuses an export;
+            ``onnxruntime`` runs exports and DAT model directories (exported to a temporary
+            directory for the run, as ``fadat translate`` does) and refuses AT directories.
+        precision: ``torch``: ``fp32`` (``None``), ``bf16`` or ``int8`` DAT weights on the CPU
+            (:func:`fadat.translation.pipeline.apply_precision`; an AT model runs fp32 only);
+            ``onnxruntime``: ``fp32`` or ``int8``, checked against each export's (``None``: the
+            export's), the precision of a model directory's export (``None``: fp32).
         upsample_ratio: the decoding λ of the models that take one (DAT, CTC); ``None`` = each
             model's own.
-        shortlist: DAT models only: a vocabulary shortlist (``True`` or ``"model"``: each model
-            directory's ``shortlist.safetensors``; or a shortlist file).
-        prune_threshold: DAT models only: compute the token head only on vertices with passing
-            probability ≥ τ.
+        shortlist: DAT models on the torch engine only: a vocabulary shortlist (``True`` or
+            ``"model"``: each model directory's ``shortlist.safetensors``; or a shortlist file).
+        prune_threshold: DAT models on the torch engine only: compute the token head only on
+            vertices with passing probability ≥ τ.
         baseline: the system (``"<label>:<strategy>"``) that speed-ups and significance are
             relative to; default the AT beam system, else the first system.
         bootstrap: paired bootstrap resamples (0 = no significance tests).
@@ -466,9 +561,11 @@ def evaluate(
     Returns:
         The report: ``environment`` (CPU, threads, versions: :func:`environment`), ``settings``
         (these arguments), ``data`` (directory, split, sentences, reference streams,
-        languages), ``models`` (label, directory, type, config), ``baseline``, ``tuning`` (per
-        tuned system: split, best value, grid of tokenized BLEU), ``systems`` (per system, in
-        order: name, model, strategy, options, ``bleu``/``chrf``/``tok_bleu`` with their
+        languages), ``models`` (label, directory, type, ``engine``, ``precision``, config: an
+        export's source model's), ``baseline``, ``tuning`` (per tuned system: split, best
+        value, grid of tokenized BLEU), ``systems`` (per system, in order: name, model, type,
+        ``engine`` (``torch`` or ``onnxruntime``), ``precision`` (``fp32``, ``bf16``, ``int8``),
+        strategy, options, ``bleu``/``chrf``/``tok_bleu`` with their
         signatures, ``length_buckets``, ``throughput`` in sentences/s, ``latency_ms_median``
         and ``latency_ms_mean``, ``speedup_latency``/``speedup_throughput`` relative to the
         baseline, ``p_value_bleu``/``p_value_tok_bleu`` per compared baseline,
@@ -479,7 +576,13 @@ def evaluate(
             their ``fadat evaluate`` flags), an option that none of the systems takes, a
             ``save_hypotheses`` directory that cannot be written (checked before any work); an
             ``lm`` without a beam system to use it, or one that cannot be used
-            (:func:`fadat.translation.language_model.language_model_options`).
+            (:func:`fadat.translation.language_model.language_model_options`); an unknown
+            ``engine`` or ``precision``; for a model on the onnxruntime engine (naming it): an
+            AT directory, a device other than the CPU, ``shortlist`` or ``prune_threshold``, a
+            strategy or an option the engine does not run (sampling, lookahead's n-gram bans;
+            the beam search on a format-version-1 export), another precision than its
+            export's, onnxruntime not installed; on the torch engine: an export, ``precision``
+            other than fp32 for an AT model.
     """
     directories = [models] if isinstance(models, str | Path) else list(models)
     if not directories:
@@ -519,6 +622,10 @@ def evaluate(
         threads = min(2, usable_cores())
     if not _whole(threads):
         raise InputError(f"--threads must be an integer, got {threads!r}")
+    if engine not in ENGINES:
+        raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if precision is not None and precision not in PRECISIONS:
+        raise InputError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     apply_threads(threads, force=True)  # more than the cores: a ThreadsAboveCoresWarning
     resolved = resolve_device(device)
     source_lang, target_lang = read_languages(data)
@@ -528,6 +635,9 @@ def evaluate(
         directories,
         resolved,
         sources,
+        engine=engine,
+        precision=precision,
+        threads=threads,
         strategies=chosen,
         options=flags,
         at_beam_size=at_beam_size,
@@ -594,6 +704,8 @@ def evaluate(
         "warmup": warmup,
         "threads": threads,
         "device": str(device),
+        "engine": engine,
+        "precision": precision,
         "upsample_ratio": upsample_ratio,
         "shortlist": str(shortlist) if isinstance(shortlist, Path) else shortlist,
         "prune_threshold": prune_threshold,
@@ -603,8 +715,9 @@ def evaluate(
         "options": flags,
         "lm": None if lm is None else str(lm),
     }
+    on_onnxruntime = any(model_engine(model)[0] == "onnxruntime" for _, model, _ in loaded)
     return {
-        "environment": environment(resolved),
+        "environment": environment(resolved, threads if on_onnxruntime else None),
         "settings": settings,
         "data": {
             "dir": str(data),
@@ -615,12 +728,7 @@ def evaluate(
             "target_lang": target_lang,
         },
         "models": [
-            {
-                "label": label,
-                "dir": str(directory),
-                "model_type": model.config.model_type,
-                "config": model.config.to_dict(),
-            }
+            _model_record(label, model, directory)
             for (label, model, _), directory in zip(loaded, directories, strict=True)
         ],
         "baseline": baseline,
@@ -630,6 +738,8 @@ def evaluate(
                 "name": s.name,
                 "model": s.label,
                 "model_type": s.model_type,
+                "engine": s.engine,
+                "precision": s.precision,
                 "strategy": s.strategy,
                 "options": _shown_options(s.options, lm),
                 **results[s.name],
@@ -637,6 +747,24 @@ def evaluate(
             for s in systems
         ],
         "significance": significance,
+    }
+
+
+def _model_record(label: str, model: Any, directory: str | Path) -> dict[str, Any]:
+    """A model as report.json records it: label, the directory given, type, engine, precision
+    and config (an export's: the config of the model it was exported from)."""
+    engine, precision = model_engine(model)
+    if engine == "onnxruntime":
+        config = model.engine.metadata.get("model_config")
+    else:
+        config = model.config.to_dict()
+    return {
+        "label": label,
+        "dir": str(directory),
+        "model_type": model.config.model_type,
+        "engine": engine,
+        "precision": precision,
+        "config": config,
     }
 
 
@@ -664,6 +792,9 @@ def _load_systems(
     device: torch.device,
     sources: Sequence[str],
     *,
+    engine: str = DEFAULT_ENGINE,
+    precision: str | None = None,
+    threads: int = 1,
     strategies: Sequence[str],
     options: dict[str, Any],
     at_beam_size: int,
@@ -673,15 +804,22 @@ def _load_systems(
     prune_threshold: float | None,
     baseline: str | None,
     lm: str | Path | None = None,
-) -> tuple[list[tuple[str, nn.Module, Any]], list[System], str]:
-    """The models ``(label, model, sp)``, the systems and the baseline system's name; logs the
-    sources each model truncates. ``options``: the decoding options by command-line name;
-    ``lm``: a language model file for the beam systems, opened once."""
+) -> tuple[list[tuple[str, Any, Any]], list[System], str]:
+    """The models ``(label, model, sp)`` (each on its engine: :func:`load_engine_model`), the
+    systems and the baseline system's name; logs the sources each model truncates.
+    ``options``: the decoding options by command-line name; ``lm``: a language model file for
+    the beam systems, opened once."""
     models = []
     for label, directory in zip(model_labels(directories), directories, strict=True):
-        model, sp = load_model(directory, device)
-        if model.reduced_head:  # only such models take --shortlist / --prune-threshold
-            model = apply_reduced_head(model, directory, shortlist, prune_threshold, cli=True)
+        model, sp = load_engine_model(
+            directory,
+            engine,
+            device,
+            precision,
+            threads=threads,
+            shortlist=shortlist,
+            prune_threshold=prune_threshold,
+        )
         models.append((label, model, sp))
     if not strategies and any(not m.autoregressive for _, m, _ in models):
         raise InputError("--strategies is empty")
@@ -722,8 +860,80 @@ def _load_systems(
     return models, systems, baseline
 
 
+def load_engine_model(
+    directory: str | Path,
+    engine: str,
+    device: torch.device,
+    precision: str | None = None,
+    *,
+    threads: int = 1,
+    shortlist: bool | str | Path | None = None,
+    prune_threshold: float | None = None,
+) -> tuple[Any, Any]:
+    """One model of ``fadat evaluate`` on its engine
+    (:func:`fadat.translation.engines.load_translation_model`), with its precision and, on the
+    torch engine, its shortlist and pruning; messages name the flags and the directory.
+
+    Args:
+        directory: a model directory or an export of ``fadat export --format onnx``.
+        engine: one of :data:`fadat.engine.ENGINES` (``auto``: the directory's own).
+        device: the torch engine's device.
+        precision: as :func:`evaluate`'s ``precision``.
+        threads: the onnxruntime engine's intra-op threads (0 = all cores).
+        shortlist, prune_threshold: as :func:`evaluate`'s (a DAT on the torch engine only; an
+            AT model ignores them, as before).
+
+    Returns:
+        ``(model, sentencepiece processor)``: a torch model, or an
+        :class:`~fadat.translation.engines.OnnxRuntimeModel`.
+
+    Raises:
+        InputError: on the onnxruntime engine: an AT (or other non-DAT) model directory, a
+            device other than the CPU, a shortlist or pruning, onnxruntime not installed, an
+            export of another precision; on the torch engine: an export, a precision other
+            than fp32 for a model without it (AT); as
+            :func:`~fadat.translation.engines.load_translation_model`.
+    """
+    from fadat.engine.runtime import is_engine_dir
+
+    which = resolve_engine(directory, engine)
+    if which == "onnxruntime":
+        if not is_engine_dir(directory):
+            kind = read_model_metadata(directory)["model_type"]
+            if kind != "dat":
+                raise InputError(
+                    f"{directory}: holds an {kind.upper()} model; --engine onnxruntime runs DAT "
+                    "models only (an export of fadat export --format onnx, or a DAT model "
+                    "directory, exported for the run); --engine auto evaluates it on torch "
+                    "beside the exports"
+                )
+        if device.type != "cpu":
+            raise InputError(
+                f"--device {device}: {directory} runs on the onnxruntime engine, which runs on "
+                "the CPU only"
+            )
+        if shortlist or prune_threshold is not None:
+            raise InputError(
+                f"--shortlist and --prune-threshold are for DAT models on the torch engine; "
+                f"{directory} runs on the onnxruntime engine"
+            )
+        return load_translation_model(
+            directory, which, "cpu", precision, intra_threads=threads, cli=True
+        )
+    model, sp = load_translation_model(directory, which, device, cli=True)
+    if precision not in (None, "fp32") and precision not in model.precisions:
+        raise InputError(
+            f"--precision {precision}: {directory} holds an {model.model_type.upper()} model, "
+            f"which runs in {', '.join(model.precisions)} only"
+        )
+    model = apply_precision(model, precision or "fp32", cli=True)
+    if model.reduced_head:  # only such models take --shortlist / --prune-threshold
+        model = apply_reduced_head(model, directory, shortlist, prune_threshold, cli=True)
+    return model, sp
+
+
 def _language_models(
-    models: Sequence[tuple[str, nn.Module, Any]], strategies: Sequence[str], lm: str | Path | None
+    models: Sequence[tuple[str, Any, Any]], strategies: Sequence[str], lm: str | Path | None
 ) -> dict[int, dict[str, Any]]:
     """The beam search's language model keywords (``lm``, ``lm_words``) per model that decodes
     with a strategy that takes them, keyed by ``id(model)``; the file is opened once.

@@ -27,7 +27,13 @@ from fadat.engine.runtime import BEAM
 from fadat.errors import InputError, NonFiniteOutputError
 from fadat.models.architectures import Scored
 
-__all__ = ["DEFAULT_ENGINE", "ENGINES", "OnnxRuntimeModel", "load_translation_model"]
+__all__ = [
+    "DEFAULT_ENGINE",
+    "ENGINES",
+    "OnnxRuntimeModel",
+    "load_translation_model",
+    "model_engine",
+]
 
 
 class OnnxRuntimeModel:
@@ -42,13 +48,14 @@ class OnnxRuntimeModel:
 
     Attributes:
         engine: the runtime.
-        config: ``vocab_size``, ``max_source_positions``, ``max_target_positions`` and
-            ``decoding_upsample_ratio`` of the export.
+        config: ``model_type`` (``"dat"``), ``vocab_size``, ``max_source_positions``,
+            ``max_target_positions`` and ``decoding_upsample_ratio`` of the export.
         directory: the export directory (named in error messages).
         device: always the CPU (the pipeline builds its batches there).
     """
 
     model_type: ClassVar[str] = "dat"
+    autoregressive: ClassVar[bool] = False  # fadat evaluate runs it with --strategies
     decoder_kind: ClassVar[str] = GRAPH
     upsampled: ClassVar[bool] = True  # the export's graph size is λ·|x </s>|
     default_strategy: ClassVar[str] = "lookahead"
@@ -62,6 +69,7 @@ class OnnxRuntimeModel:
         self.engine = engine
         meta = engine.metadata
         self.config = SimpleNamespace(
+            model_type=self.model_type,
             vocab_size=int(meta["vocab_size"]),
             max_source_positions=engine.max_source_positions,
             max_target_positions=engine.max_target_positions,
@@ -226,7 +234,7 @@ def load_translation_model(
 
         if is_engine_dir(directory):
             raise InputError(
-                f"{directory}: an ONNX export (fadat export --format onnx); translate it with "
+                f"{directory}: an ONNX export (fadat export --format onnx); run it with "
                 "--engine onnxruntime"
             )
         model, sp = load_model(directory, device)
@@ -263,3 +271,15 @@ def load_translation_model(
         )
     sp = load_sentencepiece(directory / "spm.model")
     return OnnxRuntimeModel(runtime), sp
+
+
+def model_engine(model: Any) -> tuple[str, str]:
+    """The engine and the precision a loaded translation model runs with: ``("onnxruntime",
+    the export's precision)`` for an :class:`OnnxRuntimeModel`, else ``("torch", its
+    inference precision)`` (:func:`fadat.models.inference.precision_of`: ``fp32``, ``bf16`` or
+    ``int8``)."""
+    from fadat.models.inference import precision_of
+
+    if isinstance(model, OnnxRuntimeModel):
+        return "onnxruntime", model.engine.precision
+    return "torch", precision_of(model)
