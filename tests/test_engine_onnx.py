@@ -431,6 +431,23 @@ def test_export_refuses_other_architectures_and_existing_outputs(models, exports
     assert cli.main([*argv, "--model", str(models["at"])]) == 2
     err = capsys.readouterr().err
     assert "'at' model" in err and "DAT" in err and not (tmp_path / "o").exists()
+    # the engine refuses an AT before it starts exporting it (one error line, no export notice)
+    src = tmp_path / "in.en"
+    src.write_text("ab cd\n", encoding="utf-8")
+    run = [
+        "translate",
+        "--engine",
+        "onnxruntime",
+        "--model",
+        str(models["at"]),
+        "--input",
+        str(src),
+    ]
+    assert cli.main([*run, "--output", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fadat: error: "), err
+    assert str(models["at"]) in err and "DAT models only" in err and "--engine torch" in err
+    assert not (tmp_path / "x").exists()
     again = ["export", "--format", "onnx", "--model", str(MODEL), "--output", str(exports["fp32"])]
     assert cli.main(again) == 2 and "--force" in capsys.readouterr().err
     assert cli.main([*argv, "--model", str(MODEL), "--precision", "bf16"]) == 2

@@ -299,7 +299,7 @@ def test_a_dat_model_directory_is_exported_for_the_run(
     argv = ["--engine", "onnxruntime", "--precision", "int8", "--model", str(dat_onnx["dat"])]
     report, _, hyps, err = run_evaluate([*argv, *flags], tmp_path, capsys, monkeypatch)
     assert exported == [(dat_onnx["dat"], "int8")]
-    assert "exporting" in err
+    assert f"exporting {dat_onnx['dat']} to ONNX (int8) for this run" in err
     assert {p for p, _ in spy} == {"int8"}
     (model,) = report["models"]
     assert (model["dir"], model["engine"], model["precision"]) == (

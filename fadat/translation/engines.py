@@ -220,7 +220,8 @@ def load_translation_model(
         InputError: unknown engine; a directory of the other engine; as
             :func:`fadat.models.directory.load_model`, :func:`.pipeline.apply_precision` and
             :func:`.onnx_export.export_onnx`; onnxruntime not installed; an export of another
-            precision; a device other than the CPU for onnxruntime.
+            precision; a device other than the CPU for onnxruntime; an AT (or any model other
+            than a DAT) for onnxruntime, before anything is exported.
     """
     from fadat.data.spm import load_sentencepiece
     from fadat.engine.runtime import EngineDirectoryError, OnnxDAT, is_engine_dir
@@ -249,10 +250,17 @@ def load_translation_model(
         raise InputError(f"--engine onnxruntime runs on the CPU, not on {device}")
     directory = Path(directory)
     if not is_engine_dir(directory):
+        from fadat.models.directory import read_model_metadata
         from fadat.translation.onnx_export import export_onnx
 
+        kind = read_model_metadata(directory)["model_type"]
+        if kind != "dat":
+            raise InputError(
+                f"{directory}: a {kind.upper()} model; the onnxruntime engine runs DAT models "
+                "only (--engine torch runs it)"
+            )
         print(
-            f"fadat: exporting {directory} to ONNX ({precision}) for this run; "
+            f"fadat: exporting {directory} to ONNX ({precision or 'fp32'}) for this run; "
             "`fadat export --format onnx` once saves this step",
             file=sys.stderr,
         )
