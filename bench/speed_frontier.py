@@ -540,13 +540,21 @@ STYLES: dict[str, tuple[Any, str]] = {
 OTHER_STYLE: tuple[Any, str] = ((0, (1, 2)), "v")
 
 
+def strategy_style(strategy: str) -> tuple[Any, str]:
+    """The line style and marker of a frontier strategy label: that of its strategy without the
+    beam suffix (``beam+LM k=20`` is drawn as ``beam+LM``), :data:`OTHER_STYLE` for another."""
+    return STYLES.get(strategy.split(" k=")[0], OTHER_STYLE)
+
+
 def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]):
     """BLEU against batch-1 latency (a matplotlib Figure): per design one colour and per
-    strategy one line style and marker (:data:`STYLES`: ``beam`` dash-dot with diamonds,
-    ``beam+LM`` dash-dot-dot with filled pluses), a line through its λ points (in λ order),
-    each point labelled ``λ=x``; CTranslate2 beam 5 (star) and greedy (cross) as single points, or,
-    without BLEU (forced to the references' lengths), as vertical lines at their latency, so
-    labelled in the legend. Points without test BLEU are left out.
+    strategy one line style and marker (:func:`strategy_style`: ``beam`` dash-dot with
+    diamonds, ``beam+LM`` dash-dot-dot with filled pluses, at any beam), a line through its λ
+    points (in λ order), each point labelled ``λ=x``; CTranslate2 beam 5 (star) and greedy
+    (cross) as single points, or, without BLEU (forced to the references' lengths), as vertical
+    lines at their latency, so labelled in the legend; the target as grey lines: a third of
+    beam 5's latency (vertical) and, where beam 5 has BLEU, its BLEU − 0.3 (horizontal). Points
+    without test BLEU are left out.
 
     Returns:
         The figure (close it with ``matplotlib.pyplot.close``); x: the median batch-1 ms, y:
@@ -572,7 +580,7 @@ def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]
                 continue
             xs = [p.latency_ms[0] for p in curve]
             ys = [p.test_bleu for p in curve]
-            linestyle, marker = STYLES.get(strategy, OTHER_STYLE)
+            linestyle, marker = strategy_style(strategy)
             ax.plot(
                 xs,
                 ys,
@@ -607,6 +615,22 @@ def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]
                 linestyle="none",
                 label=label,
             )
+        if b.beam == "beam5":  # the target: at most a third of its time, within 0.3 of its BLEU
+            ax.axvline(
+                b.latency_ms[0] / 3,
+                color="grey",
+                linestyle="--",
+                linewidth=0.8,
+                label=f"⅓ of {label}'s latency (the target)",
+            )
+            if b.test_bleu is not None:
+                ax.axhline(
+                    b.test_bleu - 0.3,
+                    color="grey",
+                    linestyle="-.",
+                    linewidth=0.8,
+                    label=f"{label}'s BLEU − 0.3 (the target)",
+                )
     ax.set_xlabel("batch-1 latency (ms per sentence, median)")
     ax.set_ylabel("test BLEU (tokenized)")
     ax.grid(alpha=0.3)

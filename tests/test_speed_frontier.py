@@ -285,6 +285,21 @@ def test_picture_draws_beam_and_beam_lm_apart():
         assert len(set(looks.values())) == len(looks) == 3, looks
     finally:
         plt.close(fig)
+    # at beam 20 (bench_inference --beam-size 20) the curves are "beam k=20" and "beam+LM k=20",
+    # drawn as beam and beam+LM are
+    bench = beam_bench_json()
+    for row in bench.values():
+        if isinstance(row, dict) and row.get("strategy") == "beam":
+            row["beam_size"] = 20
+    points, baselines = frontier.frontier_points([bench], BEAM_BLEU)
+    fig = frontier.frontier_figure(points, baselines)
+    try:
+        at_20 = {line.get_label(): line for line in fig.axes[0].get_lines()}
+        for label, at_100 in (("a beam k=20", "a beam"), ("a beam+LM k=20", "a beam+LM")):
+            got = (at_20[label].get_linestyle(), at_20[label].get_marker())
+            assert got == looks[at_100], (label, got, looks)
+    finally:
+        plt.close(fig)
 
 
 def test_picture_draws_the_curves_and_the_baselines():
@@ -310,6 +325,11 @@ def test_picture_draws_the_curves_and_the_baselines():
         assert labels == ["λ=2", "λ=3", "λ=3", "λ=4"]
         legend = [t.get_text() for t in ax.get_legend().get_texts()]
         assert greedy in legend and "CTranslate2 beam 5" in legend
+        # the target: a third of beam 5's 40 ms, and beam 5's 22.5 BLEU less 0.3
+        third = lines["⅓ of CTranslate2 beam 5's latency (the target)"]
+        assert list(third.get_xdata()) == pytest.approx([40 / 3] * 2)
+        floor = lines["CTranslate2 beam 5's BLEU − 0.3 (the target)"]
+        assert list(floor.get_ydata()) == pytest.approx([22.2] * 2)
     finally:
         plt.close(fig)
 
