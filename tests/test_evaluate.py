@@ -318,6 +318,17 @@ def test_evaluate_input_problems(models, tmp_path, capsys):
         )
         err = capsys.readouterr().err
         assert code == 2 and needle in err and "Traceback" not in err, err
+    # the DAT-only options with no DAT among the models: refused, not ignored
+    for extra, needle in (
+        (["--shortlist"], "--shortlist: for DAT models"),
+        (["--prune-threshold", "0.1"], "--prune-threshold: for DAT models"),
+        (["--shortlist", "x.safetensors", "--prune-threshold", "0.1"], "--shortlist and --prune"),
+    ):
+        argv = ["evaluate", "--model", str(models["at"]), "--data", str(data), *extra]
+        code = cli.main([*argv, "--no-latency", "--report", str(tmp_path / "r.json")])
+        err = capsys.readouterr().err
+        assert code == 2 and needle in err and "none of the models is one (at)" in err, err
+        assert err.count("\n") == 1 and not (tmp_path / "r.json").exists()
 
 
 def _without_timings(report: dict) -> dict:

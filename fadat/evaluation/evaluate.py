@@ -582,7 +582,8 @@ def evaluate(
             strategy or an option the engine does not run (sampling, lookahead's n-gram bans;
             the beam search on a format-version-1 export), another precision than its
             export's, onnxruntime not installed; on the torch engine: an export, ``precision``
-            other than fp32 for an AT model.
+            other than fp32 for an AT model; ``shortlist`` or ``prune_threshold`` with no DAT
+            model on the torch engine among ``models`` to take it.
     """
     directories = [models] if isinstance(models, str | Path) else list(models)
     if not directories:
@@ -821,6 +822,13 @@ def _load_systems(
             prune_threshold=prune_threshold,
         )
         models.append((label, model, sp))
+    given = [flag for flag, value in (("--shortlist", shortlist), ("--prune-threshold",
+             prune_threshold)) if value not in (None, False)]  # fmt: skip
+    if given and not any(getattr(m, "reduced_head", False) for _, m, _ in models):
+        raise InputError(
+            f"{' and '.join(given)}: for DAT models on the torch engine, and none of the models "
+            f"is one ({', '.join(label for label, _, _ in models)})"
+        )
     if not strategies and any(not m.autoregressive for _, m, _ in models):
         raise InputError("--strategies is empty")
     with_lm = _language_models(models, strategies, lm)
