@@ -30,6 +30,11 @@ outputs equal to the full head's for greedy 50/50, lookahead 44/50, joint-Viterb
 ``bench/bench_inference.py`` reports both rates (``cover``, ``=full``) with BLEU. In int8 the
 shortlist's rows are multiplied in fp32 (dequantized weights), so even greedy may differ from
 the int8 full head (2 of 50 sentences).
+
+The table, the candidate rule and the file's reading are in :mod:`fadat.engine.shortlist`
+(numpy only), which the ONNX Runtime engine shares: ``fadat export --format onnx --shortlist``
+writes a graph whose token head runs over the candidates the engine computes by the same rule
+(:mod:`fadat.translation.onnx_export`, docs/engine.md).
 """
 
 from __future__ import annotations
