@@ -524,3 +524,30 @@ def test_evaluate_and_serve_on_a_shortlisted_export(dat_onnx_shortlist, engines)
     server = Engine.from_directory(export)
     got = [r.text for r in server.translate(lines, "lookahead", {})]
     assert got == engines["fp32"].translate(lines)
+
+
+def test_a_shortlisted_export_runs_without_torch(dat_onnx_shortlist, engines):
+    """The engine reads an export's shortlist and computes the candidates without torch: in a
+    process whose import of torch fails, the fp32 shortlisted export translates as here
+    (lookahead and the beam search)."""
+    import subprocess
+    import sys
+
+    from test_engine_decoding import BLOCK_TORCH, ROOT
+
+    lines = random_sentences(6, seed=81)
+    code = BLOCK_TORCH + (
+        "import json\n"
+        "from fadat.engine.runtime import OnnxDAT\n"
+        f"engine = OnnxDAT({str(dat_onnx_shortlist['dir'] / 'fp32-sl')!r})\n"
+        "assert engine.shortlist is not None\n"
+        f"lines = {lines!r}\n"
+        "out = [engine.translate(lines, s) for s in ('lookahead', 'beam')]\n"
+        "assert 'torch' not in sys.modules\n"
+        "print(json.dumps(out))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    engine = engines["fp32"]
+    assert json.loads(out.stdout) == [engine.translate(lines, s) for s in ("lookahead", "beam")]
