@@ -19,12 +19,16 @@ missing: an AT of the DAT's shape and vocabulary with random weights (:func:`bui
 seeded), of which only the rows forced to the references' lengths are kept. Two exports are
 made into a temporary directory first (≈ 30 s of CPU, not timed), or taken from ``--onnx-dir
 DIR`` (``DIR/fp32``, ``DIR/int8``: ``fadat export --format onnx [--precision int8] --output
-DIR/PRECISION``). Duration, estimated from the rates of
+DIR/PRECISION``); with ``--shortlist FILE`` two more, made with it (``DIR/fp32-sl``,
+``DIR/int8-sl``: ``fadat export --format onnx [--precision int8] --shortlist FILE --output
+DIR/PRECISION-sl``).
+Duration, estimated from the rates of
 docs/results/cpu-speed.md (2-core AMD, 1,516 test sentences; 15 torch rows with bf16, 6 ONNX
 Runtime rows, 2 CTranslate2 rows): one thread ≈ 5–6 min per repeat, two cores ≈ 2 min per
 repeat (256 sentences, two settings per row), peak memory ≈ 2 min, exports ≈ 1 min: ≈ 30 min
 for three repeats (bf16 rows left out on a CPU without bf16 units: ≈ 25 min); with
-``--shortlist`` (+15 torch rows and their coverage passes, +2 CTranslate2 rows) ≈ 50 min.
+``--shortlist`` (+15 torch rows and their coverage passes, +6 ONNX Runtime rows, +2
+CTranslate2 rows) ≈ 55 min.
 
 Usage::
 
@@ -103,7 +107,12 @@ Rows (``--only REGEX`` keeps the rows whose name matches):
 - ``ORT``: the DAT exported with ``fadat export --format onnx`` and run by ONNX Runtime with
   the numpy decoders (:class:`fadat.engine.runtime.OnnxDAT`, docs/engine.md): greedy /
   lookahead / joint-Viterbi × the ``--onnx-precisions`` exports (fp32; int8 = ONNX Runtime's
-  dynamic quantization) × the same λ values; no shortlist or pruning (the graph has neither).
+  dynamic quantization) × without and with the vocabulary shortlist (``+sl``, with
+  ``--shortlist FILE`` only, as each such row needs an export of its own: ``fadat export
+  --format onnx --shortlist FILE``, whose graph computes the token head over each sentence's
+  candidates; docs/engine.md) × the same λ values; no pruning (the graph computes the token head
+  on every vertex). An ``ORT ... +sl`` row's ``=full`` compares it with the same row without
+  the shortlist; its ``cover`` is left to the torch row of the same strategy.
   int8 quantizes activations per tensor over the whole batch, so an int8 row's outputs depend
   on how sentences are batched (its BLEU is that of the batched pass, its ``inter t`` outputs
   those of the halves). With ``--beam`` and ``--lm`` also ``ORT beam`` and ``ORT beam+LM`` rows
@@ -252,6 +261,8 @@ class Design:
     shortlist_path: Path | None = None
     shortlist: Any = None  # the loaded shortlist, or None: no +sl rows
     onnx_dirs: dict[str, Path] = field(default_factory=dict)  # precision -> export directory
+    # precision -> the export made with the design's shortlist (the "ORT ... +sl" rows)
+    onnx_sl_dirs: dict[str, Path] = field(default_factory=dict)
     # the beam search's LM keywords for its vocabulary (lm, lm_words; language_model_options)
     lm_options: dict[str, Any] | None = None
 
@@ -669,26 +680,55 @@ def build_random_at(dat_dir: str | Path, output: Path) -> Path:
     return output
 
 
-def onnx_export_dir(dat_dir: str, precision: str, onnx_dir: str | None, work: Path) -> Path:
-    """The ONNX export of ``precision``: ``onnx_dir/precision`` when it is one, else exported
-    now into ``work`` (int8 from the fp32 export; the export time is not timed)."""
+def onnx_export_dir(
+    dat_dir: str,
+    precision: str,
+    onnx_dir: str | None,
+    work: Path,
+    shortlist: Path | None = None,
+) -> Path:
+    """The ONNX export of ``precision``, without a shortlist (``PRECISION``) or made with the
+    shortlist file ``shortlist`` (``PRECISION-sl``: ``fadat export --format onnx --shortlist
+    FILE``): ``onnx_dir/NAME`` when it is one, else exported now into ``work`` (int8 from the
+    fp32 export; the export time is not timed).
+
+    Raises:
+        SystemExit: an export of ``onnx_dir`` in another precision, or whose shortlist is not
+            ``shortlist`` (one where none is asked for, none or another table where one is).
+    """
     from fadat.engine.runtime import METADATA, is_engine_dir
+    from fadat.engine.shortlist import read_shortlist
     from fadat.translation.onnx_export import export_onnx, quantize_export
 
-    if onnx_dir is not None and is_engine_dir(Path(onnx_dir) / precision):
-        directory = Path(onnx_dir) / precision
-        found = json.loads((directory / METADATA).read_text(encoding="utf-8"))["precision"]
-        if found != precision:
-            raise SystemExit(f"{directory}: an export in {found}, not {precision}")
+    name = precision if shortlist is None else f"{precision}-sl"
+    if onnx_dir is not None and is_engine_dir(Path(onnx_dir) / name):
+        directory = Path(onnx_dir) / name
+        meta = json.loads((directory / METADATA).read_text(encoding="utf-8"))
+        if meta["precision"] != precision:
+            raise SystemExit(f"{directory}: an export in {meta['precision']}, not {precision}")
+        has = meta.get("shortlist")
+        if shortlist is None and has is not None:
+            raise SystemExit(
+                f"{directory}: an export with a shortlist; the ORT rows without +sl need one "
+                f"without (the shortlisted export goes in {Path(onnx_dir) / (name + '-sl')})"
+            )
+        if shortlist is not None and (
+            has is None
+            or not read_shortlist(directory / has["file"]).same_table(read_shortlist(shortlist))
+        ):
+            raise SystemExit(
+                f"{directory}: not an export made with the shortlist {shortlist} (fadat export "
+                f"--format onnx --precision {precision} --shortlist {shortlist})"
+            )
         return directory
-    out = work / f"onnx-{precision}"
+    out = work / f"onnx-{name}"
     if is_engine_dir(out):  # exported earlier in this run
         return out
     start = time.perf_counter()
     if precision == "fp32":
-        export_onnx(dat_dir, out)
+        export_onnx(dat_dir, out, shortlist=shortlist)
     else:
-        fp32 = onnx_export_dir(dat_dir, "fp32", onnx_dir, work)
+        fp32 = onnx_export_dir(dat_dir, "fp32", onnx_dir, work, shortlist)
         quantize_export(fp32, out)
     print(f"exported {out} in {time.perf_counter() - start:.0f} s (not timed)", flush=True)
     return out
@@ -761,7 +801,8 @@ def design_rows(
 ) -> list[Row]:
     """The torch (``DAT``) and ONNX Runtime (``ORT``) rows of one design (its model, shortlist
     and exports loaded by :func:`main`), in the table's order: torch rows by λ, precision,
-    strategy, shortlist, pruning; then ONNX Runtime rows by export, λ, strategy. Their names
+    strategy, shortlist, pruning; then ONNX Runtime rows by export (each precision's without,
+    then with the shortlist: ``+sl``), λ, strategy. Their names
     start with :attr:`Design.prefix`. ``replicas(design, t)``: the design's pool of ``t``
     one-thread workers (``inter t``), started when a setting first needs it.
 
@@ -921,14 +962,22 @@ def design_rows(
                     ),
                 )
             )
+    exports = []  # (precision, export, row name suffix, export flag) of each ORT row group
     for precision, export in design.onnx_dirs.items():
+        exports.append((precision, export, "", ""))
+        if precision in design.onnx_sl_dirs:
+            sl_flag = f" --shortlist {shortlist_path}"
+            exports.append((precision, design.onnx_sl_dirs[precision], " +sl", sl_flag))
+    for precision, export, suffix, export_flag in exports:
+        export_command = (
+            f"fadat export --format onnx --precision {precision} --model {directory}"
+            f"{export_flag} --output DIR; fadat translate --engine onnxruntime --model DIR"
+        )
         for ratio in ratios:
             lam = "" if ratio is None else f" λ={ratio:g}"
             for strategy in DAT_STRATEGIES:
                 command = (
-                    f"fadat export --format onnx --precision {precision} --model {directory} "
-                    f"--output DIR; fadat translate --engine onnxruntime --model DIR "
-                    f"--strategy {strategy}"
+                    f"{export_command} --strategy {strategy}"
                     + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
                     + " --threads T"
                 )
@@ -941,12 +990,14 @@ def design_rows(
                         (f"inter {t}", lambda: replicas(design, t).translate_onnx(d, s, r))
                     ]
 
+                name = f"{design.prefix}ORT {strategy} {precision}{lam}"
                 rows.append(
                     Row(
-                        f"{design.prefix}ORT {strategy} {precision}{lam}",
+                        name + suffix,
                         "ort",
                         command,
                         settings,
+                        baseline=name if suffix else None,
                         dat={"onnx": str(export)},
                         probe={
                             "kind": "onnx",
@@ -957,15 +1008,18 @@ def design_rows(
                         disk=export,
                         design=design,
                         info=info(
-                            "onnxruntime", strategy, precision, ratio, shortlist=False, prune=None
+                            "onnxruntime",
+                            strategy,
+                            precision,
+                            ratio,
+                            shortlist=bool(suffix),
+                            prune=None,
                         ),
                     )
                 )
             for label, weight, row_lm in beams:
                 command = (
-                    f"fadat export --format onnx --precision {precision} --model {directory} "
-                    f"--output DIR; fadat translate --engine onnxruntime --model DIR "
-                    f"--strategy {BEAM}"
+                    f"{export_command} --strategy {BEAM}"
                     + (f" --upsample-ratio {ratio:g}" if ratio is not None else "")
                     + beam_flag
                     + (f" --lm {lm} --gamma {weight:g}" if weight is not None else "")
@@ -984,12 +1038,14 @@ def design_rows(
                         )
                     ]
 
+                name = f"{design.prefix}ORT {label} {precision}{lam}"
                 rows.append(
                     Row(
-                        f"{design.prefix}ORT {label} {precision}{lam}",
+                        name + suffix,
                         "ort",
                         command,
                         settings,
+                        baseline=name if suffix else None,
                         dat={"onnx": str(export), "lm": weight is not None},
                         probe={
                             "kind": "onnx",
@@ -1007,7 +1063,7 @@ def design_rows(
                             BEAM,
                             precision,
                             ratio,
-                            shortlist=False,
+                            shortlist=bool(suffix),
                             prune=None,
                             lm=row_lm,
                             gamma=weight,
@@ -1255,7 +1311,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     p.add_argument("--upsample-ratios", type=float, nargs="*", default=[], help="extra λ values")
     p.add_argument("--prune-thresholds", type=float, nargs="*", default=[1e-2])
-    p.add_argument("--shortlist", help="shortlist file (default: the DAT's shortlist.safetensors)")
+    p.add_argument(
+        "--shortlist",
+        help="shortlist file of the +sl rows (default: the DAT's shortlist.safetensors); given, "
+        "also the ORT ... +sl rows, of an export made with it",
+    )
     p.add_argument(
         "--at-shortlist",
         help="the AT's shortlist for +vmap (default: the AT's shortlist.safetensors; else the "
@@ -1264,7 +1324,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--ct2-compute", nargs="+", default=["int8"])
     p.add_argument(
         "--onnx-dir",
-        help="ONNX exports to use: DIR/fp32 and DIR/int8 (fadat export --format onnx); the "
+        help="ONNX exports to use: DIR/fp32 and DIR/int8 (fadat export --format onnx), with "
+        "--shortlist also DIR/fp32-sl and DIR/int8-sl (exported with --shortlist FILE); the "
         "missing ones are exported to a temporary directory (default: all of them)",
     )
     p.add_argument(
@@ -1446,8 +1507,14 @@ def main(argv: list[str] | None = None) -> dict:
             design.onnx_dirs[precision] = onnx_export_dir(
                 str(design.directory), precision, onnx_dir, work / sub
             )
+            if design.shortlist is not None and args.shortlist is not None:  # "ORT ... +sl"
+                design.onnx_sl_dirs[precision] = onnx_export_dir(
+                    str(design.directory), precision, onnx_dir, work / sub, design.shortlist_path
+                )
             if args.beam or args.lm is not None:  # the ORT beam rows need the top tokens
                 check_beam_export(design.onnx_dirs[precision])
+                if precision in design.onnx_sl_dirs:
+                    check_beam_export(design.onnx_sl_dirs[precision])
 
     pools: dict[tuple[Design, int], Replicas] = {}
     # what each design's replicas hold
@@ -1642,15 +1709,16 @@ def main(argv: list[str] | None = None) -> dict:
             same = sum(a == b for a, b in zip(mine, full, strict=True))
             results[r.name]["same_as_full"] = same / len(mine)
             d = r.dat
-            results[r.name]["cover"] = coverage(
-                d["model"],
-                d["strategy"],
-                d["sl"],
-                d["prune"],
-                sources_of(r),
-                args.batch_size,
-                d["ratio"],
-            )
+            if "model" in d:  # a torch row (an ORT +sl row's cover is its torch row's)
+                results[r.name]["cover"] = coverage(
+                    d["model"],
+                    d["strategy"],
+                    d["sl"],
+                    d["prune"],
+                    sources_of(r),
+                    args.batch_size,
+                    d["ratio"],
+                )
         if r.disk is not None:
             results[r.name]["disk_mib"] = disk_mib(r.disk)
     if args.memory_batches > 0:

@@ -68,6 +68,51 @@ def dat_onnx(tmp_path_factory) -> dict[str, Path]:
     return once_per_run(tmp_path_factory, "random-dat-onnx", build)
 
 
+def random_shortlist(vocab: int, seed: int = 0):
+    """A shortlist of the tiny random DAT's vocabulary (:func:`fadat.models.shortlist.
+    build_shortlist`, 2 candidates per source token, 1 frequent token) from 200 random id pairs
+    whose targets are correlated with their sources: about 7 to 13 of the 16 tokens per
+    sentence, so a shortlisted head's choices differ from the full head's."""
+    import numpy as np
+
+    from fadat.data.contract import BOS_ID, EOS_ID
+    from fadat.models.shortlist import build_shortlist
+
+    rng = np.random.default_rng(seed)
+    translation = rng.permutation(np.arange(4, vocab))  # token 4 + i "translates" to this
+    pairs = []
+    for _ in range(200):
+        x = rng.integers(4, vocab, size=rng.integers(1, 6))
+        y = translation[x[rng.permutation(len(x))] - 4]
+        y = np.concatenate([y, rng.integers(4, vocab, size=rng.integers(0, 2))])
+        pairs.append((np.append(x, EOS_ID), np.concatenate([[BOS_ID], y, [EOS_ID]])))
+    return build_shortlist(pairs, vocab, top_k=2, frequent=1, built_from="tests/conftest.py")
+
+
+@pytest.fixture(scope="session")
+def dat_onnx_shortlist(tmp_path_factory) -> dict[str, Path]:
+    """The tiny random DAT of :func:`dat_onnx` (``"dat"``) with a shortlist in its directory
+    (:func:`random_shortlist`, ``"shortlist"``: ``DAT/shortlist.safetensors``), exported with
+    it by the Python verb (``export(..., format="onnx", shortlist=True)``: fp32, fused
+    attention) into ``DIR/fp32-sl``, with its int8 copy (``quantize_export``) in
+    ``DIR/int8-sl`` (``"dir"``: DIR). Once per test run (:func:`once_per_run`): the export
+    takes ≈ 20 s of CPU time. Skips the test where onnxruntime or onnxscript is missing."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    from fadat.models.shortlist import SHORTLIST_NAME
+    from fadat.translation.export import export
+    from fadat.translation.onnx_export import quantize_export
+
+    def build(root: Path) -> dict[str, Path]:
+        dat = random_models(str(root / "random"))["dat"]
+        path = random_shortlist(16).save(dat / SHORTLIST_NAME)
+        fp32 = export(dat, root / "onnx" / "fp32-sl", format="onnx", shortlist=True)
+        quantize_export(fp32, root / "onnx" / "int8-sl")
+        return {"dat": dat, "dir": root / "onnx", "shortlist": path}
+
+    return once_per_run(tmp_path_factory, "random-dat-onnx-shortlist", build)
+
+
 @pytest.fixture(scope="session")
 def copy_model(tmp_path_factory) -> dict[str, Path]:
     """A tiny DAT trained on a copy task (:func:`test_translate.copy_task_model`: ``"model"``,

@@ -900,3 +900,66 @@ def test_onnx_replicas_run_the_beam_search(tmp_path, monkeypatch, dat_onnx):
             assert there(sources) == here(sources), (gamma, size)
     finally:
         pool.close()
+
+
+@needs_ct2
+@needs_ort
+def test_ort_shortlist_rows(tmp_path, dat_onnx, dat_onnx_shortlist):
+    """``--shortlist FILE`` adds the ``ORT ... +sl`` rows, of exports made with it (here from
+    ``--onnx-dir``: ``DIR/PRECISION-sl``): their fp32 outputs are the torch ``DAT ... fp32 +sl``
+    rows', their ``=full`` compares them with the rows without the shortlist, the JSON and the
+    command say the shortlist, their memory probe imports no torch. An export of ``--onnx-dir``
+    made with another shortlist, or a shortlisted one where none is asked for, stops the run."""
+    import json
+
+    from fadat.models.shortlist import build_shortlist
+
+    bench = load_bench()
+    models, src, ref = models_with_shortlist(tmp_path, PAIRS, top_k=1, frequent=0)
+    onnx_dir = tmp_path / "onnx"
+    onnx_dir.mkdir()
+    for name, root in (("fp32", dat_onnx), ("int8", dat_onnx), ("fp32-sl", dat_onnx_shortlist)):
+        (onnx_dir / name).symlink_to(root["dir"] / name, target_is_directory=True)
+    (onnx_dir / "int8-sl").symlink_to(dat_onnx_shortlist["dir"] / "int8-sl")
+    shortlist = dat_onnx_shortlist["shortlist"]
+    out = tmp_path / "out.json"
+    argv = ["--smoke", "--dat", str(models["dat"]), "--at", str(models["at"]), "--src", str(src)]
+    argv += ["--ref", str(ref), "--precisions", "fp32", "--prune-thresholds"]
+    argv += ["--onnx-dir", str(onnx_dir), "--shortlist", str(shortlist)]
+    results = bench.main(
+        [*argv, "--memory-batches", "1", "--only", "^(DAT|ORT) lookahead", "--json", str(out)]
+    )
+    assert list(results) == [
+        "DAT lookahead fp32",
+        "DAT lookahead fp32 +sl",
+        "ORT lookahead fp32",
+        "ORT lookahead fp32 +sl",
+        "ORT lookahead int8",
+        "ORT lookahead int8 +sl",
+    ]
+    outputs = {name: x["outputs"] for name, x in results.items()}
+    assert outputs["ORT lookahead fp32 +sl"] == outputs["DAT lookahead fp32 +sl"]
+    assert outputs["ORT lookahead fp32"] == outputs["DAT lookahead fp32"]
+    saved = json.loads(out.read_text(encoding="utf-8"))
+    for precision in ("fp32", "int8"):
+        name = f"ORT lookahead {precision} +sl"
+        x, row = results[name], saved[name]
+        plain = outputs[f"ORT lookahead {precision}"]
+        same = sum(a == b for a, b in zip(x["outputs"], plain, strict=True)) / len(plain)
+        assert x["same_as_full"] == same and "cover" not in x
+        assert (row["system"], row["precision"], row["shortlist"]) == (
+            "onnxruntime",
+            precision,
+            True,
+        )
+        assert saved[f"ORT lookahead {precision}"]["shortlist"] is False
+        assert f"--shortlist {shortlist} --output DIR" in row["command"]
+        assert x["disk_mib"] > 0 and row["memory"]["torch"] is False
+    other = build_shortlist([], 16, top_k=1, frequent=0).save(tmp_path / "other.safetensors")
+    quick = [*argv[:-1], str(other), "--memory-batches", "0", "--only", "^ORT lookahead fp32"]
+    with pytest.raises(SystemExit, match="not an export made with the shortlist"):
+        bench.main(quick)
+    (onnx_dir / "fp32").unlink()
+    (onnx_dir / "fp32").symlink_to(dat_onnx_shortlist["dir"] / "fp32-sl")
+    with pytest.raises(SystemExit, match="an export with a shortlist"):
+        bench.main(argv[: argv.index("--shortlist")] + ["--memory-batches", "0"])

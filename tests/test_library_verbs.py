@@ -218,8 +218,8 @@ def test_export_ctranslate2_from_python_equals_the_verb(tiny, tmp_path, capsys):
 
     for kwargs, message in (
         ({"format": "ctranslate2", "precision": "int8"}, "--precision is for --format onnx"),
-        ({"format": "onnx", "shortlist": True}, "--shortlist and --quantization are for"),
-        ({"format": "onnx", "quantization": "int8"}, "--shortlist and --quantization are for"),
+        ({"format": "onnx", "shortlist": True}, "'at' model; the onnx engine is for DAT"),
+        ({"format": "onnx", "quantization": "int8"}, "--quantization is for --format ct"),
         ({"format": "tflite"}, "format must be one of ctranslate2, onnx, got 'tflite'"),
         ({"format": "ctranslate2", "attention": "standard"}, "--attention is for --format onnx"),
         ({"format": "onnx", "attention": "flash"}, "attention must be one of fused, standard"),

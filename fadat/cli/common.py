@@ -220,7 +220,10 @@ def add_head_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="DAT: take each vertex's best token over the sentence's lexical shortlist (`fadat "
-        "shortlist`); without FILE the model directory's shortlist.safetensors (default off)",
+        "shortlist`); without FILE the model directory's shortlist.safetensors (default off). "
+        "--engine onnxruntime: an export runs the shortlist it was exported with (fadat export "
+        "--format onnx --shortlist), which this only checks; a model directory is exported "
+        "with it for the run",
     )
     parser.add_argument(
         "--prune-threshold",

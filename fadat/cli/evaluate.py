@@ -186,8 +186,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "for a model directory, each model its own; torch: every model in PyTorch; onnxruntime: "
         "every model an export (or a DAT model directory, exported first) run by ONNX Runtime on "
         "the CPU with --threads intra-op threads, strategies greedy, lookahead (no n-gram bans), "
-        "viterbi, joint-viterbi and beam (with --lm too); AT directories, --shortlist and "
-        "--prune-threshold are refused there (docs/engine.md)",
+        "viterbi, joint-viterbi and beam (with --lm too); AT directories and "
+        "--prune-threshold are refused there, an export runs the shortlist it was exported "
+        "with (docs/engine.md)",
     )
     parser.add_argument(
         "--precision",

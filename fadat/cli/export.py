@@ -56,8 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         const="",
         default=None,
         metavar="FILE",
-        help="ctranslate2: write CTranslate2's vocabulary map (vmap.txt, use_vmap=True) from a "
-        "shortlist (`fadat shortlist --model AT_DIR`; default AT_DIR/shortlist.safetensors)",
+        help="a lexical shortlist (`fadat shortlist --model DIR`; without FILE "
+        "DIR/shortlist.safetensors of --model): ctranslate2: CTranslate2's vocabulary map "
+        "(vmap.txt, use_vmap=True); onnx: the graph's token head over each sentence's "
+        "candidates, the file copied into the export (docs/engine.md)",
     )
 
 
@@ -82,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
         k = TOP_K if args.top_k is None else args.top_k
         what = f"onnx, {args.precision}, {args.attention} attention, top {k} tokens per vertex"
+        if shortlist is not None:
+            what += ", shortlisted token head"
         print(f"exported {args.model} to {out} ({what})")
         return 0
     extra = ", vmap.txt from the shortlist" if shortlist is not None else ""

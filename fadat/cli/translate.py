@@ -117,7 +117,13 @@ def run(args: argparse.Namespace) -> int:
     apply_threads(args.threads, args.force)
     check_output(args.output, [("--input", args.input), ("--model", args.model)], args.force)
     model, sp = load_translation_model(
-        args.model, args.engine, args.device, args.precision, intra_threads=args.threads, cli=True
+        args.model,
+        args.engine,
+        args.device,
+        args.precision,
+        intra_threads=args.threads,
+        cli=True,
+        shortlist=args.shortlist,
     )
     model = apply_reduced_head(model, args.model, args.shortlist, args.prune_threshold, cli=True)
     strategy = args.strategy or model.default_strategy

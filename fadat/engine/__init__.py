@@ -8,7 +8,9 @@ top-1 decoders in numpy and the compiled beam search.
   :func:`fadat.decoding.beam_search` runs it too;
 - :mod:`.runtime`: :class:`~fadat.engine.runtime.OnnxDAT`, a directory written by
   ``fadat export --format onnx`` (:mod:`fadat.translation.onnx_export`) run with ONNX Runtime,
-  numpy and sentencepiece.
+  numpy and sentencepiece;
+- :mod:`.shortlist`: the lexical vocabulary shortlist's table and candidate rule, which both
+  engines use (the ONNX Runtime engine on an export made with ``--shortlist``).
 
 Nothing in this package imports torch or another fadat package (``import fadat`` is lazy), so
 it runs where only ``onnxruntime``, ``numpy`` and ``sentencepiece`` are installed

@@ -13,6 +13,14 @@ and ``links`` (the top-1 decoders only); 2 (:data:`FORMAT_VERSION`, what ``fadat
 writes), also ``top_lp`` and ``top_tok``, each vertex's ``top_k`` best tokens, which the beam
 search reads. Both are read; a version-1 export refuses the beam search with a message to export
 it again.
+
+A shortlisted export (``fadat export --format onnx --shortlist``; ``metadata.json``'s
+``shortlist``) holds a copy of the shortlist file and a graph with a third input,
+``candidates``: :class:`OnnxDAT` reads the file with numpy (:mod:`fadat.engine.shortlist`),
+computes each batch's candidates from its source ids and feeds them; the graph's outputs keep
+their meaning, over the candidates (the log-softmax renormalised over them). Every strategy runs
+on it. Its format version stays 2: it adds an input and a file, and a reader that does not know
+it fails on the missing input rather than reading anything else into the outputs.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import numpy as np
 import fadat.engine.beam_np as beam_np
 import fadat.engine.decoding_np as decoding_np
 from fadat.engine.decoding_np import Hypothesis
+from fadat.engine.shortlist import Shortlist, ShortlistError, read_shortlist
 
 METADATA = "metadata.json"
 FORMAT = "fadat-onnx-engine"
@@ -38,6 +47,8 @@ FORMAT_VERSION = 2
 TOP_K = 5
 #: The strategy that reads ``top_lp``/``top_tok`` (format version 2).
 BEAM = "beam"
+#: The third input of a shortlisted export's graph: each sentence's candidate ids.
+CANDIDATES = "candidates"
 #: Strategy name → the engine's decoder: the top-1 decoders of
 #: :data:`fadat.engine.decoding_np.STRATEGIES` ``fn(s, tok, links, graph_lengths, **options)``
 #: and the beam search :func:`fadat.engine.beam_np.beam_search` ``fn(top_lp, top_tok, links,
@@ -135,11 +146,17 @@ class OnnxDAT:
         top_k: tokens per vertex in the graph's ``top_lp``/``top_tok`` (the largest
             ``top_cand_n`` the beam search can take); 0 for a version-1 export (no beam search).
         pad_id, eos_id: the special ids of the contract (``metadata["special_ids"]``).
+        shortlist: the export's vocabulary shortlist
+            (:class:`~fadat.engine.shortlist.Shortlist`, read from its copy in the directory)
+            whose candidates every run feeds the graph, or ``None`` (the full token head).
         sp: the sentencepiece processor.
 
     Raises:
-        EngineDirectoryError: not an export, a newer format, a file missing, or a version-2
-            graph without the ``top_lp``/``top_tok`` outputs.
+        EngineDirectoryError: not an export, a newer format, a file missing, a version-2
+            graph without the ``top_lp``/``top_tok`` outputs; a shortlisted export whose
+            shortlist file is missing, unreadable or for another vocabulary size, or whose
+            graph lacks the ``candidates`` input (or a graph with that input and no shortlist
+            in ``metadata.json``).
     """
 
     def __init__(
@@ -185,6 +202,23 @@ class OnnxDAT:
             raise EngineDirectoryError(
                 f"{directory}: a format-version-{self.format_version} graph without the outputs "
                 "top_lp and top_tok (export it again: fadat export --format onnx)"
+            )
+        self.shortlist: Shortlist | None = None
+        takes_candidates = CANDIDATES in {i.name for i in self.session.get_inputs()}
+        if meta.get("shortlist") is not None:
+            name = meta["shortlist"]["file"]
+            if not (directory / name).is_file():
+                raise EngineDirectoryError(f"{directory}: {name} is missing")
+            try:
+                self.shortlist = read_shortlist(directory / name, int(meta["vocab_size"]))
+            except ShortlistError as err:
+                raise EngineDirectoryError(f"{directory}: its shortlist: {err}") from None
+        if takes_candidates != (self.shortlist is not None):
+            has = "has" if takes_candidates else "lacks"
+            raise EngineDirectoryError(
+                f"{directory}: the graph {has} the input {CANDIDATES!r} but metadata.json "
+                f"{'has no' if takes_candidates else 'names a'} shortlist (export it again: "
+                "fadat export --format onnx [--shortlist])"
             )
         self.sp = spm.SentencePieceProcessor(model_file=str(directory / "spm.model"))
         self._lm_words: tuple[str, ...] | None = None
@@ -264,6 +298,25 @@ class OnnxDAT:
         tokens[:, 0] = self.bos_id
         return np.where(idx == lengths - 1, self.eos_id, tokens)
 
+    def candidates(self, source: np.ndarray) -> np.ndarray:
+        """The graph's ``candidates`` input for a batch of a shortlisted export: each sentence's
+        candidates (:meth:`fadat.engine.shortlist.Shortlist.candidates`, the rule the torch
+        engine uses), sorted, padded with −1 to the batch's width and to at least
+        :attr:`top_k` columns (:meth:`~fadat.engine.shortlist.Shortlist.batch_candidates`).
+
+        Args:
+            source: ``(B, S)`` int64 ``x </s>`` right-padded with ``<pad>``.
+
+        Returns:
+            ``(B, K)`` int64.
+
+        Raises:
+            ValueError: an export without a shortlist.
+        """
+        if self.shortlist is None:
+            raise ValueError(f"{self.directory}: an export without a shortlist")
+        return self.shortlist.batch_candidates(source, max(self.top_k, 1))
+
     def run(
         self, source: np.ndarray, upsample_ratio: float | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -276,7 +329,8 @@ class OnnxDAT:
 
         Returns:
             ``(s (B, L) float32, tok (B, L) int64, links (B, L, L) float32, graph_lengths (B,)
-            int64)``.
+            int64)``; on a shortlisted export (:attr:`shortlist`) ``s`` and ``tok`` over each
+            sentence's candidates, ``s`` renormalised over them.
 
         Raises:
             ValueError: ``S`` above ``max_source_positions``.
@@ -299,7 +353,9 @@ class OnnxDAT:
         Returns:
             ``(top_lp (B, L, k) float32, top_tok (B, L, k) int64, links (B, L, L) float32,
             graph_lengths (B,) int64)``: ``top_lp`` descending, ties by the lower id (0 and
-            ``<pad>`` at padding vertices).
+            ``<pad>`` at padding vertices). On a shortlisted export (:attr:`shortlist`) over
+            each sentence's candidates, renormalised; a sentence with fewer than ``k``
+            candidates has −inf and ``<pad>`` in its last columns.
 
         Raises:
             ValueError: a format-version-1 export (:meth:`check_beam`); as :meth:`run`.
@@ -321,7 +377,7 @@ class OnnxDAT:
         self, names: Sequence[str], source: np.ndarray, upsample_ratio: float | None
     ) -> list[np.ndarray]:
         """The graph's outputs ``names`` on ``source`` (the last one the links, checked), then
-        the graph lengths."""
+        the graph lengths; a shortlisted export is fed the batch's :meth:`candidates`."""
         source = np.ascontiguousarray(source, dtype=np.int64)
         if source.shape[1] > self.max_source_positions:
             raise ValueError(
@@ -329,8 +385,10 @@ class OnnxDAT:
                 f"{self.max_source_positions}"
             )
         lengths = self.graph_lengths((source != self.pad_id).sum(axis=1), upsample_ratio)
-        tokens = self.decoder_tokens(lengths)
-        outputs = self.session.run(list(names), {"source": source, "decoder_tokens": tokens})
+        feeds = {"source": source, "decoder_tokens": self.decoder_tokens(lengths)}
+        if self.shortlist is not None:
+            feeds[CANDIDATES] = self.candidates(source)
+        outputs = self.session.run(list(names), feeds)
         links = outputs[-1]
         if np.isnan(links).any() or np.isposinf(links).any():
             raise NonFiniteGraphError("link scores")

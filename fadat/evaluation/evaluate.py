@@ -40,8 +40,9 @@ One process, one test set, one device, one thread setting for every model and st
   decoded by :class:`fadat.engine.runtime.OnnxDAT` through the same pipeline, batches and
   timers, and every system records its ``engine`` and ``precision``.
   The onnxruntime engine runs DAT models only, on the CPU, with ``--threads`` intra-op threads,
-  without ``--shortlist``/``--prune-threshold``, and the strategies it offers (an AT directory,
-  another strategy or a lookahead n-gram ban is refused, naming the model).
+  without ``--prune-threshold``, and the strategies it offers (an AT directory, another strategy
+  or a lookahead n-gram ban is refused, naming the model); an export made with a shortlist runs
+  it (``--shortlist`` checks that it has that one; a model directory is exported with it).
 
 ``report.json`` records the CPU, threads, library versions and every setting; a table is
 printed. Only CPU was run; ``--device cuda`` is supported by the code but was not run (GPU timing
@@ -540,8 +541,11 @@ def evaluate(
             export's), the precision of a model directory's export (``None``: fp32).
         upsample_ratio: the decoding λ of the models that take one (DAT, CTC); ``None`` = each
             model's own.
-        shortlist: DAT models on the torch engine only: a vocabulary shortlist (``True`` or
-            ``"model"``: each model directory's ``shortlist.safetensors``; or a shortlist file).
+        shortlist: DAT models: a vocabulary shortlist (``True`` or ``"model"``: each model
+            directory's ``shortlist.safetensors``; or a shortlist file). On the onnxruntime
+            engine an export runs the shortlist it was exported with (``fadat export --format
+            onnx --shortlist``), with or without this, which then checks that it has that one;
+            a model directory is exported with it.
         prune_threshold: DAT models on the torch engine only: compute the token head only on
             vertices with passing probability ≥ τ.
         baseline: the system (``"<label>:<strategy>"``) that speed-ups and significance are
@@ -752,19 +756,24 @@ def evaluate(
 
 
 def _model_record(label: str, model: Any, directory: str | Path) -> dict[str, Any]:
-    """A model as report.json records it: label, the directory given, type, engine, precision
-    and config (an export's: the config of the model it was exported from)."""
+    """A model as report.json records it: label, the directory given, type, engine, precision,
+    whether its token head runs over a vocabulary shortlist (an export's own, or the torch
+    engine's ``--shortlist``) and config (an export's: the config of the model it was exported
+    from)."""
     engine, precision = model_engine(model)
     if engine == "onnxruntime":
         config = model.engine.metadata.get("model_config")
+        shortlisted = model.engine.shortlist is not None
     else:
         config = model.config.to_dict()
+        shortlisted = getattr(model, "inference_shortlist", None) is not None
     return {
         "label": label,
         "dir": str(directory),
         "model_type": model.config.model_type,
         "engine": engine,
         "precision": precision,
+        "shortlist": shortlisted,
         "config": config,
     }
 
@@ -879,8 +888,10 @@ def load_engine_model(
     prune_threshold: float | None = None,
 ) -> tuple[Any, Any]:
     """One model of ``fadat evaluate`` on its engine
-    (:func:`fadat.translation.engines.load_translation_model`), with its precision and, on the
-    torch engine, its shortlist and pruning; messages name the flags and the directory.
+    (:func:`fadat.translation.engines.load_translation_model`), with its precision, its
+    shortlist (on the onnxruntime engine: the export's, which ``shortlist`` checks, or the one a
+    model directory is exported with) and, on the torch engine, pruning; messages name the flags
+    and the directory.
 
     Args:
         directory: a model directory or an export of ``fadat export --format onnx``.
@@ -888,8 +899,8 @@ def load_engine_model(
         device: the torch engine's device.
         precision: as :func:`evaluate`'s ``precision``.
         threads: the onnxruntime engine's intra-op threads (0 = all cores).
-        shortlist, prune_threshold: as :func:`evaluate`'s (a DAT on the torch engine only; an
-            AT model ignores them, as before).
+        shortlist, prune_threshold: as :func:`evaluate`'s (DAT models; an AT model ignores
+            them, as before; pruning on the torch engine only).
 
     Returns:
         ``(model, sentencepiece processor)``: a torch model, or an
@@ -897,8 +908,10 @@ def load_engine_model(
 
     Raises:
         InputError: on the onnxruntime engine: an AT (or other non-DAT) model directory, a
-            device other than the CPU, a shortlist or pruning, onnxruntime not installed, an
-            export of another precision; on the torch engine: an export, a precision other
+            device other than the CPU, pruning, a shortlist the export was not made with
+            (:func:`~fadat.translation.pipeline.apply_reduced_head`), onnxruntime not
+            installed, an export of another precision; on the torch engine: an export, a
+            precision other
             than fp32 for a model without it (AT); as
             :func:`~fadat.translation.engines.load_translation_model`.
     """
@@ -920,14 +933,15 @@ def load_engine_model(
                 f"--device {device}: {directory} runs on the onnxruntime engine, which runs on "
                 "the CPU only"
             )
-        if shortlist or prune_threshold is not None:
+        if prune_threshold is not None:
             raise InputError(
-                f"--shortlist and --prune-threshold are for DAT models on the torch engine; "
-                f"{directory} runs on the onnxruntime engine"
+                f"--prune-threshold is for DAT models on the torch engine; {directory} runs on "
+                "the onnxruntime engine"
             )
-        return load_translation_model(
-            directory, which, "cpu", precision, intra_threads=threads, cli=True
+        model, sp = load_translation_model(
+            directory, which, "cpu", precision, intra_threads=threads, cli=True, shortlist=shortlist
         )
+        return apply_reduced_head(model, directory, shortlist, cli=True), sp
     model, sp = load_translation_model(directory, which, device, cli=True)
     if precision not in (None, "fp32") and precision not in model.precisions:
         raise InputError(

@@ -30,6 +30,11 @@ outputs equal to the full head's for greedy 50/50, lookahead 44/50, joint-Viterb
 ``bench/bench_inference.py`` reports both rates (``cover``, ``=full``) with BLEU. In int8 the
 shortlist's rows are multiplied in fp32 (dequantized weights), so even greedy may differ from
 the int8 full head (2 of 50 sentences).
+
+The table, the candidate rule and the file's reading are in :mod:`fadat.engine.shortlist`
+(numpy only), which the ONNX Runtime engine shares: ``fadat export --format onnx --shortlist``
+writes a graph whose token head runs over the candidates the engine computes by the same rule
+(:mod:`fadat.translation.onnx_export`, docs/engine.md).
 """
 
 from __future__ import annotations
@@ -42,10 +47,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import fadat.engine.shortlist as engine_shortlist
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from fadat.engine.shortlist import SHORTLIST_NAME
 from fadat.errors import InputError
 
-SHORTLIST_NAME = "shortlist.safetensors"
 SPECIAL_IDS = (BOS_ID, PAD_ID, EOS_ID, UNK_ID)
 DEFAULT_TOP_K = 20
 DEFAULT_FREQUENT = 100
@@ -54,8 +60,10 @@ _CHUNK_KEYS = 1 << 23
 
 
 @dataclass(frozen=True)
-class Shortlist:
-    """A lexical shortlist (see the module docstring).
+class Shortlist(engine_shortlist.Shortlist):
+    """A lexical shortlist (see the module docstring): the table and candidate rule of
+    :class:`fadat.engine.shortlist.Shortlist` (numpy only, what the ONNX Runtime engine reads),
+    taking torch tensors too, and written with :meth:`save`.
 
     Attributes:
         table: ``(V, top_k)`` int64, each source token's candidate target tokens, best first,
@@ -64,39 +72,20 @@ class Shortlist:
         metadata: how it was built (strings: ``top_k``, ``frequent``, ``pairs``, ``built_from``).
     """
 
-    table: np.ndarray
-    frequent: np.ndarray
-    metadata: dict[str, str]
-
-    @property
-    def vocab_size(self) -> int:
-        return int(self.table.shape[0])
-
     def candidates(self, source: Sequence[int] | np.ndarray | torch.Tensor) -> np.ndarray:
-        """The sorted target candidates of one source sentence.
+        """The sorted target candidates of one source sentence
+        (:meth:`fadat.engine.shortlist.Shortlist.candidates`).
 
         Args:
             source: the sentence's source ids (``x </s>``, padding allowed: ``<pad>`` and other
-                specials add no candidates).
+                specials add no candidates), on any device.
 
         Returns:
             ``(n,)`` int64, sorted, unique.
         """
         if isinstance(source, torch.Tensor):
             source = source.cpu().numpy()
-        ids = np.asarray(source, dtype=np.int64)
-        ids = ids[(ids >= 0) & (ids < self.vocab_size)]
-        lexical = self.table[np.unique(ids)].reshape(-1)
-        return np.union1d(self.frequent, lexical[lexical >= 0])
-
-    def to_bytes(self) -> bytes:
-        """The ``shortlist.safetensors`` file's content (int32 tensors, the metadata)."""
-        from safetensors.numpy import save
-
-        return save(
-            {"table": self.table.astype(np.int32), "frequent": self.frequent.astype(np.int32)},
-            metadata=self.metadata,
-        )
+        return super().candidates(source)
 
     def save(self, path: str | Path) -> Path:
         """Write ``shortlist.safetensors`` at ``path`` all-or-nothing; returns ``path``."""
@@ -107,43 +96,17 @@ class Shortlist:
 
 
 def load_shortlist(path: str | Path, vocab_size: int | None = None) -> Shortlist:
-    """Read a shortlist written by :meth:`Shortlist.save` (a model directory or the file).
+    """Read a shortlist written by :meth:`Shortlist.save` (a model directory or the file;
+    :func:`fadat.engine.shortlist.read_shortlist`).
 
     Raises:
         InputError: missing or unreadable file, wrong tensors, or a vocabulary size other than
             ``vocab_size`` (the message names the file).
     """
-    from safetensors import safe_open
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / SHORTLIST_NAME
-    if not path.is_file():
-        raise InputError(f"{path}: no shortlist (create one with `fadat shortlist`)")
     try:
-        with safe_open(str(path), framework="numpy") as f:
-            keys = set(f.keys())
-            if keys != {"table", "frequent"}:
-                raise InputError(
-                    f"{path}: expected tensors 'table' and 'frequent', got {sorted(keys)}"
-                )
-            table = f.get_tensor("table").astype(np.int64)
-            frequent = f.get_tensor("frequent").astype(np.int64)
-            metadata = dict(f.metadata() or {})
-    except InputError:
-        raise
-    except Exception as err:  # safetensors raises its own error types for a corrupt file
-        raise InputError(f"{path}: unreadable shortlist ({err})") from err
-    if table.ndim != 2 or frequent.ndim != 1:
-        raise InputError(f"{path}: table must be (V, k) and frequent (N,)")
-    if vocab_size is not None and table.shape[0] != vocab_size:
-        raise InputError(
-            f"{path}: built for a vocabulary of {table.shape[0]}, the model has {vocab_size}"
-        )
-    v = table.shape[0]
-    if table.max(initial=-1) >= v or table.min(initial=-1) < -1 or frequent.max(initial=0) >= v:
-        raise InputError(f"{path}: token ids outside the vocabulary of {v}")
-    return Shortlist(table, frequent, metadata)
+        return engine_shortlist.read_shortlist(path, vocab_size, Shortlist)
+    except engine_shortlist.ShortlistError as err:
+        raise InputError(str(err)) from err
 
 
 def cooccurrence_counts(

@@ -45,6 +45,8 @@ class OnnxRuntimeModel:
     Viterbi, joint-Viterbi; the beam search, with or without a language model, on an export of
     format version 2 with ``top_cand_n`` up to its ``top_k``), one hypothesis per sentence, no
     ``log P(y|x)`` (the graph does not give the full token head) and no scoring of given pairs.
+    An export made with a vocabulary shortlist runs every strategy with it
+    (:meth:`check_shortlist`).
 
     Attributes:
         engine: the runtime.
@@ -136,6 +138,39 @@ class OnnxRuntimeModel:
             )
         record.check_request(options, nbest)
 
+    def check_shortlist(self, where: str | Path) -> None:
+        """Check that the export runs with the shortlist at ``where`` (``fadat translate
+        --engine onnxruntime --shortlist [FILE]``): an export's shortlist is part of its graph,
+        chosen when exporting (``fadat export --format onnx --shortlist``), and every run uses
+        it, so ``--shortlist`` names it rather than choosing one.
+
+        Args:
+            where: a shortlist file, or a directory holding ``shortlist.safetensors`` (for a
+                bare ``--shortlist``: the export itself, which holds its copy, or the model
+                directory exported for the run).
+
+        Raises:
+            InputError: an export without a shortlist; ``where`` missing, unreadable, for
+                another vocabulary, or another table than the export's.
+        """
+        from fadat.models.shortlist import load_shortlist
+
+        own = self.engine.shortlist
+        if own is None:
+            raise InputError(
+                f"--shortlist: {self.directory} runs on the onnxruntime engine and was "
+                "exported without a shortlist; an export's shortlist is chosen when exporting "
+                "(fadat export --format onnx --shortlist), or run the model directory with "
+                "--engine torch --shortlist"
+            )
+        given = load_shortlist(where, self.config.vocab_size)
+        if not given.same_table(own):
+            raise InputError(
+                f"--shortlist {where}: not the shortlist of the ONNX export {self.directory} "
+                "(an export's shortlist is chosen when exporting; --shortlist without FILE "
+                "names the export's own)"
+            )
+
     def batch_cost(self, source_length: int, upsample_ratio: float | None = None) -> int:
         """The graph size of a sentence of ``source_length`` tokens (with ``</s>``)."""
         return int(self.engine.graph_lengths(np.array([source_length]), upsample_ratio)[0])
@@ -195,6 +230,7 @@ def load_translation_model(
     precision: str | None = None,
     intra_threads: int = 1,
     cli: bool = False,
+    shortlist: bool | str | Path | None = None,
 ) -> tuple[Any, Any]:
     """Load a model for translation on ``engine``.
 
@@ -212,6 +248,11 @@ def load_translation_model(
         intra_threads: ``onnxruntime``: threads of one graph run (0 = all cores); ``torch``
             uses ``torch.set_num_threads`` instead (``--threads``).
         cli: messages name ``--precision`` (the command line), else the keyword.
+        shortlist: ``onnxruntime`` with a model directory: the vocabulary shortlist the
+            directory is exported with (``True`` or ``"model"``: its
+            ``shortlist.safetensors``; a file); an export runs its own shortlist, if it has
+            one. Not read otherwise: :func:`.pipeline.apply_reduced_head` applies the torch
+            engine's and checks an export's.
 
     Returns:
         ``(model, sentencepiece processor)``.
@@ -221,7 +262,8 @@ def load_translation_model(
             :func:`fadat.models.directory.load_model`, :func:`.pipeline.apply_precision` and
             :func:`.onnx_export.export_onnx`; onnxruntime not installed; an export of another
             precision; a device other than the CPU for onnxruntime; an AT (or any model other
-            than a DAT) for onnxruntime, before anything is exported.
+            than a DAT) for onnxruntime, before anything is exported; a ``shortlist`` to
+            export with that is missing, unreadable or for another vocabulary.
     """
     from fadat.data.spm import load_sentencepiece
     from fadat.engine.runtime import EngineDirectoryError, OnnxDAT, is_engine_dir
@@ -259,15 +301,19 @@ def load_translation_model(
                 f"{directory}: a {kind.upper()} model; the onnxruntime engine runs DAT models "
                 "only (--engine torch runs it)"
             )
+        from fadat.translation.pipeline import shortlist_location
+
+        where = shortlist_location(directory, shortlist)
         print(
-            f"fadat: exporting {directory} to ONNX ({precision or 'fp32'}) for this run; "
+            f"fadat: exporting {directory} to ONNX ({precision or 'fp32'}"
+            f"{', shortlisted' if where is not None else ''}) for this run; "
             "`fadat export --format onnx` once saves this step",
             file=sys.stderr,
         )
         temporary = tempfile.mkdtemp(prefix="fadat-onnx-")
         atexit.register(shutil.rmtree, temporary, ignore_errors=True)
         target = Path(temporary) / "engine"
-        directory = export_onnx(directory, target, precision=precision or "fp32")
+        directory = export_onnx(directory, target, precision=precision or "fp32", shortlist=where)
     try:
         runtime = OnnxDAT(directory, intra_threads=intra_threads)
     except EngineDirectoryError as err:

@@ -193,10 +193,12 @@ def export(
         precision: onnx: ``"fp32"`` or ``"int8"`` (ONNX Runtime's dynamic quantization; the
             links head stays fp32).
         quantization: ctranslate2: the stored weight type (:data:`QUANTIZATIONS`).
-        shortlist: ctranslate2: write CTranslate2's vocabulary map ``vmap.txt`` from a lexical
-            shortlist (``fadat shortlist``): ``True`` for ``model_dir``'s
+        shortlist: a lexical shortlist (``fadat shortlist``): ``True`` for ``model_dir``'s
             ``shortlist.safetensors``, or a shortlist file or the model directory holding one;
-            ``None``/``False``: none.
+            ``None``/``False``: none. ctranslate2: written as CTranslate2's vocabulary map
+            ``vmap.txt``; onnx: the graph's token head runs over each sentence's candidates
+            and the file is copied into the export
+            (:func:`~fadat.translation.onnx_export.export_onnx`).
         force: replace an existing export at ``output``.
         attention: onnx: ``"fused"`` (ONNX Runtime's ``MultiHeadAttention`` contrib op, the
             graph runs in ONNX Runtime only) or ``"standard"`` (standard ONNX ops).
@@ -208,7 +210,7 @@ def export(
         ``output`` as a Path.
 
     Raises:
-        InputError: an unknown ``format``; ``shortlist`` or ``quantization`` with ``onnx``;
+        InputError: an unknown ``format``; ``quantization`` with ``onnx``;
             ``precision``, ``attention`` or ``top_k`` with ``ctranslate2``; and as
             :func:`export_ctranslate2` and :func:`~fadat.translation.onnx_export.export_onnx`.
     """
@@ -219,8 +221,8 @@ def export(
     if format == "onnx":
         from fadat.translation.onnx_export import export_onnx
 
-        if shortlist is not None or quantization != "float32":
-            raise InputError("--shortlist and --quantization are for --format ctranslate2")
+        if quantization != "float32":
+            raise InputError("--quantization is for --format ctranslate2 (onnx: --precision)")
         from fadat.engine.runtime import TOP_K
 
         return export_onnx(
@@ -230,6 +232,7 @@ def export(
             force=force,
             attention=attention,
             top_k=TOP_K if top_k is None else top_k,
+            shortlist=model_dir if shortlist is True else shortlist,
         )
     if precision != "fp32":
         raise InputError("--precision is for --format onnx (ctranslate2: --quantization)")

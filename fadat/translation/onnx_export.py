@@ -16,6 +16,19 @@ The directory holds:
   (``upsample_ratio``), the size limits, the special-token contract, ``top_k``, the precision,
   the opset and the versions of fadat, torch and onnx that wrote it (:data:`METADATA`).
 - ``spm.model``: the model's sentencepiece model.
+- with a vocabulary shortlist (``shortlist=``, ``fadat export --format onnx --shortlist``):
+  ``shortlist.safetensors``, a copy of the shortlist file, named in ``metadata.json``'s
+  ``shortlist`` (the file, the input, :data:`SHORTLIST_CONTRACT`, the shortlist's settings),
+  and a graph (:class:`ShortlistDATGraph`) with a third input ``candidates`` ``(batch,
+  candidates)`` int64: each sentence's candidate ids
+  (:meth:`fadat.engine.shortlist.Shortlist.candidates`, the torch engine's rule), sorted,
+  padded with −1 to the batch's width and at least ``k`` columns. Its token head gathers those
+  rows of the (bias-free) output projection, masks padding columns to −inf before the
+  log-softmax (so padding changes no sentence's result), renormalises the log-softmax over the
+  candidates and maps the best columns back to full-vocabulary ids: the same five outputs,
+  what :func:`fadat.models.inference.graph_top1` computes with a shortlist (plus the top
+  ``k``). The format version stays 2: the new input cannot be misread, a reader that lacks it
+  fails on it.
 
 Export: ``torch.onnx.export(..., dynamo=True)`` (the ``torch.export``-based exporter, torch's
 default since 2.9; the TorchScript one is deprecated). Precisions (:data:`PRECISIONS`):
@@ -25,7 +38,12 @@ default since 2.9; the TorchScript one is deprecated). Precisions (:data:`PRECIS
   (``onnxruntime.quantization.quantize_dynamic``: int8 weights per output channel, activations
   quantized per batch at run time) of the ``MatMul`` s outside the links head, which stays fp32
   as in fadat's own int8 (:func:`fadat.models.inference.with_precision`); the token head's
-  shared weight is folded first so that it is quantized too, as in fadat's int8.
+  shared weight is folded first so that it is quantized too, as in fadat's int8. A shortlisted
+  token head multiplies by rows gathered at run time, which dynamic quantization does not
+  quantize: it runs in fp32 on the output projection rounded to int8 and back as the full head's
+  weight would be (one scale per token; :func:`dequantized_shortlist_head`), the int8 weights'
+  rows multiplied in fp32 as fadat's int8 path does with a shortlist
+  (:func:`fadat.models.inference.head_weight`); the copy costs ``V·d`` fp32 weights on disk.
 
 Attention (``attention=``, :data:`ATTENTION`): ``"fused"`` (the default) exports each of the
 9 attention blocks (query/key/value after their projections, the key padding mask) as one
@@ -56,13 +74,15 @@ import types
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from fadat.engine.runtime import FORMAT_VERSION, TOP_K
+from fadat.engine.runtime import CANDIDATES, FORMAT_VERSION, TOP_K
+from fadat.engine.shortlist import PAD_CANDIDATE, SHORTLIST_NAME
 from fadat.errors import InputError
 from fadat.models.directory import load_pretrained, read_model_metadata, spm_model_path
 from fadat.models.transformer import CrossAttention, SelfAttention
@@ -80,9 +100,21 @@ GRAPH_FILE = "dat.onnx"
 METADATA = "metadata.json"
 OPSET = 18
 INPUT_NAMES = ("source", "decoder_tokens")
+#: The third input of a shortlisted graph (``fadat export --shortlist``) and its second axis.
+SHORTLIST_INPUT = CANDIDATES
+SHORTLIST_AXIS = "candidates"
 #: The graph's outputs (format version 2; version 1 had the first three only).
 OUTPUT_NAMES = ("s", "tok", "links", "top_lp", "top_tok")
 ATTENTION = ("fused", "standard")
+#: What ``metadata.json`` says of a shortlisted graph's third input (``shortlist.contract``).
+SHORTLIST_CONTRACT = (
+    "candidates: (batch, candidates) int64, each sentence's candidate token ids (the "
+    "shortlist file's frequent tokens and the table rows of its source tokens), sorted, padded "
+    "with -1 to the batch's width, at least top_k columns; the outputs s, tok, top_lp and "
+    "top_tok are over the sentence's candidates: log P(token|vertex) renormalised over them, "
+    "ids in the full vocabulary (a sentence with fewer than top_k candidates has -inf and pad "
+    "in its last top_lp and top_tok columns)"
+)
 FUSED_ATTENTION_OP = "com.microsoft.MultiHeadAttention"
 
 
@@ -138,6 +170,71 @@ class DATGraph(nn.Module):
         links = m.links_head(states, graph_lengths)  # (B, L, L)
         logp = torch.log_softmax(m.token_logits(states).float(), dim=-1)  # (B, L, V)
         top_lp, top_tok = logp.topk(self.top_k, dim=-1)  # (B, L, k), (B, L, k) descending
+        real = decoder_tokens.ne(PAD_ID)[..., None]  # (B, L, 1)
+        top_lp = torch.where(real, top_lp, torch.zeros((), dtype=top_lp.dtype))
+        top_tok = torch.where(real, top_tok, torch.full((), PAD_ID, dtype=top_tok.dtype))
+        return top_lp[..., 0], top_tok[..., 0], links, top_lp, top_tok
+
+
+class ShortlistHead(nn.Module):
+    """The token head over each sentence's shortlist candidates (:mod:`fadat.models.shortlist`),
+    what :func:`fadat.models.inference.vertex_top1_of_states` computes with ``candidates``: the
+    candidates' rows of the output projection, the log-softmax over them, each vertex's
+    ``top_k`` best, mapped back to full-vocabulary ids. Its own module so that the exporter
+    scopes its nodes ``shortlist_head`` (:func:`quantize_int8` finds them by it)."""
+
+    def forward(
+        self, states: Tensor, weight: Tensor, candidates: Tensor, top_k: int
+    ) -> tuple[Tensor, Tensor]:
+        """``states`` ``(B, L, d)``, ``weight`` ``(V, d)`` (bias-free), ``candidates`` ``(B, K)``
+        int64 ids, :data:`~fadat.engine.shortlist.PAD_CANDIDATE` (−1) in padding columns, ``K
+        ≥ top_k`` → ``top_lp`` ``(B, L, k)`` fp32 (descending; −inf only where a sentence has
+        fewer than ``k`` candidates) and ``top_tok`` ``(B, L, k)`` int64 full-vocabulary ids
+        (``<pad>`` for a padding column).
+
+        A padding column's logit is −inf before the log-softmax, so it adds nothing to any
+        normaliser and the outputs do not depend on the batch's width. ``TopK`` puts the lower
+        column first among equal values; candidates are sorted, so that is the lower id."""
+        real = candidates.ge(0)  # (B, K)
+        ids = torch.where(real, candidates, torch.full((), PAD_ID, dtype=candidates.dtype))
+        rows = F.embedding(ids, weight)  # (B, K, d) the candidates' rows
+        logits = torch.matmul(states, rows.transpose(1, 2)).float()  # (B, L, K)
+        logits = logits.masked_fill(~real[:, None, :], float("-inf"))
+        logp = torch.log_softmax(logits, dim=-1)  # (B, L, K) renormalised over the candidates
+        top_lp, column = logp.topk(top_k, dim=-1)  # (B, L, k), (B, L, k)
+        top_tok = ids.gather(1, column.flatten(1)).view_as(column)  # (B, L, k) vocabulary ids
+        return top_lp, top_tok
+
+
+class ShortlistDATGraph(DATGraph):
+    """:class:`DATGraph` with a vocabulary shortlist (``fadat export --format onnx
+    --shortlist``): the same outputs from the token head over each sentence's candidates
+    (:class:`ShortlistHead`), what :func:`fadat.models.inference.graph_top1` computes in fp32
+    with a shortlist, plus each vertex's ``top_k`` best candidates for the beam search.
+
+    Args:
+        model: a :class:`fadat.models.dat.DATModel` (fp32, eval mode).
+        top_k: tokens per vertex in ``top_lp``/``top_tok``, ``1 ≤ top_k ≤ V``.
+    """
+
+    def __init__(self, model: nn.Module, top_k: int = TOP_K) -> None:
+        super().__init__(model, top_k)
+        self.shortlist_head = ShortlistHead()
+
+    def forward(  # type: ignore[override]
+        self, source: Tensor, decoder_tokens: Tensor, candidates: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """``source`` ``(B, S)``, ``decoder_tokens`` ``(B, L)`` int64 as :class:`DATGraph`'s,
+        ``candidates`` ``(B, K)`` int64 (each sentence's sorted candidate ids, padded with −1 to
+        ``K ≥ top_k``; :meth:`fadat.engine.shortlist.Shortlist.batch_candidates`) → the outputs
+        of :meth:`DATGraph.forward` over the candidates: ``s``, ``tok``, ``links``, ``top_lp``,
+        ``top_tok``, token ids in the full vocabulary, ``s`` renormalised over the
+        candidates."""
+        m = self.model
+        graph_lengths = decoder_tokens.ne(PAD_ID).sum(dim=1)  # (B,)
+        states = m.decoder_states(m.encode(source), decoder_tokens)  # (B, L, d)
+        links = m.links_head(states, graph_lengths)  # (B, L, L)
+        top_lp, top_tok = self.shortlist_head(states, m.output_weight, candidates, self.top_k)
         real = decoder_tokens.ne(PAD_ID)[..., None]  # (B, L, 1)
         top_lp = torch.where(real, top_lp, torch.zeros((), dtype=top_lp.dtype))
         top_tok = torch.where(real, top_tok, torch.full((), PAD_ID, dtype=top_tok.dtype))
@@ -282,6 +379,16 @@ def example_inputs(model: nn.Module, batch: int = 2) -> tuple[Tensor, Tensor]:
     return source, model.decoder_input_tokens(graph_lengths)
 
 
+def example_candidates(model: nn.Module, batch: int, top_k: int) -> Tensor:
+    """``(B, K)`` int64 example of the ``candidates`` input for ``batch`` sentences: the ids
+    ``0 … K−1`` in every row, ``K = min(V, max(top_k, 2) + 2)``, the last row's last column
+    the padding :data:`~fadat.engine.shortlist.PAD_CANDIDATE`."""
+    width = min(model.config.vocab_size, max(top_k, 2) + 2)
+    candidates = torch.arange(width).repeat(batch, 1)  # (B, K)
+    candidates[-1, -1] = PAD_CANDIDATE
+    return candidates
+
+
 def decompose_logsumexp(proto) -> int:
     """Rewrite each ``ReduceLogSumExp`` node of the ONNX graph ``proto`` (an
     ``onnx.ModelProto``, changed in place) as ``ReduceMax → Sub → Exp → ReduceSum → Log → Add``
@@ -404,8 +511,10 @@ def export_graph(
     opset: int = OPSET,
     attention: str = "fused",
     top_k: int = TOP_K,
+    shortlist: bool = False,
 ) -> None:
-    """Export :class:`DATGraph` of ``model`` to one self-contained ONNX file (weights inside).
+    """Export :class:`DATGraph` of ``model`` (with ``shortlist``: :class:`ShortlistDATGraph`)
+    to one self-contained ONNX file (weights inside).
 
     Args:
         model: a DAT model in fp32.
@@ -414,6 +523,8 @@ def export_graph(
         attention: ``"fused"`` (ONNX Runtime's ``MultiHeadAttention``) or ``"standard"``
             (module docstring).
         top_k: tokens per vertex in the outputs ``top_lp`` and ``top_tok``.
+        shortlist: the graph takes the third input ``candidates`` ``(batch, candidates)``
+            int64 and computes the token head over them (module docstring).
 
     Raises:
         ValueError: an unknown ``attention``; ``top_k`` outside ``[1, V]``.
@@ -424,22 +535,29 @@ def export_graph(
     onnx, _ = _require_onnx()
     from torch.export import Dim
 
-    graph = DATGraph(model, top_k).eval()
     fused = attention == "fused"
     batch = Dim("batch")
     source_length = Dim("source_length", max=model.config.max_source_positions)
     graph_size = Dim("graph_size", min=2, max=model.config.max_target_positions)
+    dynamic: dict[str, dict[int, Any]] = {
+        "source": {0: batch, 1: source_length},
+        "decoder_tokens": {0: batch, 1: graph_size},
+    }
+    inputs: tuple[Tensor, ...] = example_inputs(model)
+    if shortlist:
+        graph: nn.Module = ShortlistDATGraph(model, top_k).eval()
+        inputs = (*inputs, example_candidates(model, len(inputs[0]), top_k))
+        dynamic[SHORTLIST_INPUT] = {0: batch, 1: Dim(SHORTLIST_AXIS, min=max(top_k, 2))}
+    else:
+        graph = DATGraph(model, top_k).eval()
     with fused_attention(model) if fused else contextlib.nullcontext(), _exporter_notices_off():
         program = torch.onnx.export(
             graph,
-            example_inputs(model),
+            inputs,
             dynamo=True,
-            input_names=list(INPUT_NAMES),
+            input_names=list(INPUT_NAMES) + ([SHORTLIST_INPUT] if shortlist else []),
             output_names=list(OUTPUT_NAMES),
-            dynamic_shapes={
-                "source": {0: batch, 1: source_length},
-                "decoder_tokens": {0: batch, 1: graph_size},
-            },
+            dynamic_shapes=dynamic,
             opset_version=opset,
             custom_translation_table=(
                 {torch.ops.fadat.key_masked_attention.default: _multi_head_attention_translation()}
@@ -454,25 +572,88 @@ def export_graph(
     onnx.save_model(proto, str(path), save_as_external_data=False)
 
 
+def _scope_nodes(proto, scope: str) -> list:
+    """The nodes of ``proto`` whose exporter scope (``pkg.torch.onnx.name_scopes``) names the
+    module ``scope``."""
+    return [
+        node
+        for node in proto.graph.node
+        if any(
+            p.key == "pkg.torch.onnx.name_scopes" and scope in p.value for p in node.metadata_props
+        )
+    ]
+
+
+def int8_rows(weight) -> Any:
+    """``weight`` ``(V, d)`` fp32 rounded to ONNX Runtime's int8 and back: each row quantized
+    as ``quantize_dynamic`` quantizes the token head's weight (int8, symmetric, one scale per
+    output channel, that is per token; ``onnxruntime.quantization.quant_utils.quantize_data``)
+    and dequantized, ``scale · (q − zero_point)`` in fp32. ``(V, d)`` fp32."""
+    import numpy as np
+    from onnx import TensorProto
+    from onnxruntime.quantization.quant_utils import quantize_data
+
+    out = np.empty_like(weight, dtype=np.float32)
+    for v, row in enumerate(weight):
+        zero, scale, q = quantize_data(row, TensorProto.INT8, True)
+        out[v] = np.float32(scale) * (q.astype(np.float32) - np.float32(zero))
+    return out
+
+
+def dequantized_shortlist_head(proto) -> int:
+    """Give the shortlisted token head of ``proto`` (:class:`ShortlistHead`, changed in place)
+    its weight in int8 precision: the ``Gather`` that takes the candidates' rows reads a new
+    fp32 initializer, the output projection rounded to int8 and back (:func:`int8_rows`), so
+    that it multiplies the rows of the int8 full head's weights in fp32, as fadat's int8 path
+    does (:func:`fadat.models.inference.head_weight`). The projection stays an initializer of
+    its own for the encoder's and decoder's embeddings.
+
+    Returns:
+        The number of ``Gather`` s given the rounded weight (1 in a shortlisted graph).
+    """
+    from onnx import numpy_helper
+
+    inits = {i.name: i for i in proto.graph.initializer}
+    count = 0
+    for node in _scope_nodes(proto, "shortlist_head"):
+        if node.op_type != "Gather" or node.input[0] not in inits:
+            continue
+        name = f"{node.input[0]}_int8_dequantized"
+        if name not in inits:
+            rows = int8_rows(numpy_helper.to_array(inits[node.input[0]]))
+            proto.graph.initializer.append(numpy_helper.from_array(rows, name))
+            inits[name] = proto.graph.initializer[-1]
+        node.input[0] = name
+        count += 1
+    return count
+
+
 def quantize_int8(fp32_path: str | Path, int8_path: str | Path) -> None:
     """ONNX Runtime's dynamic int8 quantization of the graph (module docstring), the links
     head's ``MatMul`` s excluded (found by the exporter's ``pkg.torch.onnx.name_scopes``), the
-    token head included (:func:`fold_transposed_weights`)."""
+    token head included (:func:`fold_transposed_weights`). In a shortlisted graph the token
+    head gathers rows of its weight instead: its nodes are excluded too, and the rows it
+    gathers are the int8 weights dequantized (:func:`dequantized_shortlist_head`), multiplied
+    in fp32.
+
+    Raises:
+        RuntimeError: no node of the links head (or, in a shortlisted graph, of the
+            shortlisted head) found: the exporter's scopes changed.
+    """
     onnx, _ = _require_onnx()
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     proto = onnx.load(str(fp32_path))
     fold_transposed_weights(proto)
-    excluded = [
-        node.name
-        for node in proto.graph.node
-        if any(
-            p.key == "pkg.torch.onnx.name_scopes" and "links_head" in p.value
-            for p in node.metadata_props
-        )
-    ]
+    excluded = [node.name for node in _scope_nodes(proto, "links_head")]
     if not excluded:
         raise RuntimeError("no node of the links head found: the exporter's scopes changed")
+    if SHORTLIST_INPUT in {i.name for i in proto.graph.input}:
+        if dequantized_shortlist_head(proto) != 1:
+            raise RuntimeError(
+                "no Gather of the shortlisted token head found: the exporter's scopes changed"
+            )
+        excluded += [node.name for node in _scope_nodes(proto, "shortlist_head")]
     quantize_dynamic(
         proto,
         str(int8_path),
@@ -492,15 +673,18 @@ def _write_fp32(
     opset: int,
     attention: str,
     top_k: int,
+    shortlist: tuple[Path, Any] | None = None,
 ) -> None:
-    """The fp32 export's files in ``out``: graph, ``spm.model``, ``metadata.json``."""
+    """The fp32 export's files in ``out``: graph, ``spm.model``, ``metadata.json``; with
+    ``shortlist`` (its file and the loaded :class:`~fadat.models.shortlist.Shortlist`) the
+    shortlisted graph and a copy of the file."""
     import onnx
     import onnxruntime
 
     import fadat
 
     cfg = model.config
-    export_graph(model, out / GRAPH_FILE, opset, attention, top_k)
+    export_graph(model, out / GRAPH_FILE, opset, attention, top_k, shortlist is not None)
     shutil.copyfile(spm_path, out / "spm.model")
     info = {
         "format": "fadat-onnx-engine",
@@ -540,11 +724,22 @@ def _write_fp32(
         "model_config": meta["config"],
         "data": meta.get("data"),
     }
+    if shortlist is not None:
+        path, table = shortlist
+        shutil.copyfile(path, out / SHORTLIST_NAME)
+        info["shortlist"] = {
+            "file": SHORTLIST_NAME,
+            "input": SHORTLIST_INPUT,
+            "contract": SHORTLIST_CONTRACT,
+            "settings": table.metadata,
+            "copied_from": str(path.resolve()),
+        }
     (out / METADATA).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
 
 
 def _write_int8(fp32_dir: Path, out: Path) -> None:
-    """The int8 export's files in ``out`` from the fp32 export in ``fp32_dir``."""
+    """The int8 export's files in ``out`` from the fp32 export in ``fp32_dir`` (its shortlist
+    copied too)."""
     quantize_int8(fp32_dir / GRAPH_FILE, out / GRAPH_FILE)
     shutil.copyfile(fp32_dir / "spm.model", out / "spm.model")
     info = json.loads((fp32_dir / METADATA).read_text(encoding="utf-8"))
@@ -553,6 +748,14 @@ def _write_int8(fp32_dir: Path, out: Path) -> None:
         "onnxruntime.quantization.quantize_dynamic(weight_type=QInt8, per_channel=True, "
         "op_types_to_quantize=[MatMul], links head excluded, token head's weight folded)"
     )
+    if "shortlist" in info:
+        shutil.copyfile(fp32_dir / info["shortlist"]["file"], out / info["shortlist"]["file"])
+        info["quantization"] = (
+            "onnxruntime.quantization.quantize_dynamic(weight_type=QInt8, per_channel=True, "
+            "op_types_to_quantize=[MatMul], links head and shortlisted token head excluded; "
+            "the token head's rows gathered from its int8 weights dequantized, multiplied in "
+            "fp32)"
+        )
     (out / METADATA).write_text(json.dumps(info, indent=2, ensure_ascii=False) + "\n")
 
 
@@ -592,6 +795,7 @@ def export_onnx(
     opset: int = OPSET,
     attention: str = "fused",
     top_k: int = TOP_K,
+    shortlist: str | Path | None = None,
 ) -> Path:
     """Export a DAT model directory to an ONNX Runtime engine directory (module docstring).
 
@@ -610,6 +814,11 @@ def export_onnx(
             beam search's ``top_cand_n`` can be on this export), ``1 ≤ top_k ≤ V``; recorded
             in ``metadata.json``. The default, 5, is the beam search's default ``top_cand_n``
             (DAG-Search's ``--decode-top-cand-n``).
+        shortlist: a vocabulary shortlist of the model's vocabulary (``fadat shortlist``; a
+            file, or a directory holding ``shortlist.safetensors``, e.g. ``model_dir``): the
+            graph computes the token head over each sentence's candidates
+            (:class:`ShortlistDATGraph`, module docstring) and the file is copied into the
+            export, recorded in ``metadata.json`` (``shortlist``). ``None``: the full head.
 
     Returns:
         ``output`` as a Path.
@@ -618,6 +827,7 @@ def export_onnx(
         InputError: onnx, onnxruntime or onnxscript not installed; unknown ``precision``;
             ``top_k`` outside ``[1, V]``;
             ``model_dir`` missing, corrupt, not a DAT or without a sentencepiece model;
+            ``shortlist`` missing, unreadable or for another vocabulary size;
             ``output`` an export without ``force``, or anything else than an export or an
             empty directory.
     """
@@ -639,22 +849,32 @@ def export_onnx(
     spm_path = spm_model_path(model_dir)
     if spm_path is None:
         raise InputError(f"{model_dir}: has no sentencepiece model")
+    vocab_size = int(meta["config"]["vocab_size"])
     try:
-        check_top_k(top_k, int(meta["config"]["vocab_size"]))
+        check_top_k(top_k, vocab_size)
     except ValueError as err:
         raise InputError(str(err)) from None
-    check_not_input(output, [("--model", model_dir)])
+    table = None
+    if shortlist is not None:
+        from fadat.models.shortlist import load_shortlist
+
+        shortlist = Path(shortlist)
+        if shortlist.is_dir():
+            shortlist = shortlist / SHORTLIST_NAME
+        table = (shortlist, load_shortlist(shortlist, vocab_size))
+    check_not_input(output, [("--model", model_dir), ("--shortlist", shortlist)])
     if check_output_dir(output, KIND) and not force:
         raise InputError(f"--output {output}: an existing ONNX export (pass --force)")
     check_replaceable(output, KIND)
     model = load_pretrained(model_dir).float().eval()
     staged = staging_dir(output)
+    args = (model, meta, model_dir, spm_path)
     try:
         if precision == "fp32":
-            _write_fp32(model, meta, model_dir, spm_path, staged, opset, attention, top_k)
+            _write_fp32(*args, staged, opset, attention, top_k, table)
         else:
             with tempfile.TemporaryDirectory(dir=staged) as tmp:
-                _write_fp32(model, meta, model_dir, spm_path, Path(tmp), opset, attention, top_k)
+                _write_fp32(*args, Path(tmp), opset, attention, top_k, table)
                 _write_int8(Path(tmp), staged)
         replace_dir(staged, output, KIND)
     except BaseException:

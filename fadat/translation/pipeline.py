@@ -554,6 +554,24 @@ def apply_precision(model: nn.Module, precision: str, cli: bool = False) -> nn.M
     return with_precision(model, precision)
 
 
+def shortlist_location(
+    directory: str | Path, shortlist: bool | str | Path | None
+) -> str | Path | None:
+    """Where a ``shortlist`` argument points: ``None`` for ``None``/``False`` (off),
+    ``directory`` (its ``shortlist.safetensors``) for ``True`` or ``"model"``, else the path
+    given.
+
+    Raises:
+        InputError: anything else than those.
+    """
+    if shortlist is None or shortlist is False:
+        return None
+    where = directory if shortlist is True or shortlist == "model" else shortlist
+    if not isinstance(where, str | Path):
+        raise InputError(f"shortlist must be True, 'model' or a path, got {shortlist!r}")
+    return where
+
+
 def apply_reduced_head(
     model: nn.Module,
     directory: str | Path,
@@ -565,34 +583,46 @@ def apply_reduced_head(
     :func:`~fadat.models.inference.with_reduced_head`). Messages name the flags with ``cli``,
     else the keywords.
 
+    The onnxruntime engine's model (:class:`fadat.translation.engines.OnnxRuntimeModel`) runs
+    the shortlist its export was made with, if any (``fadat export --format onnx
+    --shortlist``): there ``shortlist`` only checks that the export has that shortlist
+    (``True``: any, its own copy), and pruning is refused.
+
     Args:
         model: the model loaded from ``directory``.
-        directory: its model directory (where ``shortlist=True``/``"model"`` looks).
+        directory: its model directory (where ``shortlist=True``/``"model"`` looks), or the
+            export it was loaded from.
         shortlist: ``None``/``False`` off; ``True`` or ``"model"`` the directory's
             ``shortlist.safetensors``; else a shortlist file.
         prune_threshold: τ in ``[0, 1]`` or ``None`` (off).
 
     Raises:
-        InputError: either set for a model without ``reduced_head`` (AT, NAT, CTC, the
-            onnxruntime engine's :class:`fadat.translation.engines.OnnxRuntimeModel`); a missing
-            or unreadable shortlist, or one for another vocabulary; τ outside ``[0, 1]``.
+        InputError: either set for a model without ``reduced_head`` (AT, NAT, CTC), pruning on
+            the onnxruntime engine; a missing or unreadable shortlist, or one for another
+            vocabulary; on the onnxruntime engine an export without a shortlist or with
+            another one (:meth:`~fadat.translation.engines.OnnxRuntimeModel.check_shortlist`);
+            τ outside ``[0, 1]``.
     """
     from fadat.models.inference import with_reduced_head
     from fadat.models.shortlist import load_shortlist
 
-    if shortlist is False:
-        shortlist = None
-    if shortlist is None and prune_threshold is None:
+    where = shortlist_location(directory, shortlist)
+    if where is None and prune_threshold is None:
         return model
     if not model.reduced_head:
-        names = "--shortlist and --prune-threshold" if cli else "shortlist and prune_threshold"
-        raise InputError(f"{names} are for DAT models on the torch engine")
-    loaded = None
-    if shortlist is not None:
-        where = directory if shortlist is True or shortlist == "model" else shortlist
-        if not isinstance(where, str | Path):
-            raise InputError(f"shortlist must be True, 'model' or a path, got {shortlist!r}")
-        loaded = load_shortlist(where, model.config.vocab_size)
+        check = getattr(model, "check_shortlist", None)  # the onnxruntime engine's
+        if check is None:
+            names = "--shortlist and --prune-threshold" if cli else "shortlist and prune_threshold"
+            raise InputError(f"{names} are for DAT models on the torch engine")
+        if prune_threshold is not None:
+            name = "--prune-threshold" if cli else "prune_threshold"
+            raise InputError(
+                f"{name} is for DAT models on the torch engine (the onnxruntime engine's graph "
+                "computes the token head on every vertex)"
+            )
+        check(where)
+        return model
+    loaded = None if where is None else load_shortlist(where, model.config.vocab_size)
     try:
         return with_reduced_head(model, loaded, prune_threshold)
     except ValueError as err:

@@ -78,7 +78,9 @@ class Translator:
         and the strategies are greedy, lookahead without n-gram bans, viterbi, joint-viterbi
         and, on an export of format version 2, beam (with a language model too:
         :func:`fadat.translation.language_model.language_model_options`)
-        (:func:`fadat.translation.engines.load_translation_model`, docs/engine.md).
+        (:func:`fadat.translation.engines.load_translation_model`, docs/engine.md). An export
+        made with a shortlist runs it; there ``shortlist`` checks that it is the export's
+        (``True``: any), and a DAT model directory is exported with it.
 
         Raises:
             InputError: as :func:`fadat.translation.engines.load_translation_model`,
@@ -96,7 +98,9 @@ class Translator:
             ):
                 raise InputError(f"{name} must be a string, got {type(value).__name__}")
         check_upsample_ratio(upsample_ratio)
-        model, sp = load_translation_model(directory, engine, device, precision, intra_threads)
+        model, sp = load_translation_model(
+            directory, engine, device, precision, intra_threads, shortlist=shortlist
+        )
         model = apply_reduced_head(model, directory, shortlist, prune_threshold)
         return cls(model, sp, upsample_ratio)
 
