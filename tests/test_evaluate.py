@@ -327,7 +327,7 @@ def test_evaluate_input_problems(models, tmp_path, capsys):
         argv = ["evaluate", "--model", str(models["at"]), "--data", str(data), *extra]
         code = cli.main([*argv, "--no-latency", "--report", str(tmp_path / "r.json")])
         err = capsys.readouterr().err
-        assert code == 2 and needle in err and "none of the models is one (at)" in err, err
+        assert code == 2 and needle in err and "none of the models takes it (at)" in err, err
         assert err.count("\n") == 1 and not (tmp_path / "r.json").exists()
 
 

@@ -831,12 +831,20 @@ def _load_systems(
             prune_threshold=prune_threshold,
         )
         models.append((label, model, sp))
+
+    # A DAT-only option that no model takes is refused, not ignored: --shortlist runs on a torch
+    # DAT or an export made with one (load_engine_model checked it), pruning on a torch DAT.
+    def takes(model: Any, flag: str) -> bool:
+        on_engine = flag == "--shortlist" and model_engine(model)[0] == "onnxruntime"
+        return getattr(model, "reduced_head", False) or on_engine
+
     given = [flag for flag, value in (("--shortlist", shortlist), ("--prune-threshold",
              prune_threshold)) if value not in (None, False)]  # fmt: skip
-    if given and not any(getattr(m, "reduced_head", False) for _, m, _ in models):
+    idle = [flag for flag in given if not any(takes(m, flag) for _, m, _ in models)]
+    if idle:
         raise InputError(
-            f"{' and '.join(given)}: for DAT models on the torch engine, and none of the models "
-            f"is one ({', '.join(label for label, _, _ in models)})"
+            f"{' and '.join(idle)}: for DAT models, and none of the models takes it "
+            f"({', '.join(label for label, _, _ in models)})"
         )
     if not strategies and any(not m.autoregressive for _, m, _ in models):
         raise InputError("--strategies is empty")
