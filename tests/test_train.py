@@ -268,6 +268,36 @@ def test_ctrl_c_writes_checkpoint_and_exits_130(copy_data, tmp_path):
 # ------------------------------------------------------------------------- distributed
 
 
+def test_other_ranks_leave_a_new_run_directory_to_rank_0(copy_data, tmp_path, monkeypatch):
+    """Under torchrun, rank 0 creates a new run directory (its lock file first) and marks it
+    later; a rank > 0 that starts in between must not take it for a directory that fadat did not
+    create (the race that failed the torchrun test once). It goes on to the trainer, where rank
+    0 is the one that checks; a resumed run's directory is still checked on every rank."""
+    from fadat import outputs
+    from fadat.errors import InputError
+    from fadat.training import trainer as trainer_module
+    from fadat.training.config import TrainConfig
+
+    class Reached(Exception):
+        pass
+
+    def no_trainer(*_a, **_k):
+        raise Reached
+
+    monkeypatch.setattr(trainer_module, "Trainer", no_trainer)
+    monkeypatch.setenv("RANK", "1")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    # rank 0 holds the lock and probes that it can write there; it has not marked the directory
+    (run_dir / outputs.LOCK).write_text("12345\n", encoding="utf-8")
+    (run_dir / ".fadat-probe-abc123").write_bytes(b"")
+    cfg = TrainConfig(data=str(copy_data), run_dir=str(run_dir), arch="dat")
+    with pytest.raises(Reached):
+        trainer_module.train(cfg)
+    with pytest.raises(InputError, match="did not create"):  # resuming: checked on every rank
+        trainer_module.train(cfg, resume=True)
+
+
 @pytest.mark.slow
 def test_torchrun_two_processes_match_one_process(copy_data, tmp_path):
     max_tokens, update_freq, updates = 1200, 2, 12

@@ -749,10 +749,16 @@ def train(cfg: TrainConfig, resume: bool = False, reset_optimizer: bool = False)
             option,
         )
     main_rank = int(os.environ.get("RANK", "0")) == 0  # only rank 0 writes the run directory
+    # The other ranks check a resumed run's directory only: a new one is rank 0's to check and
+    # mark, and between its creation and its mark (rank 0's lock file only) it would look like
+    # a directory that fadat did not create. A rank 0 that refuses it stops the others
+    # (torchrun ends the job).
     with (
         outputs.directory_lock(run_dir, "run", option)
         if main_rank
-        else contextlib.nullcontext(outputs.check_output_dir(run_dir, "run", option))
+        else contextlib.nullcontext(
+            outputs.check_output_dir(run_dir, "run", option) if resume else False
+        )
     ) as is_run:
         if resume and not is_run:
             raise InputError(f"--resume {run_dir}: not a run directory of fadat train")
