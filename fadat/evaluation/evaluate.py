@@ -81,11 +81,11 @@ from fadat.evaluation.scoring import (
     read_languages,
     tokenized_bleu_metric,
 )
-from fadat.models.directory import model_device, model_labels, read_model_metadata, resolve_device
+from fadat.models.directory import model_device, model_labels, resolve_device
 from fadat.models.inference import PRECISIONS
 from fadat.options import decoding_keywords, usable_cores
 from fadat.process import apply_threads
-from fadat.translation.engines import load_translation_model, model_engine
+from fadat.translation.engines import load_translation_model, model_engine, refuse_non_dat
 from fadat.translation.language_model import (
     check_takes_language_model,
     language_model_options,
@@ -928,14 +928,11 @@ def load_engine_model(
     which = resolve_engine(directory, engine)
     if which == "onnxruntime":
         if not is_engine_dir(directory):
-            kind = read_model_metadata(directory)["model_type"]
-            if kind != "dat":
-                raise InputError(
-                    f"{directory}: holds an {kind.upper()} model; --engine onnxruntime runs DAT "
-                    "models only (an export of fadat export --format onnx, or a DAT model "
-                    "directory, exported for the run); --engine auto evaluates it on torch "
-                    "beside the exports"
-                )
+            refuse_non_dat(
+                directory,
+                "an export of fadat export --format onnx, or a DAT model directory, exported for "
+                "the run; --engine auto evaluates it on torch beside the exports",
+            )
         if device.type != "cpu":
             raise InputError(
                 f"--device {device}: {directory} runs on the onnxruntime engine, which runs on "

@@ -292,15 +292,9 @@ def load_translation_model(
         raise InputError(f"--engine onnxruntime runs on the CPU, not on {device}")
     directory = Path(directory)
     if not is_engine_dir(directory):
-        from fadat.models.directory import read_model_metadata
         from fadat.translation.onnx_export import export_onnx
 
-        kind = read_model_metadata(directory)["model_type"]
-        if kind != "dat":
-            raise InputError(
-                f"{directory}: a {kind.upper()} model; the onnxruntime engine runs DAT models "
-                "only (--engine torch runs it)"
-            )
+        refuse_non_dat(directory, "--engine torch runs it")
         from fadat.translation.pipeline import shortlist_location
 
         where = shortlist_location(directory, shortlist)
@@ -325,6 +319,24 @@ def load_translation_model(
         )
     sp = load_sentencepiece(directory / "spm.model")
     return OnnxRuntimeModel(runtime), sp
+
+
+def refuse_non_dat(directory: str | Path, hint: str) -> None:
+    """Refuse a model directory (not an export) for the onnxruntime engine unless it holds a
+    DAT, before anything is exported; ``hint`` (the verb's) says what runs it instead.
+
+    Raises:
+        InputError: naming ``directory``, its model type and ``hint``; as
+            :func:`fadat.models.directory.read_model_metadata`.
+    """
+    from fadat.models.directory import read_model_metadata
+
+    kind = read_model_metadata(directory)["model_type"]
+    if kind != "dat":
+        raise InputError(
+            f"{directory}: holds an {kind.upper()} model; the onnxruntime engine runs DAT models "
+            f"only ({hint})"
+        )
 
 
 def model_engine(model: Any) -> tuple[str, str]:
