@@ -8,7 +8,7 @@ and sentencepiece only: no torch (docs/engine.md).
 The graph gives each vertex's best tokens and the links (fadat.translation.onnx_export); the
 decoders are fadat.engine.decoding_np's numpy ones and fadat.engine.beam_np's beam search, the
 same outputs as fadat's torch decoders. ``--strategy beam`` also needs ``pip install numba``
-(and ``kenlm`` for ``--lm``).
+(and ``kenlm`` for a KenLM binary ``--lm``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         default="lookahead",
         choices=("greedy", "lookahead", "viterbi", "joint-viterbi", "beam"),
     )
-    parser.add_argument("--lm", help="beam: a KenLM language model file over the model's pieces")
+    parser.add_argument(
+        "--lm", help="beam: an n-gram language model over the model's pieces (ARPA or KenLM binary)"
+    )
     parser.add_argument("--gamma", type=float, default=0.1, help="beam: the LM's weight (0.1)")
     parser.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads (0 = all)")
     parser.add_argument("--batch", type=int, default=64, help="sentences per graph run")

@@ -95,11 +95,11 @@ def test_compiled_search_equals_reference(seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_compiled_search_with_kenlm_equals_reference(tmp_path, seed):
-    pytest.importorskip("kenlm")
+    kenlm = pytest.importorskip("kenlm")
     path = tmp_path / "tiny.arpa"
     path.write_text(ARPA)
     words = ["w0", "w1", "w2", "w3", "w4"]  # w1 and w4 are out of the LM's vocabulary
-    lm = _LanguageModel(str(path), words)
+    lm = _LanguageModel(kenlm.Model(str(path)), words)
     rng = np.random.default_rng(100 + seed)
     for _ in range(40):
         V = int(rng.integers(2, 6))
@@ -122,9 +122,10 @@ def test_compiled_search_grows_its_arena(monkeypatch, tmp_path, with_lm):
     options |= {"max_successors": None, "alpha": 1.1}
     lm, kw = None, {}
     if with_lm:
-        pytest.importorskip("kenlm")
+        kenlm = pytest.importorskip("kenlm")
         (tmp_path / "tiny.arpa").write_text(ARPA)
-        lm = _LanguageModel(str(tmp_path / "tiny.arpa"), ["w0", "w1", "w2", "w3", "w4", "w5"])
+        words = ["w0", "w1", "w2", "w3", "w4", "w5"]
+        lm = _LanguageModel(kenlm.Model(str(tmp_path / "tiny.arpa")), words)
         kw = {"lm": lm.model, "lm_words": lm.words, "gamma": 1.0}
     (h,) = beam_search(*batch([(lp, ln)]), **options, **kw)
     assert_same(h, reference(lp, ln, options, lm, kw.get("gamma", 0.0)))

@@ -26,6 +26,7 @@ from fadat import cli
 from fadat.data.contract import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from fadat.data.spm import encode_source, load_sentencepiece
 from fadat.decoding import decode
+from fadat.engine.ngram import NgramModel
 from fadat.errors import DecodingOptionError, InputError
 from fadat.models.directory import load_model
 from fadat.translation import language_model
@@ -160,7 +161,6 @@ def _normalised_lm(lm, words: list[str], tokens: list[int]) -> float:
 def test_larger_gamma_moves_outputs_toward_the_lm(models, arpa, lines_file):
     """The LM prefers ``ab`` 100 to 1 over every other word: with a larger γ the outputs say
     ``ab`` more often and score better under the LM, sentence by sentence."""
-    kenlm = pytest.importorskip("kenlm")
     model, sp = load_model(models["dat"])
     options = language_model.language_model_options(arpa, model, sp)
     lm, words = options["lm"], options["lm_words"]
@@ -170,7 +170,7 @@ def test_larger_gamma_moves_outputs_toward_the_lm(models, arpa, lines_file):
             model, sp, lines_file[1], strategy="beam", options={**options, "gamma": gamma}
         )
         runs[gamma] = [h[0].tokens for h in hyps]
-    assert isinstance(lm, kenlm.Model)
+    assert isinstance(lm, NgramModel)  # an ARPA file: its n-grams looked up in the search
     favourite = sp.piece_to_id(FAVOURITE)
     count = {g: sum(t.count(favourite) for t in out) for g, out in runs.items()}
     assert count[2.0] > count[0.0], count
@@ -195,7 +195,7 @@ def test_lm_file_missing_or_not_an_lm(models, tmp_path, capsys, monkeypatch):
     text = tmp_path / "text.arpa"
     text.write_text("ab cd ef\n", encoding="utf-8")
     code, _, err = run_cli([*base, str(text)], capsys, monkeypatch, b"ab\n")
-    _assert_one_error_line(code, err, str(text), "not a KenLM language model", "ab cd ef")
+    _assert_one_error_line(code, err, f"{text}:1: not an ARPA file", "ab cd ef", "--lm takes")
     code, _, err = run_cli([*base, str(tmp_path)], capsys, monkeypatch, b"ab\n")
     _assert_one_error_line(code, err, str(tmp_path), "not a file")
 
@@ -211,8 +211,9 @@ def test_lm_of_words_is_refused(models, tmp_path, capsys, monkeypatch):
     assert "scripts/lm_corpus.py" in err
 
 
-def test_kenlm_not_installed(models, arpa, capsys, monkeypatch):
-    """Runs with or without kenlm: its absence is simulated."""
+def test_kenlm_not_installed(models, arpa, tmp_path, capsys, monkeypatch):
+    """Runs with or without kenlm: its absence is simulated. An ARPA file is read by fadat
+    itself; a KenLM binary file needs kenlm, and the refusal says so."""
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util,
@@ -220,8 +221,20 @@ def test_kenlm_not_installed(models, arpa, capsys, monkeypatch):
         lambda name, *a: None if name == "kenlm" else find_spec(name, *a),
     )
     argv = ["translate", "--model", str(models["dat"]), "--strategy", "beam", "--lm", str(arpa)]
+    code, out, err = run_cli(argv, capsys, monkeypatch, b"ab\n")
+    assert code == 0, err
+    assert out.strip()
+    binary = tmp_path / "lm.bin"
+    binary.write_bytes(b"mmap lm http://kheafield.com/code format version 5\n\0")
+    argv[-1] = str(binary)
     code, _, err = run_cli(argv, capsys, monkeypatch, b"ab\n")
-    _assert_one_error_line(code, err, "--lm needs the kenlm package", 'pip install -e ".[lm]"')
+    _assert_one_error_line(
+        code,
+        err,
+        f"{binary}: a KenLM binary",
+        "(--lm) needs the kenlm package",
+        'pip install -e ".[lm]"',
+    )
 
 
 @pytest.mark.parametrize(

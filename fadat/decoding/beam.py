@@ -108,8 +108,10 @@ def beam_search(
         top_p: candidate mass per source vertex in (0, 1]; 1 keeps all.
         max_successors: cap on candidate pairs per source vertex (None = no cap).
         alpha: α, length-normalisation exponent (``--decode-alpha``).
-        lm: optional KenLM model (``kenlm.Model``) or path of an ARPA/binary file; needs the
-            optional ``kenlm`` package.
+        lm: optional n-gram language model: the path of an ARPA file or a KenLM binary, an
+            :class:`~fadat.engine.ngram.NgramModel` or a ``kenlm.Model``
+            (:func:`fadat.engine.beam_np.open_model`; a binary needs the optional ``kenlm``
+            package).
         lm_words: with ``lm``: the LM word of every token id (e.g. the sentencepiece pieces;
             the verbs pass :func:`fadat.translation.language_model.lm_words`).
         gamma: γ, the LM weight (``--decode-gamma``; used only with ``lm``).

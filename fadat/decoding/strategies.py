@@ -23,7 +23,6 @@ record here and one line in :data:`REGISTRY` (docs/extending.md).
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -197,7 +196,8 @@ _BANS = ("no_consecutive_repeated_ngram", "no_repeated_ngram")
 
 
 def _check_language_model(options: dict[str, Any]) -> None:
-    """The DAG beam search's ``lm`` needs ``lm_words`` and the optional ``kenlm`` package;
+    """The DAG beam search's ``lm`` needs ``lm_words`` (whether a file needs the optional
+    ``kenlm`` package, a KenLM binary, is for :func:`fadat.engine.beam_np.open_model` to say);
     ``gamma``, the LM's weight, needs ``lm`` (without one it would be ignored)."""
     if options.get("lm") is None:
         if options.get("gamma") is not None:
@@ -208,8 +208,6 @@ def _check_language_model(options: dict[str, Any]) -> None:
         return
     if options.get("lm_words") is None:
         raise StrategyError("lm_words (the LM word of each token id) is required with lm")
-    if importlib.util.find_spec("kenlm") is None:
-        raise StrategyError('lm needs the kenlm package (pip install -e ".[lm]")')
 
 
 # ----------------------------------------------------------------------------------------------

@@ -33,6 +33,8 @@ import math
 import numba
 import numpy as np
 
+from fadat.engine import _ngram_jit
+
 # column indices of ``nodes``, ``ents``, ``ent_f`` and ``verts``
 N_PARENT, N_TOK, N_LEN = 0, 1, 2
 E_BACK, E_TOK, E_VERT, E_NODE, E_FREE, E_NEXT = 0, 1, 2, 3, 4, 5
@@ -387,3 +389,86 @@ def search(top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, pad
         ):
             arena = grown(arena)
     return best_path(top_tok, pw, 0.0, np.zeros(arena[0].shape[0]), arena)
+
+
+@_jit
+def search_ngram(
+    top_lp,
+    top_tok,
+    ln,
+    pw,
+    beam_size,
+    max_per_len,
+    top_p,
+    max_succ,
+    gamma,
+    pad,
+    arena,
+    contexts,
+    token_words,
+    eos,
+    V,
+    keys,
+    rows,
+    prob,
+    backoff,
+):
+    """The whole search of one sentence with an n-gram LM (:class:`fadat.engine.ngram.NgramModel`)
+    looked up in compiled code: :func:`step` at every vertex, the LM's score of each trie node
+    it created (``node_lm`` of the parent plus the node's word, in float64 as the KenLM path
+    adds), then :func:`best_path` with the LM's ``</s>`` at the end vertex.
+
+    ``contexts`` ``(C, N − 1)`` int64 holds the LM context of each trie node
+    (:mod:`fadat.engine._ngram_jit`), row 0 the start's; it grows with the arena.
+    ``token_words`` ``(V_model,)`` int64: the LM word id of each token id. The rest after
+    ``arena`` are :attr:`fadat.engine.ngram.NgramModel.tables`.
+    """
+    K = contexts.shape[1]
+    for i in range(ln.shape[0] - 1):
+        first = arena[9][0]
+        new = step(
+            i, top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, gamma, pad, arena
+        )
+        while new < 0:
+            arena = grown(arena)
+            new = step(
+                i,
+                top_lp,
+                top_tok,
+                ln,
+                pw,
+                beam_size,
+                max_per_len,
+                top_p,
+                max_succ,
+                gamma,
+                pad,
+                arena,
+            )
+        nodes, node_lm = arena[0], arena[1]
+        if nodes.shape[0] > contexts.shape[0]:
+            wider = np.empty((nodes.shape[0], K), np.int64)
+            wider[:first] = contexts[:first]
+            contexts = wider
+        for c in range(first, first + new):
+            parent = nodes[c, N_PARENT]
+            s = _ngram_jit.score(
+                contexts[parent],
+                token_words[nodes[c, N_TOK]],
+                V,
+                keys,
+                rows,
+                prob,
+                backoff,
+                contexts[c],
+            )
+            node_lm[c] = node_lm[parent] + np.float64(s)
+    final_lm = np.zeros(arena[0].shape[0])
+    scratch = np.empty(K, np.int64)
+    end = vertex_nodes(ln.shape[0] - 1, arena)
+    for q in range(end.shape[0]):
+        node = end[q]
+        final_lm[node] = np.float64(
+            _ngram_jit.score(contexts[node], eos, V, keys, rows, prob, backoff, scratch)
+        )
+    return best_path(top_tok, pw, gamma, final_lm, arena)

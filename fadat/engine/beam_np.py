@@ -8,12 +8,15 @@ search, its candidates and its deviations from thu-coai/DAG-Search are described
 
 Per sentence, in float64, the compiled search (:mod:`fadat.engine._beam_jit`) keeps prefixes as
 nodes of an array trie and states as array rows found through a hash table; one compiled step
-per vertex ranks, prunes and expands. Without an LM the whole sentence is one compiled call.
-With one, Python calls the step vertex by vertex and scores the trie nodes each step created
-with KenLM (which compiled code cannot call) before the next step ranks them.
+per vertex ranks, prunes and expands. Without an LM, or with an ARPA file's
+(:class:`fadat.engine.ngram.NgramModel`, whose n-grams the compiled search looks up itself), the
+whole sentence is one compiled call. With a ``kenlm.Model`` (a KenLM binary file), Python calls
+the step vertex by vertex and scores the trie nodes each step created with KenLM (which
+compiled code cannot call) before the next step ranks them; the scores, and so the outputs, are
+the same for the same model.
 
-This module imports numpy only; numba (the compiled search) and ``kenlm`` (the language model)
-are imported when a search runs, so the engine imports with onnxruntime, numpy and
+This module imports numpy only; numba (the compiled search) and ``kenlm`` (a binary language
+model) are imported when a search runs, so the engine imports with onnxruntime, numpy and
 sentencepiece alone. numba compiles the search on the first call in a process, about 13 s of
 CPU time, and caches it on disk (``cache=True``: in ``__pycache__`` next to
 ``fadat/engine/_beam_jit.py``, else in numba's user-wide cache directory, or in
@@ -65,42 +68,59 @@ class LanguageModelError(ValueError):
 
 
 def open_model(lm: Any, name: str = "lm") -> Any:
-    """The beam search's language model: ``lm`` itself (a ``kenlm.Model``), or, for the path of
-    an ARPA/binary file (``str``, ``bytes`` or path-like), that file opened once with ``kenlm``,
-    quietly (no progress bar on stderr). The one opener: the verbs reach it through
+    """The beam search's language model: ``lm`` itself (a ``kenlm.Model`` or an
+    :class:`~fadat.engine.ngram.NgramModel`), or, for the path of a file (``str``, ``bytes`` or
+    path-like), that file opened once: an ARPA file (text, or gzip-compressed text) as an
+    :class:`~fadat.engine.ngram.NgramModel`, whose n-grams the compiled search looks up itself;
+    a KenLM binary file (``build_binary``) with ``kenlm``, quietly (no progress bar on stderr).
+    The one opener: the verbs reach it through
     :func:`fadat.translation.language_model.open_language_model`.
 
     Args:
-        lm: a ``kenlm.Model`` or the path of a file.
+        lm: a ``kenlm.Model``, an ``NgramModel`` or the path of a file.
         name: how messages name the option (``lm``, or ``--lm`` for a command line).
 
     Raises:
-        LanguageModelError: the ``kenlm`` package is not installed; the file does not exist,
-            is a directory or cannot be read; KenLM cannot read it as a language model (naming
-            the file and KenLM's reason).
+        LanguageModelError: the file does not exist, is a directory or cannot be read; it is
+            not an ARPA file (naming the line and the problem) nor a KenLM binary; a KenLM
+            binary file and the ``kenlm`` package is not installed, or KenLM cannot read it
+            (naming the file and KenLM's reason).
     """
     if not (isinstance(lm, (str, bytes)) or hasattr(lm, "__fspath__")):
         return lm
-    if importlib.util.find_spec("kenlm") is None:
-        raise LanguageModelError(
-            f'{name} needs the kenlm package, not installed: pip install -e ".[lm]" in a '
-            "checkout of fadat (or pip install kenlm; it compiles KenLM, with g++ and cmake)"
-        )
-    import kenlm
-
     path = os.fspath(lm)
     file = Path(os.fsdecode(path))
     if not file.exists():
         raise LanguageModelError(f"{file}: language model ({name}) not found")
     if not file.is_file():
         raise LanguageModelError(f"{file}: language model ({name}) is not a file")
+    from fadat.engine import ngram
+
     try:
-        with open(path, "rb") as handle:
-            handle.read(1)
+        binary = ngram.is_kenlm_binary(path)
     except OSError as err:
         raise LanguageModelError(
             f"{file}: cannot read the language model ({name}): {err.strerror}"
         ) from None
+    if not binary:
+        try:
+            return ngram.NgramModel(path)
+        except ngram.ArpaError as err:
+            raise LanguageModelError(
+                f"{err} ({name} takes an ARPA file or a KenLM binary)"
+            ) from None
+        except OSError as err:
+            raise LanguageModelError(
+                f"{file}: cannot read the language model ({name}): {err.strerror or err}"
+            ) from None
+    if importlib.util.find_spec("kenlm") is None:
+        raise LanguageModelError(
+            f"{file}: a KenLM binary language model ({name}) needs the kenlm package, not "
+            'installed: pip install -e ".[lm]" in a checkout of fadat (or pip install kenlm; it '
+            "compiles KenLM, with g++ and cmake), or give the ARPA file instead"
+        )
+    import kenlm
+
     config = kenlm.Config()
     config.show_progress = False
     config.arpa_complain = kenlm.ARPALoadComplain.NONE
@@ -108,7 +128,7 @@ def open_model(lm: Any, name: str = "lm") -> Any:
         return kenlm.Model(path, config)
     except (OSError, RuntimeError, ValueError) as err:
         raise LanguageModelError(
-            f"{file}: not a KenLM language model, ARPA or binary ({name}): {_kenlm_reason(err)}"
+            f"{file}: not a KenLM language model ({name}): {_kenlm_reason(err)}"
         ) from None
 
 
@@ -127,7 +147,7 @@ class _LanguageModel:
     def __init__(self, lm: Any, words: Sequence[str]) -> None:
         import kenlm
 
-        self.model = open_model(lm)
+        self.model = lm
         self.words = words if isinstance(words, (list, tuple)) else list(words)  # no copy per call
         self._kenlm = kenlm
 
@@ -154,6 +174,37 @@ class _LanguageModel:
             scores.append(base(states[p], words[t], out))
             states.append(out)
         return scores
+
+
+class _NgramLanguageModel:
+    """The scores of an :class:`~fadat.engine.ngram.NgramModel`, the same interface as
+    :class:`_LanguageModel` (for the reference search), which the compiled search
+    (:func:`fadat.engine._beam_jit.search_ngram`) replaces with its own lookups."""
+
+    def __init__(self, lm: Any, words: Sequence[str]) -> None:
+        self.model = lm
+        self.words = words if isinstance(words, (list, tuple)) else list(words)
+        self.token_words = lm.token_word_ids(self.words)  # (V_model,) int64
+
+    def begin(self) -> np.ndarray:
+        return self.model.begin()
+
+    def step(self, state: np.ndarray, token: int) -> tuple[float, np.ndarray]:
+        return self.model.base_score(state, self.words[token])
+
+    def finish(self, state: np.ndarray) -> float:
+        return self.model.base_score(state, "</s>")[0]
+
+
+def language_model(lm: Any, words: Sequence[str]) -> _LanguageModel | _NgramLanguageModel:
+    """The search's view of ``lm`` (:func:`open_model`'s: a path is opened here) with the LM
+    word of each token id ``words``."""
+    from fadat.engine.ngram import NgramModel
+
+    model = open_model(lm)
+    if isinstance(model, NgramModel):
+        return _NgramLanguageModel(model, words)
+    return _LanguageModel(model, words)
 
 
 def check_options(
@@ -212,8 +263,10 @@ def beam_search(
         top_p: candidate mass per source vertex in (0, 1]; 1 keeps all.
         max_successors: cap on candidate pairs per source vertex (None = no cap).
         alpha: α, length-normalisation exponent (``--decode-alpha``).
-        lm: optional KenLM model (``kenlm.Model``) or path of an ARPA/binary file (opened at
-            every call: open it once for many); needs the optional ``kenlm`` package.
+        lm: optional n-gram language model: a ``kenlm.Model``, an
+            :class:`~fadat.engine.ngram.NgramModel`, or the path of an ARPA or KenLM binary
+            file (opened at every call: open it once for many, :func:`open_model`); a binary
+            file needs the optional ``kenlm`` package.
         lm_words: with ``lm``: the LM word of every token id (:func:`lm_words`).
         gamma: γ, the LM weight (``--decode-gamma``; used only with ``lm``).
 
@@ -228,7 +281,8 @@ def beam_search(
             3-D; fewer than ``top_cand_n`` tokens per vertex; ``links`` or ``graph_lengths``
             of the wrong shape or lengths outside ``[2, L]``; ``lm`` without ``lm_words``; no
             path from vertex 0 to the end vertex.
-        ImportError: numba is not installed; ``lm`` given but ``kenlm`` is not installed.
+        LanguageModelError: ``lm`` is a path that :func:`open_model` refuses.
+        ImportError: numba is not installed.
     """
     check_options(beam_size, max_beam_per_length, top_cand_n, top_p, max_successors)
     top_lp, top_tok = np.asarray(top_lp), np.asarray(top_tok)
@@ -244,11 +298,11 @@ def beam_search(
         )
     links, graph_lengths = np.asarray(links), np.asarray(graph_lengths)
     check_inputs(top_lp[..., 0], top_tok[..., 0], links, graph_lengths)
-    language_model = None
+    searched_lm = None
     if lm is not None:
         if lm_words is None:
             raise ValueError("lm_words (the LM word of each token id) is required with lm")
-        language_model = _LanguageModel(lm, lm_words)
+        searched_lm = language_model(lm, lm_words)
     options = (beam_size, max_beam_per_length, top_p, max_successors, alpha)
     out = []
     for b, n in enumerate(graph_lengths.tolist()):
@@ -256,7 +310,7 @@ def beam_search(
         tl = np.ascontiguousarray(top_lp[b, :n, :top_cand_n], dtype=np.float64)  # (L_b, n)
         tt = np.ascontiguousarray(top_tok[b, :n, :top_cand_n], dtype=np.int64)  # (L_b, n)
         ln = np.ascontiguousarray(links[b, :n, :n], dtype=np.float64)  # (L_b, L_b)
-        out.append(_beam_one_compiled(tl, tt, ln, *options, language_model, gamma))
+        out.append(_beam_one_compiled(tl, tt, ln, *options, searched_lm, gamma))
     return out
 
 
@@ -286,14 +340,16 @@ def _beam_one_compiled(
     top_p: float,
     max_successors: int | None,
     alpha: float,
-    lm: _LanguageModel | None,
+    lm: _LanguageModel | _NgramLanguageModel | None,
     gamma: float,
 ) -> Hypothesis:
     """Beam search of one sentence in the compiled search (:mod:`fadat.engine._beam_jit`):
     ``top_lp`` ``(L_b, n)`` float64, ``top_tok`` ``(L_b, n)`` int64, ``ln`` ``(L_b, L_b)``
     float64, all C-contiguous. Same results as :func:`fadat.decoding.beam._beam_one_reference`.
 
-    Without an LM one compiled call runs the sentence. With one, Python calls the compiled
+    Without an LM, or with an :class:`~fadat.engine.ngram.NgramModel`, one compiled call runs
+    the sentence (:func:`~fadat.engine._beam_jit.search`,
+    :func:`~fadat.engine._beam_jit.search_ngram`). With KenLM, Python calls the compiled
     :func:`~fadat.engine._beam_jit.step` vertex by vertex and scores the trie nodes each step
     created with KenLM (a state per node in ``states``) before the next step ranks anything.
 
@@ -311,6 +367,13 @@ def _beam_one_compiled(
     arena = jit.new_arena(L, int(top_tok[0, 0]), cap, cap)
     if lm is None:
         path, ptoks, cols, out = jit.search(*options, PAD_ID, arena)
+    elif isinstance(lm, _NgramLanguageModel):
+        contexts = np.empty((cap, max(lm.model.order - 1, 0)), np.int64)
+        contexts[0] = lm.begin()
+        tables = (lm.model.eos, *lm.model.tables)
+        path, ptoks, cols, out = jit.search_ngram(
+            *options, gamma, PAD_ID, arena, contexts, lm.token_words, *tables
+        )
     else:
         states = [lm.begin()]  # the KenLM state of every trie node
         for i in range(L - 1):

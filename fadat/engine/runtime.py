@@ -3,8 +3,8 @@ decoders of :mod:`fadat.engine.decoding_np` and the beam search of :mod:`fadat.e
 :class:`OnnxDAT`.
 
 Imports onnxruntime, numpy and sentencepiece only (no torch, no other fadat package; the beam
-search imports numba, and kenlm with a language model, when it runs), so the same class serves
-``fadat translate --engine onnxruntime`` and a deployment without torch
+search imports numba, and kenlm with a KenLM binary language model, when it runs), so the same
+class serves ``fadat translate --engine onnxruntime`` and a deployment without torch
 (examples/onnx_translate.py, docs/engine.md). The directory's layout and the graph's contract:
 :mod:`fadat.translation.onnx_export`.
 
@@ -425,8 +425,8 @@ class OnnxDAT:
             **options: the strategy's options: ``beta=``, ``length_penalty=``,
                 ``max_length=`` (:mod:`fadat.engine.decoding_np`); for ``beam`` those of
                 :func:`fadat.engine.beam_np.beam_search` (``beam_size=``, ``top_cand_n=`` up
-                to :attr:`top_k`, ``lm=`` a ``kenlm.Model`` or an ARPA/binary file, ``gamma=``
-                ...), ``lm_words=`` defaulting to :meth:`lm_words` when ``lm`` is given.
+                to :attr:`top_k`, ``lm=`` an ARPA or KenLM binary file or an opened model,
+                ``gamma=`` ...), ``lm_words=`` defaulting to :meth:`lm_words` when ``lm`` is given.
 
         Returns:
             One :class:`~fadat.engine.decoding_np.Hypothesis` per source.
@@ -435,7 +435,9 @@ class OnnxDAT:
             ValueError: unknown strategy or option, bad option value; ``beam`` on a
                 format-version-1 export or with ``top_cand_n`` above :attr:`top_k`
                 (:meth:`check_beam`); as :meth:`run`.
-            ImportError: ``beam`` without numba, or with ``lm`` without kenlm.
+            ImportError: ``beam`` without numba.
+            LanguageModelError: ``lm`` is a file :func:`fadat.engine.beam_np.open_model`
+                refuses (a KenLM binary without kenlm among them).
         """
         if strategy not in STRATEGIES:
             raise ValueError(

@@ -153,9 +153,9 @@ class Engine:
 
     def __init__(self, model: nn.Module, sp: Any, name: str = "model", lm: Any = None) -> None:
         """Raises :class:`~fadat.errors.InputError`: as
-        :func:`~fadat.models.directory.check_vocabulary`; ``lm`` (a ``kenlm.Model`` or a file)
-        for a model none of whose strategies takes one, or an LM that cannot be used
-        (:func:`fadat.translation.language_model.language_model_options`).
+        :func:`~fadat.models.directory.check_vocabulary`; ``lm`` (a file, an ``NgramModel`` or a
+        ``kenlm.Model``) for a model none of whose strategies takes one, or an LM that cannot be
+        used (:func:`fadat.translation.language_model.language_model_options`).
         """
         from fadat.models.directory import check_vocabulary
 

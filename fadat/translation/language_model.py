@@ -1,5 +1,5 @@
 """The n-gram language model of the DAG beam search (strategy ``beam``; thu-coai/DAG-Search's
-``--decode-lm-path``, docs/reference-behaviour.md): a KenLM model opened once
+``--decode-lm-path``, docs/reference-behaviour.md): an n-gram model opened once
 (:func:`open_language_model`), the LM word of each of a model's token ids (:func:`lm_words`: its
 sentencepiece pieces), the check that the LM speaks those pieces (:func:`piece_coverage`), and
 the decoder keywords ``lm`` / ``lm_words`` that ``fadat translate``, ``fadat evaluate`` and
@@ -18,7 +18,9 @@ stray ``<s>`` or ``</s>`` in the middle of an output is text the LM never saw. T
 passes ``<s>`` and ``</s>`` as themselves, which a KenLM model reads as sentence boundaries; an
 LM of ``lmplz`` gives ``<s>`` the probability 1 (log10 0), so a γ > 0 would reward such a token.
 
-Needs the optional ``kenlm`` package (``pip install -e ".[lm]"``).
+An ARPA file is read by :class:`fadat.engine.ngram.NgramModel` (its n-grams looked up inside
+the compiled search); a KenLM binary file needs the optional ``kenlm`` package
+(``pip install -e ".[lm]"``).
 """
 
 from __future__ import annotations
@@ -84,21 +86,22 @@ def lm_sentence(sp: Any, ids: Iterable[int]) -> str:
 
 
 def open_language_model(path: str | Path, cli: bool = False) -> Any:
-    """Open a KenLM model file once (ARPA text or ``build_binary`` output), quietly (no
-    progress bar on stderr): the engine's opener (:func:`fadat.engine.beam_np.open_model`),
-    whose refusals become :class:`~fadat.errors.InputError`.
+    """Open a language model file once: an ARPA file (text or gzip) as an
+    :class:`~fadat.engine.ngram.NgramModel`, a KenLM binary (``build_binary`` output) with
+    ``kenlm``, quietly: the engine's opener (:func:`fadat.engine.beam_np.open_model`), whose
+    refusals become :class:`~fadat.errors.InputError`.
 
     Args:
         path: the file.
         cli: name the option ``--lm`` in messages rather than the keyword ``lm``.
 
     Returns:
-        A ``kenlm.Model``.
+        An ``NgramModel`` or a ``kenlm.Model``.
 
     Raises:
-        InputError: the ``kenlm`` package is not installed; the file does not exist, is a
-            directory or cannot be read; KenLM cannot read it as a language model (naming the
-            file and KenLM's reason).
+        InputError: the file does not exist, is a directory or cannot be read; it is not an
+            ARPA file (naming the line and the problem); a KenLM binary without the ``kenlm``
+            package, or one KenLM cannot read (naming the file and KenLM's reason).
     """
     try:
         return beam_np.open_model(Path(path), "--lm" if cli else "lm")
@@ -110,7 +113,7 @@ def piece_coverage(lm: Any, words: Sequence[str]) -> tuple[int, int]:
     """How many of a model's ordinary pieces are words of the LM's vocabulary.
 
     Args:
-        lm: a ``kenlm.Model``.
+        lm: an ``NgramModel`` or a ``kenlm.Model`` (anything with ``in``).
         words: :func:`lm_words` of the model's sentencepiece model.
 
     Returns:
@@ -162,12 +165,12 @@ def language_model_options(
     lm: Any, model: nn.Module, sp: Any, path: str | Path | None = None, cli: bool = False
 ) -> dict[str, Any]:
     """The beam search's keywords for a language model and a translation model:
-    ``{"lm": kenlm.Model, "lm_words": lm_words(sp)}``, to merge into the strategy's options
+    ``{"lm": model, "lm_words": lm_words(sp)}``, to merge into the strategy's options
     (``fadat translate --lm``; ``Translator.translate(..., strategy="beam", **options)``).
 
     Args:
-        lm: a ``kenlm.Model``, or the path of one (opened here: :func:`open_language_model`;
-            a caller that decodes many times opens it once and passes the model).
+        lm: an opened model (:func:`open_language_model`'s), or the path of a file (opened
+            here; a caller that decodes many times opens it once and passes the model).
         model: the translation model (only its vocabulary size is read).
         sp: its sentencepiece model.
         path: the LM's file, for messages (default: ``lm`` when it is a path).
