@@ -555,3 +555,26 @@ def test_serve_engine_beam_on_onnxruntime(dat_onnx, arpa):
     assert all(r.confidence is None for r in results)
     with pytest.raises(InputError, match="top_cand_n = 6"):
         plain.check("beam", {"top_cand_n": 6})
+
+
+def test_bench_lm_search_compares_the_lm_files(dat_onnx, arpa, tmp_path, capsys):
+    """bench/lm_search.py on the tiny export: a row per system and, for a second LM file, the
+    count of identical hypotheses (here the same ARPA file twice: all of them)."""
+    spec = importlib.util.spec_from_file_location(
+        "lm_search", Path(__file__).parents[1] / "bench" / "lm_search.py"
+    )
+    lm_search = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lm_search)
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "test.src.txt").write_text("ab\nab cd ab\ncd\n", encoding="utf-8")
+    copy = tmp_path / "copy.arpa"
+    copy.write_bytes(arpa.read_bytes())
+    argv = ["--export", str(dat_onnx["dir"] / "fp32"), "--data", str(tmp_path), "--ratio", "2"]
+    argv += ["--repeats", "2", "--lm", str(arpa), str(copy)]
+    assert lm_search.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "3 sentences of" in out
+    for name in ("no LM", str(arpa), str(copy)):  # a row each: median, min and max ms
+        assert re.search(rf"^{re.escape(name)}\s+[\d.]+\s+[\d.]+\s+[\d.]+$", out, re.M), name
+    assert f"{copy} against {arpa}: the same tokens for 3 of 3" in out
+    assert out.rstrip().endswith("identical hypotheses (scores to the last bit) for 3")

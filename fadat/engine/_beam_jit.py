@@ -33,7 +33,7 @@ import math
 import numba
 import numpy as np
 
-from fadat.engine import _ngram_jit
+import fadat.engine._ngram_jit as _ngram_jit
 
 # column indices of ``nodes``, ``ents``, ``ent_f`` and ``verts``
 N_PARENT, N_TOK, N_LEN = 0, 1, 2

@@ -94,7 +94,7 @@ def open_model(lm: Any, name: str = "lm") -> Any:
         raise LanguageModelError(f"{file}: language model ({name}) not found")
     if not file.is_file():
         raise LanguageModelError(f"{file}: language model ({name}) is not a file")
-    from fadat.engine import ngram
+    import fadat.engine.ngram as ngram
 
     try:
         binary = ngram.is_kenlm_binary(path)

@@ -324,7 +324,7 @@ class NgramModel:
         raise ArpaError(f"{self.path}: the file ends without \\end\\")
 
     def _build_table(self, words_of: list[np.ndarray | None]) -> None:
-        from fadat.engine import _ngram_jit
+        import fadat.engine._ngram_jit as _ngram_jit
 
         V = self.counts[0]
         size = 1
