@@ -15,8 +15,9 @@ top-1 decoders in numpy and the compiled beam search.
 Nothing in this package imports torch or another fadat package (``import fadat`` is lazy), so
 it runs where only ``onnxruntime``, ``numpy`` and ``sentencepiece`` are installed
 (``pip install --no-deps fadat``; docs/engine.md); the beam search imports ``numba`` (and
-``kenlm`` with a KenLM binary language model) when it runs, not before. Nothing heavy is imported here; the
-engine choice of the front ends is defined here so that their argument parsers need no torch.
+``kenlm`` with a KenLM binary language model) when it runs, not before. Nothing heavy is
+imported here; the engine choice of the front ends is defined here so that their argument
+parsers need no torch.
 """
 
 from __future__ import annotations

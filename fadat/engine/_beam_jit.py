@@ -30,39 +30,17 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 import fadat.engine._ngram_jit as _ngram_jit
+from fadat.engine._numba_common import njit_cached as _jit
+from fadat.engine._numba_common import slot as _slot
 
 # column indices of ``nodes``, ``ents``, ``ent_f`` and ``verts``
 N_PARENT, N_TOK, N_LEN = 0, 1, 2
 E_BACK, E_TOK, E_VERT, E_NODE, E_FREE, E_NEXT = 0, 1, 2, 3, 4, 5
 F_LSE, F_BEST = 0, 1
 V_HEAD, V_TAIL, V_COUNT = 0, 1, 2
-# 0x9E3779B97F4A7C15 as int64 (Fibonacci hashing; int64 products wrap in numba)
-_GOLDEN = -7046029254386353131
-
-
-def _jit(fn):
-    """``numba.njit(cache=True)``, or without the on-disk cache where numba finds no writable
-    cache directory (it raises RuntimeError at decoration then)."""
-    try:
-        return numba.njit(cache=True)(fn)
-    except RuntimeError:
-        return numba.njit(fn)
-
-
-@_jit
-def _slot(keys, key):
-    """The slot of ``key`` in the open-addressing table ``keys`` (−1 = empty), or the empty slot
-    where it would go (linear probing; the table is at most half full)."""
-    mask = keys.shape[0] - 1
-    h = key * _GOLDEN
-    s = (h ^ (h >> 29)) & mask
-    while keys[s] != key and keys[s] != -1:
-        s = (s + 1) & mask
-    return s
 
 
 @_jit
@@ -426,11 +404,7 @@ def search_ngram(
     K = contexts.shape[1]
     for i in range(ln.shape[0] - 1):
         first = arena[9][0]
-        new = step(
-            i, top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, gamma, pad, arena
-        )
-        while new < 0:
-            arena = grown(arena)
+        while True:
             new = step(
                 i,
                 top_lp,
@@ -445,6 +419,9 @@ def search_ngram(
                 pad,
                 arena,
             )
+            if new >= 0:
+                break
+            arena = grown(arena)
         nodes, node_lm = arena[0], arena[1]
         if nodes.shape[0] > contexts.shape[0]:
             wider = np.empty((nodes.shape[0], K), np.int64)

@@ -18,31 +18,8 @@ in KenLM's order, in float32 (KenLM's ``FullScore``), so the sums equal KenLM's.
 
 from __future__ import annotations
 
-import numba
-
-# 0x9E3779B97F4A7C15 as int64 (Fibonacci hashing; int64 products wrap in numba)
-_GOLDEN = -7046029254386353131
-
-
-def _jit(fn):
-    """``numba.njit(cache=True)``, or without the on-disk cache where numba finds no writable
-    cache directory (it raises RuntimeError at decoration then)."""
-    try:
-        return numba.njit(cache=True)(fn)
-    except RuntimeError:
-        return numba.njit(fn)
-
-
-@_jit
-def _slot(keys, key):
-    """The slot of ``key`` in ``keys`` (−1 = empty), or the empty slot where it would go
-    (linear probing; the table is at most half full)."""
-    mask = keys.shape[0] - 1
-    h = key * _GOLDEN
-    s = (h ^ (h >> 29)) & mask
-    while keys[s] != key and keys[s] != -1:
-        s = (s + 1) & mask
-    return s
+from fadat.engine._numba_common import njit_cached as _jit
+from fadat.engine._numba_common import slot as _slot
 
 
 @_jit
