@@ -18,7 +18,8 @@ the same for the same model.
 This module imports numpy only; numba (the compiled search) and ``kenlm`` (a binary language
 model) are imported when a search runs, so the engine imports with onnxruntime, numpy and
 sentencepiece alone. numba compiles the search on the first call in a process, about 13 s of
-CPU time, and caches it on disk (``cache=True``: in ``__pycache__`` next to
+CPU time (about 3 s more for the search with an ARPA language model and its table), and caches
+it on disk (``cache=True``: in ``__pycache__`` next to
 ``fadat/engine/_beam_jit.py``, else in numba's user-wide cache directory, or in
 ``NUMBA_CACHE_DIR``); a later process loads it in about 0.3 s of CPU time. Where no cache
 directory is writable (a read-only install), every process compiles.
