@@ -407,3 +407,14 @@ def test_unigram_model_in_the_search(tmp_path):
         for (lp, ln), h in zip(graphs, hyps, strict=True):
             assert_same(h, reference(lp, ln, options, _NgramLanguageModel(model, words), 1.0))
     assert math.isfinite(model.score("w0 w1"))
+
+
+def test_a_damaged_gzip_file_is_refused_naming_it(tmp_path):
+    whole = gzip.compress(ARPA.encode())
+    (tmp_path / "cut.arpa.gz").write_bytes(whole[: len(whole) // 2])
+    (tmp_path / "bad.arpa.gz").write_bytes(whole[:10] + b"\0" * 40)
+    for name in ("cut.arpa.gz", "bad.arpa.gz"):
+        with pytest.raises(LanguageModelError, match="a damaged gzip file") as raised:
+            beam_np.open_model(tmp_path / name, "--lm")
+        assert str(raised.value).startswith(f"{tmp_path / name}: a damaged gzip file (")
+        assert str(raised.value).endswith("(--lm takes an ARPA file or a KenLM binary)")

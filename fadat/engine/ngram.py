@@ -25,6 +25,7 @@ import io
 import itertools
 import os
 import re
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -110,7 +111,8 @@ class NgramModel:
             a count that does not match its section, a line that is not ``prob words
             [backoff]``, a number that does not parse, a word that is not a 1-gram, an n-gram
             whose first ``n − 1`` words are not an (n−1)-gram, a repeated n-gram, no ``<s>`` or
-            ``</s>``, text that is not UTF-8 (each naming the file and line).
+            ``</s>``, text that is not UTF-8, a damaged gzip file (each naming the file and, where
+            there is one, the line).
         OSError: the file cannot be read.
         ImportError: numba is not installed.
     """
@@ -126,6 +128,8 @@ class NgramModel:
                 self._read(text)
         except UnicodeDecodeError as err:
             raise ArpaError(f"{self.path}: not UTF-8 text ({err.reason})") from None
+        except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+            raise ArpaError(f"{self.path}: a damaged gzip file ({err})") from None
         finally:
             if collecting:
                 gc.enable()
