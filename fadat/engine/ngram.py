@@ -103,8 +103,8 @@ class NgramModel:
         unk, bos, eos: the word ids of ``<unk>``, ``<s>`` and ``</s>``.
         prob, backoff: ``(R,)`` float32, log10 probability and back-off weight of each row
             (1-grams first, then each order in file order).
-        keys, rows: the n-gram table (:mod:`fadat.engine._ngram_jit`), int64 of a power-of-two
-            size at least twice ``R``.
+        keys, rows: the n-gram table (:mod:`fadat.engine._ngram_jit`) of a power-of-two size
+            at least twice ``R``: int64 keys, int32 rows (int64 from 2³¹ rows on).
 
     Raises:
         ArpaError: the file is not an ARPA file or breaks its format: no ``\\data\\`` header,
@@ -335,7 +335,7 @@ class NgramModel:
         while size < 2 * len(self.prob):
             size *= 2
         keys = np.full(size, -1, np.int64)
-        rows = np.empty(size, np.int64)
+        rows = np.empty(size, np.int32 if len(self.prob) < 2**31 else np.int64)  # half the memory
         _ngram_jit.insert_unigrams(keys, rows, V)
         first = V
         for n in range(2, self.order + 1):
