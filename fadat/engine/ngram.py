@@ -13,7 +13,8 @@ against KenLM). Like KenLM, a word outside the 1-grams is ``<unk>``, and a file 
 
 Needs numba (the table and the scores are compiled, :mod:`fadat.engine._ngram_jit`); imports
 numpy only until a model is read. The file is read once, as text (or gzip-compressed text):
-about 1 s per million n-grams on one core. KenLM's binary files are not read here; the beam
+about 4 s of one AMD Zen 4 core for the 73 MB 5-gram file of 1.65 M n-grams, whose table then
+holds 61 MB. KenLM's binary files are not read here; the beam
 search opens them with the ``kenlm`` package (:func:`fadat.engine.beam_np.open_model`).
 """
 
