@@ -355,17 +355,28 @@ def best_path(top_tok, pw, gamma, final_lm, arena):
 
 
 @_jit
+def step_grown(
+    i, top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, gamma, pad, arena
+):
+    """:func:`step`, with the arena grown (:func:`grown`) and the step run again until it has
+    room: ``(the number of new nodes, the arena)``."""
+    while True:
+        new = step(
+            i, top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, gamma, pad, arena
+        )
+        if new >= 0:
+            return new, arena
+        arena = grown(arena)
+
+
+@_jit
 def search(top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, pad, arena):
-    """The whole search of one sentence without an LM: :func:`step` at every vertex, then
+    """The whole search of one sentence without an LM: :func:`step_grown` at every vertex, then
     :func:`best_path`."""
     for i in range(ln.shape[0] - 1):
-        while (
-            step(
-                i, top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, 0.0, pad, arena
-            )
-            < 0
-        ):
-            arena = grown(arena)
+        _, arena = step_grown(
+            i, top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, 0.0, pad, arena
+        )
     return best_path(top_tok, pw, 0.0, np.zeros(arena[0].shape[0]), arena)
 
 
@@ -392,7 +403,7 @@ def search_ngram(
     backoff,
 ):
     """The whole search of one sentence with an n-gram LM (:class:`fadat.engine.ngram.NgramModel`)
-    looked up in compiled code: :func:`step` at every vertex, the LM's score of each trie node
+    looked up in compiled code: :func:`step_grown` at every vertex, the LM's score of each trie node
     it created (``node_lm`` of the parent plus the node's word, in float64 as the KenLM path
     adds), then :func:`best_path` with the LM's ``</s>`` at the end vertex.
 
@@ -404,24 +415,9 @@ def search_ngram(
     K = contexts.shape[1]
     for i in range(ln.shape[0] - 1):
         first = arena[9][0]
-        while True:
-            new = step(
-                i,
-                top_lp,
-                top_tok,
-                ln,
-                pw,
-                beam_size,
-                max_per_len,
-                top_p,
-                max_succ,
-                gamma,
-                pad,
-                arena,
-            )
-            if new >= 0:
-                break
-            arena = grown(arena)
+        new, arena = step_grown(
+            i, top_lp, top_tok, ln, pw, beam_size, max_per_len, top_p, max_succ, gamma, pad, arena
+        )
         nodes, node_lm = arena[0], arena[1]
         if nodes.shape[0] > contexts.shape[0]:
             wider = np.empty((nodes.shape[0], K), np.int64)

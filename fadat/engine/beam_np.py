@@ -351,7 +351,7 @@ def _beam_one_compiled(
     Without an LM, or with an :class:`~fadat.engine.ngram.NgramModel`, one compiled call runs
     the sentence (:func:`~fadat.engine._beam_jit.search`,
     :func:`~fadat.engine._beam_jit.search_ngram`). With KenLM, Python calls the compiled
-    :func:`~fadat.engine._beam_jit.step` vertex by vertex and scores the trie nodes each step
+    :func:`~fadat.engine._beam_jit.step_grown` vertex by vertex and scores the trie nodes each step
     created with KenLM (a state per node in ``states``) before the next step ranks anything.
 
     Raises:
@@ -379,10 +379,7 @@ def _beam_one_compiled(
         states = [lm.begin()]  # the KenLM state of every trie node
         for i in range(L - 1):
             first = int(arena[-1][0])  # the id of the first node this step creates
-            new = jit.step(i, *options, gamma, PAD_ID, arena)
-            while new < 0:
-                arena = jit.grown(arena)
-                new = jit.step(i, *options, gamma, PAD_ID, arena)
+            new, arena = jit.step_grown(i, *options, gamma, PAD_ID, arena)
             if new:
                 rows = arena[0][first : first + new]  # (new, 3) parent, token, length
                 scores = lm.extend(states, rows[:, 0].tolist(), rows[:, 1].tolist())

@@ -397,7 +397,7 @@ class NgramModel:
     def begin(self) -> np.ndarray:
         """The context of a sentence's start, ``<s>`` (KenLM's ``BeginSentenceWrite``):
         ``(N − 1,)`` int64."""
-        context = np.full(self.order - 1, -1, np.int64)
+        context = self.null_context()
         if self.order > 1:
             context[0] = self.bos
         return context
