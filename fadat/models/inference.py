@@ -18,8 +18,10 @@ vertex), so the decoders' outputs are the same (tests/test_inference.py). Lower 
 - ``bf16``: a copy whose linear layers and embeddings hold bfloat16 weights, run under CPU
   autocast (LayerNorm, softmax, the links head and the log-softmax stay fp32);
 - ``int8``: a copy whose linear layers and output projection are dynamically quantized
-  (int8 weights per output channel, activations quantized per batch at run time;
-  ``torch.ao.quantization.quantize_dynamic``); the links head stays fp32.
+  (symmetric int8 weights with one scale per weight matrix, activations quantized per batch at
+  run time; ``torch.ao.quantization.quantize_dynamic`` with its default qconfig, whose weights
+  are ``torch.per_tensor_affine``); the links head stays fp32. The ONNX export's int8
+  (:mod:`fadat.translation.onnx_export`) keeps one scale per output channel instead.
 
 Their test BLEU is in docs/results/precision.md.
 
