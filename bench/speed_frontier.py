@@ -547,14 +547,16 @@ def strategy_style(strategy: str) -> tuple[Any, str]:
 
 
 def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]):
-    """BLEU against batch-1 latency (a matplotlib Figure): per design one colour and per
-    strategy one line style and marker (:func:`strategy_style`: ``beam`` dash-dot with
-    diamonds, ``beam+LM`` dash-dot-dot with filled pluses, at any beam), a line through its λ
-    points (in λ order), each point labelled ``λ=x``; CTranslate2 beam 5 (star) and greedy
-    (cross) as single points, or, without BLEU (forced to the references' lengths), as vertical
-    lines at their latency, so labelled in the legend; the target as grey lines: a third of
-    beam 5's latency (vertical) and, where beam 5 has BLEU, its BLEU − 0.3 (horizontal). Points
-    without test BLEU are left out.
+    """BLEU against batch-1 latency (a matplotlib Figure): one panel per strategy (its label
+    without the beam suffix: ``beam k=20`` and ``beam`` share one; in order of appearance; the
+    panels share their axes), in each a line per design in the design's colour through its λ
+    points (in λ order), in the strategy's line style and marker (:func:`strategy_style`:
+    ``beam`` dash-dot with diamonds, ``beam+LM`` dash-dot-dot with filled pluses), each point
+    labelled ``λ=x``; in every panel CTranslate2 beam 5 (star) and greedy (cross) as single
+    points, or, without BLEU (forced to the references' lengths), as vertical lines at their
+    latency, so labelled in the legend, and the target as grey lines: a third of beam 5's
+    latency (vertical) and, where beam 5 has BLEU, its BLEU − 0.3 (horizontal). Points without
+    test BLEU are left out.
 
     Returns:
         The figure (close it with ``matplotlib.pyplot.close``); x: the median batch-1 ms, y:
@@ -565,35 +567,67 @@ def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 6))
+    drawn = [p for p in points if p.test_bleu is not None]
+    panels = list(dict.fromkeys(p.strategy.split(" k=")[0] for p in drawn)) or [""]
+    ncols = 1 if len(panels) == 1 else 2
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(
+        nrows,
+        ncols,
+        figsize=(9 if ncols == 1 else 13, 6 if nrows == 1 else 4.8 * nrows),
+        sharex=True,
+        sharey=True,
+        squeeze=False,
+    )
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     designs = list(dict.fromkeys(p.design for p in points))
-    for design in designs:
-        colour = colours[designs.index(design) % len(colours)]
-        for strategy in dict.fromkeys(p.strategy for p in points if p.design == design):
-            curve = [
-                p
-                for p in points
-                if p.design == design and p.strategy == strategy and p.test_bleu is not None
-            ]
-            if not curve:
-                continue
-            xs = [p.latency_ms[0] for p in curve]
-            ys = [p.test_bleu for p in curve]
-            linestyle, marker = strategy_style(strategy)
-            ax.plot(
-                xs,
-                ys,
-                linestyle=linestyle,
-                marker=marker,
-                color=colour,
-                label=f"{design} {strategy}",
-            )
-            for p, x, y in zip(curve, xs, ys, strict=True):
-                ax.annotate(
-                    f"λ={p.lam:g}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7
-                )
     several = len({b.run for b in found_baselines}) > 1
+    for index, ax in enumerate(axes.flat):
+        if index >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel = panels[index]
+        for design in designs:
+            colour = colours[designs.index(design) % len(colours)]
+            for strategy in dict.fromkeys(
+                p.strategy
+                for p in drawn
+                if p.design == design and p.strategy.split(" k=")[0] == panel
+            ):
+                curve = [p for p in drawn if p.design == design and p.strategy == strategy]
+                xs = [p.latency_ms[0] for p in curve]
+                ys = [p.test_bleu for p in curve]
+                linestyle, marker = strategy_style(strategy)
+                ax.plot(
+                    xs,
+                    ys,
+                    linestyle=linestyle,
+                    marker=marker,
+                    color=colour,
+                    label=f"{design} {strategy}",
+                )
+                for p, x, y in zip(curve, xs, ys, strict=True):
+                    ax.annotate(
+                        f"λ={p.lam:g}",
+                        (x, y),
+                        textcoords="offset points",
+                        xytext=(4, 4),
+                        fontsize=7,
+                    )
+        _draw_baselines(ax, found_baselines, several)
+        ax.set_title(panel, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[-1]:
+        ax.set_xlabel("batch-1 latency (ms per sentence, median)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test BLEU (tokenized)")
+    fig.tight_layout()
+    return fig
+
+
+def _draw_baselines(ax: Any, found_baselines: Sequence[Baseline], several: bool) -> None:
+    """CTranslate2's rows and the target's lines on one panel (:func:`frontier_figure`)."""
     for b in found_baselines:
         label = f"CTranslate2 {'beam 5' if b.beam == 'beam5' else 'greedy'}"
         label += f" (run {b.run})" if several else ""
@@ -631,12 +665,6 @@ def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]
                     linewidth=0.8,
                     label=f"{label}'s BLEU − 0.3 (the target)",
                 )
-    ax.set_xlabel("batch-1 latency (ms per sentence, median)")
-    ax.set_ylabel("test BLEU (tokenized)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
 
 
 # ----------------------------------------------------------------------------- command line

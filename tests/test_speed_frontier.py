@@ -275,7 +275,7 @@ def test_picture_draws_beam_and_beam_lm_apart():
     points, baselines = frontier.frontier_points([beam_bench_json()], BEAM_BLEU)
     fig = frontier.frontier_figure(points, baselines)
     try:
-        lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+        lines = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
         beam, with_lm = lines["a beam"], lines["a beam+LM"]
         assert list(beam.get_xdata()) == [30.0, 50.0] and list(beam.get_ydata()) == [19.0, 20.0]
         assert list(with_lm.get_xdata()) == [25.0, 40.0]
@@ -294,7 +294,7 @@ def test_picture_draws_beam_and_beam_lm_apart():
     points, baselines = frontier.frontier_points([bench], BEAM_BLEU)
     fig = frontier.frontier_figure(points, baselines)
     try:
-        at_20 = {line.get_label(): line for line in fig.axes[0].get_lines()}
+        at_20 = {line.get_label(): line for ax in fig.axes for line in ax.get_lines()}
         for label, at_100 in (("a beam k=20", "a beam"), ("a beam+LM k=20", "a beam+LM")):
             got = (at_20[label].get_linestyle(), at_20[label].get_marker())
             assert got == looks[at_100], (label, got, looks)
@@ -303,17 +303,27 @@ def test_picture_draws_beam_and_beam_lm_apart():
 
 
 def test_picture_draws_the_curves_and_the_baselines():
-    """One line per design and strategy through its λ points in λ order, labelled ``λ=x``;
-    CTranslate2 beam 5 (with BLEU) a point, greedy (forced, no BLEU) a vertical line whose
-    legend entry says so."""
+    """One panel per strategy, in it one line per design through its λ points in λ order,
+    labelled ``λ=x``; in every panel CTranslate2 beam 5 (with BLEU) a point, greedy (forced, no
+    BLEU) a vertical line whose legend entry says so, and the target's lines."""
     import matplotlib.pyplot as plt
 
     frontier = load_frontier()
     points, baselines = frontier.frontier_points([bench_json()], BLEU)
     fig = frontier.frontier_figure(points, baselines)
     try:
-        ax = fig.axes[0]
-        lines = {line.get_label(): line for line in ax.get_lines()}
+        panels = [ax for ax in fig.axes if ax.get_visible()]
+        # one panel per strategy, each with CTranslate2's rows, the target and a legend
+        assert [ax.get_title() for ax in panels] == ["lookahead", "joint-viterbi"]
+        for ax in panels:
+            here = {line.get_label() for line in ax.get_lines()}
+            assert "CTranslate2 beam 5" in here and any(
+                k.startswith("CTranslate2 greedy") for k in here
+            )
+            assert "⅓ of CTranslate2 beam 5's latency (the target)" in here
+            assert ax.get_legend() is not None
+        assert {line.get_label() for line in panels[1].get_lines()} & {"a lookahead"} == set()
+        lines = {line.get_label(): line for ax in panels for line in ax.get_lines()}
         a = lines["a lookahead"]
         assert list(a.get_xdata()) == [10.0, 20.0] and list(a.get_ydata()) == [18.25, 19.0]
         assert list(lines["b joint-viterbi"].get_xdata()) == [8.0]
@@ -321,9 +331,9 @@ def test_picture_draws_the_curves_and_the_baselines():
         assert (list(beam.get_xdata()), list(beam.get_ydata())) == ([40.0], [22.5])
         [greedy] = [k for k in lines if k.startswith("CTranslate2 greedy")]
         assert "no BLEU" in greedy and list(lines[greedy].get_xdata()) == [20.0, 20.0]
-        labels = sorted(t.get_text() for t in ax.texts)
+        labels = sorted(t.get_text() for ax in panels for t in ax.texts)
         assert labels == ["λ=2", "λ=3", "λ=3", "λ=4"]
-        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        legend = [t.get_text() for t in panels[0].get_legend().get_texts()]
         assert greedy in legend and "CTranslate2 beam 5" in legend
         # the target: a third of beam 5's 40 ms, and beam 5's 22.5 BLEU less 0.3
         third = lines["⅓ of CTranslate2 beam 5's latency (the target)"]
