@@ -540,15 +540,22 @@ STYLES: dict[str, tuple[Any, str]] = {
 OTHER_STYLE: tuple[Any, str] = ((0, (1, 2)), "v")
 
 
+def bare_strategy(strategy: str) -> str:
+    """A frontier strategy label without the beam suffix :func:`strategy_label` adds
+    (``beam+LM k=20`` → ``beam+LM``)."""
+    return strategy.split(" k=")[0]
+
+
 def strategy_style(strategy: str) -> tuple[Any, str]:
-    """The line style and marker of a frontier strategy label: that of its strategy without the
-    beam suffix (``beam+LM k=20`` is drawn as ``beam+LM``), :data:`OTHER_STYLE` for another."""
-    return STYLES.get(strategy.split(" k=")[0], OTHER_STYLE)
+    """The line style and marker of a frontier strategy label: that of its
+    :func:`bare_strategy` (``beam+LM k=20`` is drawn as ``beam+LM``), :data:`OTHER_STYLE` for
+    another."""
+    return STYLES.get(bare_strategy(strategy), OTHER_STYLE)
 
 
 def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]):
-    """BLEU against batch-1 latency (a matplotlib Figure): one panel per strategy (its label
-    without the beam suffix: ``beam k=20`` and ``beam`` share one; in order of appearance; the
+    """BLEU against batch-1 latency (a matplotlib Figure): one panel per strategy (its
+    :func:`bare_strategy`: ``beam k=20`` and ``beam`` share one; in order of appearance; the
     panels share their axes), in each a line per design in the design's colour through its λ
     points (in λ order), in the strategy's line style and marker (:func:`strategy_style`:
     ``beam`` dash-dot with diamonds, ``beam+LM`` dash-dot-dot with filled pluses), each point
@@ -568,7 +575,7 @@ def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]
     import matplotlib.pyplot as plt
 
     drawn = [p for p in points if p.test_bleu is not None]
-    panels = list(dict.fromkeys(p.strategy.split(" k=")[0] for p in drawn)) or [""]
+    panels = list(dict.fromkeys(bare_strategy(p.strategy) for p in drawn)) or [""]
     ncols = 1 if len(panels) == 1 else 2
     nrows = -(-len(panels) // ncols)
     fig, axes = plt.subplots(
@@ -592,7 +599,7 @@ def frontier_figure(points: Sequence[Point], found_baselines: Sequence[Baseline]
             for strategy in dict.fromkeys(
                 p.strategy
                 for p in drawn
-                if p.design == design and p.strategy.split(" k=")[0] == panel
+                if p.design == design and bare_strategy(p.strategy) == panel
             ):
                 curve = [p for p in drawn if p.design == design and p.strategy == strategy]
                 xs = [p.latency_ms[0] for p in curve]
